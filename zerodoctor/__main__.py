@@ -1,0 +1,3 @@
+from zerodoctor.cli import main
+
+main()

@@ -1,0 +1,156 @@
+"""Events, schema v1: the pydantic models every source produces and the store consumes.
+
+One model per ``kind``. The envelope (``v``, ``t``, ``run``, ``rank``, ``kind``) is required;
+every payload field is optional ("missing values are absent, not zero"), except ``step.step``.
+Unknown fields are ignored so that old readers survive new writers. Units are in the field
+names (``_s`` seconds, ``_bytes`` bytes) so nobody has to guess.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from typing_extensions import NotRequired, TypedDict
+
+SCHEMA_VERSION = 1
+
+
+class _Envelope(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    v: Literal[1] = Field(description="schema version")
+    t: float = Field(description="unix time in seconds when the event was recorded")
+    run: str = Field(description="run id, the name of the run directory")
+    rank: int = Field(description="global rank of the process that wrote the event")
+
+
+class RunStart(_Envelope):
+    kind: Literal["run_start"]
+    world_size: int | None = Field(None, description="number of ranks in the job")
+    local_rank: int | None = Field(None, description="rank within the node")
+    host: str | None = Field(None, description="host name")
+    pid: int | None = Field(None, description="process id of the rank")
+    argv: list[str] | None = Field(None, description="command line of the rank")
+    zero_stage: int | None = Field(None, description="ZeRO stage, 0-3")
+    precision: Literal["fp16", "bf16", "fp32"] | None = Field(None, description="training precision")
+    config: dict[str, Any] | None = Field(None, description="the DeepSpeed config as the user wrote it")
+    derived: dict[str, Any] | None = Field(
+        None,
+        description="values DeepSpeed derived from the config: train_batch_size, "
+        "train_micro_batch_size_per_gpu, gradient_accumulation_steps",
+    )
+    params: int | None = Field(None, description="number of model parameters (unpartitioned)")
+    versions: dict[str, str | None] | None = Field(None, description="torch, deepspeed, cuda, nccl, python")
+    device_name: str | None = Field(None, description="accelerator name, e.g. 'NVIDIA H100 80GB HBM3'")
+    device_memory_bytes: int | None = Field(None, description="total memory of the accelerator")
+    env: dict[str, str] | None = Field(None, description="allow-listed environment (never secrets)")
+
+
+class Step(_Envelope):
+    kind: Literal["step"]
+    step: int = Field(description="optimizer step number (counts skipped steps too)")
+    micro_batches: int | None = Field(None, description="backward calls since the previous optimizer step")
+    samples: int | None = Field(None, description="samples fed to the model since the previous optimizer step")
+    loss: float | None = Field(None, description="loss of the last micro-batch (NaN/Infinity allowed)")
+    lr: float | None = Field(None, description="learning rate of the first param group")
+    loss_scale: float | None = Field(None, description="fp16 loss scale used for this step")
+    overflow: bool | None = Field(None, description="true when the step was skipped (fp16 overflow)")
+    grad_norm: float | None = Field(None, description="global gradient norm (NaN/Infinity allowed)")
+    step_time_s: float | None = Field(None, description="wall time since the previous optimizer step")
+    fwd_s: float | None = Field(None, description="time in forward, summed over micro-batches")
+    bwd_s: float | None = Field(None, description="time in backward, summed over micro-batches")
+    optim_s: float | None = Field(None, description="time in the optimizer step")
+    comm_s: float | None = Field(None, description="time in collectives during this step")
+    mem_allocated_bytes: int | None = Field(None, description="torch.cuda.memory_allocated() after the step")
+    mem_reserved_bytes: int | None = Field(None, description="torch.cuda.memory_reserved() after the step")
+    mem_peak_bytes: int | None = Field(None, description="torch.cuda.max_memory_allocated() since the last step")
+    alloc_retries: int | None = Field(None, description="cumulative num_alloc_retries of the caching allocator")
+    inactive_split_bytes: int | None = Field(None, description="inactive_split_bytes.all.current of the allocator")
+
+
+class Comm(_Envelope):
+    kind: Literal["comm"]
+    op: str = Field(description="collective name: all_gather, reduce_scatter, all_reduce, broadcast, ...")
+    step: int | None = Field(None, description="last optimizer step of the interval")
+    count: int | None = Field(None, description="calls in the interval")
+    bytes: int | None = Field(None, description="message bytes summed over the calls")
+    total_s: float | None = Field(None, description="time in the calls, summed")
+    interval_s: float | None = Field(None, description="length of the aggregation interval")
+
+
+class Oom(_Envelope):
+    kind: Literal["oom"]
+    message: str | None = Field(None, description="the allocator's error message, verbatim")
+    step: int | None = Field(None, description="optimizer step during which it happened")
+    device: int | None = Field(None, description="GPU index")
+    requested_bytes: int | None = Field(None, description="size of the failed allocation")
+    capacity_bytes: int | None = Field(None, description="total capacity of the device")
+    free_bytes: int | None = Field(None, description="free device memory at failure")
+    allocated_bytes: int | None = Field(None, description="memory allocated by PyTorch at failure")
+    reserved_bytes: int | None = Field(None, description="memory reserved by the caching allocator at failure")
+    alloc_retries: int | None = Field(None, description="num_alloc_retries at failure")
+    inactive_split_bytes: int | None = Field(None, description="inactive split bytes at failure")
+    alloc_conf: str | None = Field(None, description="PYTORCH_CUDA_ALLOC_CONF in effect")
+
+
+class ExceptionEvent(_Envelope):
+    kind: Literal["exception"]
+    type: str | None = Field(None, description="exception class name")
+    message: str | None = Field(None, description="str() of the exception")
+    traceback: list[str] | None = Field(None, description="last lines of the traceback")
+    step: int | None = Field(None, description="optimizer step during which it was raised")
+
+
+class Log(_Envelope):
+    kind: Literal["log"]
+    message: str = Field(description="the console line as recognised")
+    source: str | None = Field(None, description="parser that recognised it")
+    level: str | None = Field(None, description="log level when the line had one")
+    what: str | None = Field(None, description="what the parser recognised, e.g. 'batch_assertion'")
+    data: dict[str, Any] | None = Field(None, description="numbers the parser pulled out of the line")
+    step: int | None = Field(None, description="optimizer step, when the line names one")
+
+
+class RunEnd(_Envelope):
+    kind: Literal["run_end"]
+    exit_code: int | None = Field(None, description="exit status of the process")
+    signal: int | None = Field(None, description="signal number when killed by one")
+    duration_s: float | None = Field(None, description="wall time of the process")
+
+
+MODELS: tuple[type[_Envelope], ...] = (RunStart, Step, Comm, Oom, ExceptionEvent, Log, RunEnd)
+EVENT_MODELS: dict[str, type[_Envelope]] = {m.model_fields["kind"].annotation.__args__[0]: m for m in MODELS}  # type: ignore[union-attr]
+
+
+def _as_typed_dict(model: type[BaseModel]) -> type:
+    """The same fields as ``model``, validated into a plain dict.
+
+    The models above are the schema; the pipeline validates lines into dicts with these
+    twins because building a model instance per event costs about 3x the JSON parse
+    itself (measured: 2.3 µs vs 6.9 µs per step line), and the store wants dicts anyway.
+    Absent optional fields stay absent, which is what "missing, not zero" means.
+    """
+    fields = {
+        name: field.annotation if field.is_required() else NotRequired[field.annotation]
+        for name, field in model.model_fields.items()
+    }
+    return TypedDict(model.__name__ + "Dict", fields)  # type: ignore[operator]
+
+
+Event = dict[str, Any]
+"""A validated event: the envelope and the fields present on the line."""
+
+EVENT_ADAPTER: TypeAdapter = TypeAdapter(
+    Annotated[Union[tuple(_as_typed_dict(m) for m in MODELS)], Field(discriminator="kind")]  # type: ignore[misc]
+)
+
+
+def new(kind: str, **fields: Any) -> Event:
+    """Build a validated event dict, for parsers of text logs and for the probe.
+
+    ``None`` values are dropped, since a missing value is absent, not null.
+    """
+    return EVENT_ADAPTER.validate_python(
+        {"v": SCHEMA_VERSION, "kind": kind, **{k: v for k, v in fields.items() if v is not None}}
+    )

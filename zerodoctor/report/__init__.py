@@ -1,0 +1,1 @@
+"""Report: findings → text for people (rich), JSON for tools, Markdown for issues and PRs."""

@@ -1,0 +1,57 @@
+"""Report: a ``Report`` → what a tired engineer reads at 3 a.m. — fault, numbers, fix as a diff."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.console import Console
+from rich.markup import escape
+
+from zerodoctor.diagnosis import Report
+from zerodoctor.report.fixview import evidence_text, fix_lines
+from zerodoctor.rulebook.finding import Finding
+
+STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold blue"}
+SHOW_REJECTED = 5
+
+
+def finding_block(f: Finding, config: dict | None) -> str:
+    """Rich markup for one finding; ``watch`` prints the same block."""
+    where = []
+    if f.steps:
+        where.append(f"steps {f.steps[0]}–{f.steps[1]}")
+    if f.ranks:
+        where.append("ranks " + ",".join(map(str, f.ranks[:16])) + ("…" if len(f.ranks) > 16 else ""))
+    out = [
+        f"[{STYLE[f.severity]}]{f.severity.upper()}[/] [bold]{f.rule} {f.name}[/]  run {escape(f.run)}"
+        + (f"  ({', '.join(where)})" if where else ""),
+        f"  {escape(f.message)}",
+        f"  [dim]evidence: {escape(evidence_text(f.evidence))}[/]",
+    ]
+    for fix in f.fixes:
+        out.append(f"  [green]fix[/] ({fix.safety}): {escape(fix.title)}")
+        for line in fix_lines(fix, config):
+            color = "green" if line.startswith("+") and not line.startswith("+++") else (
+                "red" if line.startswith("-") and not line.startswith("---") else "")
+            out.append(f"      [{color}]{escape(line)}[/]" if color else f"      {escape(line)}")
+    return "\n".join(out)
+
+
+def render(report: Report, console: Console) -> None:
+    for f in report.findings:
+        console.print(finding_block(f, report.configs.get(f.run)))
+        console.print()
+    if report.rejected:
+        console.print(f"[yellow]{len(report.rejected)} line(s) quarantined[/] (kept in the store, not used):")
+        for r in report.rejected[:SHOW_REJECTED]:
+            console.print(f"  {escape(str(r))}")
+        if len(report.rejected) > SHOW_REJECTED:
+            console.print(f"  … and {len(report.rejected) - SHOW_REJECTED} more")
+    if report.unevaluated:
+        console.print("[dim]not judged (signal missing):[/]")
+        for u in report.unevaluated:
+            console.print(f"  [dim]{u.rule} in run {escape(u.run)}: needs {', '.join(u.missing)}[/]")
+    counts = Counter(f.severity for f in report.findings)
+    events = sum(i.events for i in report.inputs)
+    summary = ", ".join(f"{counts[s]} {s}" for s in ("error", "warning", "info") if counts[s]) or "no findings"
+    console.print(f"[bold]{summary}[/] from {events} events in {len(report.inputs)} file(s)")

@@ -1,0 +1,141 @@
+"""Rules: signal values of one run → findings, and the rules that could not be judged.
+
+A plain condition sees each per-step signal as its summary. A rule with ``for: N steps``
+is judged step by step and fires on the first N consecutive steps where it holds; it
+probes every N-th step first, since any such streak must cover one of them, so a
+healthy run costs 1/N of the evaluations.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from zerodoctor.rulebook.expr import Condition, MissingSignal, render
+from zerodoctor.rulebook.finding import Finding, Fix, Unevaluated
+from zerodoctor.rulebook.loader import Rule
+from zerodoctor.signals import StepSeries
+
+
+def evaluate(rules: list[Rule], values: dict[str, Any], run: str, ranks: list[int]) -> tuple[
+        list[Finding], list[Unevaluated]]:
+    findings: list[Finding] = []
+    unevaluated: list[Unevaluated] = []
+    summary = _resolver(values, None)
+    for rule in rules:
+        try:
+            if rule.spec.hold:
+                held = _holds(rule.condition, values, rule.spec.hold)
+                if held is None:
+                    continue
+                steps: list[int] | None = list(held)
+            else:
+                if not rule.condition.evaluate(summary):
+                    continue
+                steps = None
+        except MissingSignal:
+            missing = tuple(s for s in rule.condition.signals if s not in values)
+            unevaluated.append(Unevaluated(rule.code, run, missing or (rule.condition.signals[0],)))
+            continue
+        findings.append(_finding(rule, values, run, ranks, steps, summary))
+    return findings, unevaluated
+
+
+def _holds(condition: Condition, values: dict[str, Any], hold: int) -> tuple[int, int] | None:
+    """First and last step of the first streak of ``hold`` steps where ``condition`` is true."""
+    series = [values[s] for s in condition.signals if isinstance(values.get(s), StepSeries)]
+    if not series:
+        raise MissingSignal(condition.signals[0])
+    steps = series[0].steps
+    cache: dict[int, bool] = {}
+
+    def true_at(i: int) -> bool:
+        if i not in cache:
+            try:
+                cache[i] = condition.evaluate(_resolver(values, i))
+            except MissingSignal:
+                cache[i] = False  # a step without the value breaks the streak
+        return cache[i]
+
+    for probe in range(hold - 1, len(steps), hold):
+        if not true_at(probe):
+            continue
+        lo = probe
+        while lo > 0 and true_at(lo - 1):
+            lo -= 1
+        hi = probe
+        while hi + 1 < len(steps) and true_at(hi + 1):
+            hi += 1
+        if hi - lo + 1 >= hold:
+            return steps[lo], steps[hi]
+    return None
+
+
+def _resolver(values: dict[str, Any], index: int | None) -> Callable[[str], Any]:
+    def resolve(name: str) -> Any:
+        value = values.get(name)
+        if isinstance(value, StepSeries):
+            value = value.summary if index is None else value.values[index]
+        if value is None:
+            raise MissingSignal(name)
+        return value
+
+    return resolve
+
+
+def _finding(rule: Rule, values: dict[str, Any], run: str, ranks: list[int],
+             steps: list[int] | None, resolve: Callable[[str], Any]) -> Finding:
+    spec = rule.spec
+    shown = list(dict.fromkeys([*rule.condition.signals, *spec.evidence]))
+    evidence = {name: _plain(values[name]) for name in shown if values.get(name) is not None}
+    if steps is None and spec.steps:
+        bounds = [values.get(s) for s in spec.steps]
+        steps = [int(b) for b in bounds] if all(isinstance(b, (int, float)) for b in bounds) else None
+    implicated = values.get(spec.ranks) if spec.ranks else None
+    fixes = []
+    for fix in rule.fixes:
+        if fix.when is not None:
+            try:
+                if not fix.when.evaluate(resolve):
+                    continue
+            except MissingSignal:
+                continue
+        fixes.append(Fix(
+            title=fix.title.render(resolve),
+            safety=fix.spec.safety,
+            config_patch=_fill(fix.spec.config_patch, resolve),
+            env=_fill(fix.spec.env, resolve),
+            action=_fill(fix.spec.action, resolve),
+        ))
+    return Finding(
+        rule=spec.code, name=spec.name, category=spec.category, severity=spec.severity,
+        message=rule.message.render(resolve), run=run, evidence=evidence, steps=steps,
+        ranks=list(implicated) if implicated else ranks, fixes=fixes,
+    )
+
+
+def _fill(node: Any, resolve: Callable[[str], Any]) -> Any:
+    """Substitute ``{signal}`` fields in a fix; a leaf that is exactly one field keeps its type."""
+    if isinstance(node, dict):
+        return {k: _fill(v, resolve) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_fill(v, resolve) for v in node]
+    if isinstance(node, str) and "{" in node:
+        if node.startswith("{") and node.endswith("}") and node.count("{") == 1:
+            try:
+                return _plain(resolve(node[1:-1]))
+            except MissingSignal:
+                return None
+        return render(node, resolve)
+    return node
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-friendly form: series → summary, integral floats → int, others rounded for people."""
+    if isinstance(value, StepSeries):
+        value = value.summary
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer() and abs(value) < 2**53:
+            return int(value)
+        return round(value, 6) if math.isfinite(value) else str(value)
+    return value

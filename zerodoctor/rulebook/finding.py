@@ -1,0 +1,49 @@
+"""Rules: what a fired rule produces — the findings contract of DESIGN.md."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2}
+
+
+@dataclass
+class Fix:
+    title: str
+    safety: str
+    config_patch: dict[str, Any] | None = None
+    env: dict[str, str] | None = None
+    action: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class Finding:
+    rule: str
+    name: str
+    category: str
+    severity: str
+    message: str
+    run: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    steps: list[int] | None = None
+    ranks: list[int] = field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["fixes"] = [f.to_json() for f in self.fixes]
+        return body
+
+
+@dataclass(frozen=True)
+class Unevaluated:
+    rule: str
+    run: str
+    missing: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "run": self.run, "missing": list(self.missing)}

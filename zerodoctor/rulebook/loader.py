@@ -1,0 +1,221 @@
+"""Rules: YAML files → checked ``Rule`` objects, or every error at once as ``file:line: CODE: what``.
+
+Error codes: RL100 YAML, RL101 unknown key, RL102 missing key, RL103 bad value,
+RL201 condition syntax, RL202 unknown signal, RL203 forbidden construct, RL204 template,
+RL205 hold without a per-step signal, RL301 doc section missing, RL401 duplicate code,
+RL402 file name does not match code and name, RL403 folder does not match category.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+from pydantic import ValidationError
+
+from zerodoctor.rulebook.expr import Condition, ExprError, Template
+from zerodoctor.rulebook.model import CATEGORIES, FixSpec, RuleSpec
+from zerodoctor.signals import Signal
+
+REQUIRED_SECTIONS = ("What it does", "Why is this bad?")
+ALL_SECTIONS = (*REQUIRED_SECTIONS, "Example", "Fix")
+
+
+@dataclass(frozen=True)
+class RuleError:
+    path: str
+    line: int
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.code}: {self.message}"
+
+
+class RuleLoadError(Exception):
+    def __init__(self, errors: list[RuleError]) -> None:
+        super().__init__("\n".join(map(str, errors)))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class CompiledFix:
+    spec: Any
+    title: Template
+    when: Condition | None
+
+
+@dataclass(frozen=True)
+class Rule:
+    spec: RuleSpec
+    path: Path
+    condition: Condition
+    message: Template
+    fixes: tuple[CompiledFix, ...]
+
+    @property
+    def code(self) -> str:
+        return self.spec.code
+
+
+def builtin_rules_dir() -> Path:
+    """The rules shipped in the wheel (``zerodoctor/rules``), or ``rules/`` of a source checkout."""
+    packaged = Path(str(resources.files("zerodoctor"))) / "rules"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "rules"
+
+
+def load_rules(dirs: Iterable[Path], catalog: dict[str, Signal]) -> list[Rule]:
+    """Load every ``*.yaml`` under ``dirs``; raise RuleLoadError with all problems found."""
+    rules: list[Rule] = []
+    errors: list[RuleError] = []
+    seen: dict[str, str] = {}
+    for directory in dirs:
+        directory = Path(directory)
+        if not directory.is_dir():
+            errors.append(RuleError(str(directory), 0, "RL100", "rules directory does not exist"))
+            continue
+        for path in sorted(directory.rglob("*.yaml")):
+            rule, file_errors = _load_file(path, catalog)
+            errors += file_errors
+            if rule is not None:
+                if rule.code in seen:
+                    errors.append(RuleError(str(path), 1, "RL401", f"code {rule.code} is already used by {seen[rule.code]}"))
+                else:
+                    seen[rule.code] = str(path)
+                    rules.append(rule)
+    if errors:
+        raise RuleLoadError(errors)
+    return sorted(rules, key=lambda r: r.code)
+
+
+def _load_file(path: Path, catalog: dict[str, Signal]) -> tuple[Rule | None, list[RuleError]]:
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [RuleError(name, 0, "RL100", f"cannot read: {exc}")]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        return None, [RuleError(name, mark.line + 1 if mark else 0, "RL100", str(getattr(exc, "problem", exc)))]
+    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
+        return None, [RuleError(name, 1, "RL100", "a rule file must be a YAML mapping")]
+
+    errors: list[RuleError] = []
+
+    def err(loc: tuple, code: str, message: str) -> None:
+        errors.append(RuleError(name, _line(node, loc), code, message))
+
+    try:
+        spec = RuleSpec.model_validate(data)
+    except ValidationError as exc:
+        for e in exc.errors(include_url=False):
+            loc = e["loc"]
+            if e["type"] == "extra_forbidden":
+                key = str(loc[-1])
+                allowed = _allowed_keys(loc)
+                hint = difflib.get_close_matches(key, allowed, n=1)
+                err(loc, "RL101", f"unknown key '{key}'" + (f" (did you mean '{hint[0]}'?)" if hint else ""))
+            elif e["type"] == "missing":
+                err(loc[:-1], "RL102", f"missing key '{'.'.join(map(str, loc))}'")
+            else:
+                err(loc, "RL103", f"'{'.'.join(map(str, loc))}': {e['msg']}")
+        # Conditions and templates are still checked, so one pass reports everything.
+        spec = None
+
+    known = set(catalog)
+    condition = _compile(lambda: Condition(data.get("when", ""), known), ("when",), err) if isinstance(
+        data.get("when"), str) else None
+    message = _compile(lambda: Template(data["message"], known), ("message",), err) if isinstance(
+        data.get("message"), str) else None
+    if condition and data.get("for") is not None and not any(catalog[s].per_step for s in condition.signals):
+        err(("for",), "RL205", "'for' needs a condition over a per-step signal (" + ", ".join(
+            s.name for s in catalog.values() if s.per_step) + ")")
+    for key in ("evidence", "steps", "ranks"):
+        value = data.get(key)
+        for i, sig in enumerate([value] if isinstance(value, str) else value or []):
+            if isinstance(sig, str) and sig not in known:
+                err((key, i) if not isinstance(value, str) else (key,), "RL202", f"unknown signal '{sig}'")
+    fixes = []
+    for i, fix in enumerate(data.get("fixes") or []):
+        if not isinstance(fix, dict):
+            continue
+        title = _compile(lambda: Template(str(fix.get("title", "")), known), ("fixes", i, "title"), err)
+        when = _compile(lambda: Condition(fix["when"], known), ("fixes", i, "when"), err) if isinstance(
+            fix.get("when"), str) else None
+        for field in ("action", "env", "config_patch"):
+            for text in _strings(fix.get(field)):
+                _compile(lambda: Template(text, known), ("fixes", i, field), err)
+        fixes.append((title, when))
+    _check_doc(data.get("doc"), err)
+    _check_location(path, data, err)
+
+    if errors or spec is None or condition is None or message is None:
+        return None, errors
+    compiled = tuple(CompiledFix(s, t, w) for s, (t, w) in zip(spec.fixes, fixes))
+    return Rule(spec, path, condition, message, compiled), []
+
+
+def _strings(node: Any) -> list[str]:
+    """Every string leaf of a fix's action, env or config patch (each may hold fields)."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return []
+
+
+def _compile(build, loc: tuple, err):  # noqa: ANN001, ANN202 - local helper
+    try:
+        return build()
+    except ExprError as exc:
+        err(loc, exc.code, str(exc))
+        return None
+
+
+def _check_doc(doc: Any, err) -> None:  # noqa: ANN001
+    if not isinstance(doc, str):
+        return
+    headings = {line.lstrip("#").strip() for line in doc.splitlines() if line.startswith("#")}
+    for section in REQUIRED_SECTIONS:
+        if section not in headings:
+            err(("doc",), "RL301", f"doc has no '## {section}' section")
+
+
+def _check_location(path: Path, data: dict, err) -> None:  # noqa: ANN001
+    code, name, category = data.get("code"), data.get("name"), data.get("category")
+    if isinstance(code, str) and isinstance(name, str) and path.stem != f"{code}-{name}":
+        err(("code",), "RL402", f"file should be named '{code}-{name}.yaml'")
+    if path.parent.name in CATEGORIES and isinstance(category, str) and path.parent.name != category:
+        err(("category",), "RL403", f"rule of category '{category}' lives in folder '{path.parent.name}'")
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    model = FixSpec if "fixes" in loc else RuleSpec
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _line(node: yaml.Node, loc: tuple) -> int:
+    """1-based line of the YAML node at ``loc`` (its key for a mapping entry), best effort."""
+    line = node.start_mark.line + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == part:
+                    line, node = key.start_mark.line + 1, value
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line

@@ -1,0 +1,62 @@
+"""Rules: the YAML rule format as a strict pydantic model (unknown keys are errors)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+CATEGORIES = (
+    "batch_size", "fp16_overflow", "stage3_comm", "fragmentation_oom", "offload_slow",
+    "config", "memory", "hang", "straggler", "data", "other",
+)
+SEVERITIES = ("info", "warning", "error")
+Category = Literal[CATEGORIES]  # type: ignore[valid-type]
+Severity = Literal[SEVERITIES]  # type: ignore[valid-type]
+
+
+class FixSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(description="the remedy in one line; may use {signal} fields")
+    safety: Literal["safe", "unsafe"] = Field(description="unsafe when it changes training math (batch, lr, precision)")
+    when: str | None = Field(None, description="condition under which this fix is offered")
+    config_patch: dict[str, Any] | None = Field(None, description="JSON merge patch for the DeepSpeed config")
+    env: dict[str, str] | None = Field(None, description="environment variables to set")
+    action: str | None = Field(None, description="what to change outside the config")
+
+
+class RuleSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    code: str = Field(pattern=r"^ZD[1-9]\d{2}$", description="ZD + family digit + two digits")
+    name: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$", description="kebab-case name of the problem")
+    category: Category
+    severity: Severity
+    status: Literal["preview", "stable"] = "preview"
+    when: str = Field(description="condition over signals")
+    hold: int | None = Field(None, alias="for", description="'N steps': the condition must hold N steps in a row")
+    message: str = Field(description="the fault in one line, with numbers")
+    evidence: list[str] = Field(default_factory=list, description="signals shown besides those in the condition")
+    steps: list[str] | None = Field(None, description="two signals giving the first and last step involved")
+    ranks: str | None = Field(None, description="signal listing the ranks involved (default: all ranks)")
+    fixes: list[FixSpec] = Field(default_factory=list)
+    doc: str = Field(description="Markdown: What it does / Why is this bad? / Example / Fix")
+
+    @field_validator("hold", mode="before")
+    @classmethod
+    def _steps(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*(\d+)\s+steps?\s*", value)
+            if not match:
+                raise ValueError("must read 'N steps'")
+            return int(match.group(1))
+        return value
+
+    @field_validator("steps")
+    @classmethod
+    def _pair(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(value) != 2:
+            raise ValueError("must name two signals: [first, last]")
+        return value

@@ -1,0 +1,91 @@
+"""Signals, batch: the batch the config promises vs the batch the model was actually fed.
+
+DeepSpeed checks ``train_batch_size == micro × grad_accum × world_size`` only among the
+values the user wrote; when it derives one, nothing checks that the data loader feeds
+``micro`` samples per micro-batch. The probe counts what really arrived.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from zerodoctor.signals.base import Signal
+from zerodoctor.store.runs import RunData
+
+_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+SIGNALS = [
+    Signal("batch.config_explicit", "bool", "the config sets train_batch_size, micro-batch and grad-accum all three"),
+    Signal("batch.config_product", "samples", "micro × grad-accum × world size from the values the user wrote"),
+    Signal("batch.train_batch_size", "samples", "global batch per optimizer step, as configured (or derived)"),
+    Signal("batch.micro_batch", "samples", "train_micro_batch_size_per_gpu, as configured (or derived)"),
+    Signal("batch.grad_accum", "micro-batches", "gradient_accumulation_steps, as configured (or derived)"),
+    Signal("batch.grad_accum_for_target", "micro-batches",
+           "grad-accum that makes micro × grad-accum × world size equal train_batch_size, when one does"),
+    Signal("batch.half_micro", "samples", "half the micro-batch (at least 1), to cut activation memory"),
+    Signal("batch.double_grad_accum", "micro-batches", "grad-accum that keeps the global batch at half the micro-batch"),
+    Signal("batch.samples_per_micro", "samples", "samples the model received per micro-batch (median over ranks)"),
+    Signal("batch.micro_batches_per_step", "micro-batches", "backward calls per optimizer step (median over steps)"),
+    Signal("batch.effective_batch", "samples", "samples per optimizer step over all ranks, as fed"),
+    Signal("batch.effective_ratio", "ratio", "effective batch / configured train_batch_size"),
+    Signal("batch.mismatched_ranks", "ranks", "ranks whose fed samples per micro-batch differ from the config"),
+]
+
+
+def _configured(run: RunData) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(values the user wrote, values DeepSpeed resolved), from run_start or a batch assertion."""
+    start = run.first_start()
+    written = {k: (start.get("config") or {}).get(k) for k in _KEYS}
+    resolved = {k: (start.get("derived") or {}).get(k) for k in _KEYS}
+    for log in run.events.get("log", []):
+        if log.get("what") == "batch_assertion":
+            written.update({k: v for k, v in (log.get("data") or {}).items() if k in _KEYS})
+    for k in _KEYS:
+        if not isinstance(written[k], int) or isinstance(written[k], bool):
+            written[k] = None  # "auto" or a string: not a number DeepSpeed used
+        resolved[k] = resolved[k] if resolved[k] is not None else written[k]
+    return written, resolved
+
+
+def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
+    world = values.get("run.world_size")
+    written, resolved = _configured(run)
+    explicit = all(written[k] is not None for k in _KEYS)
+    out: dict[str, Any] = {
+        "batch.config_explicit": explicit,
+        "batch.train_batch_size": resolved["train_batch_size"],
+        "batch.micro_batch": resolved["train_micro_batch_size_per_gpu"],
+        "batch.grad_accum": resolved["gradient_accumulation_steps"],
+    }
+    if explicit and world:
+        out["batch.config_product"] = (
+            written["train_micro_batch_size_per_gpu"] * written["gradient_accumulation_steps"] * world
+        )
+        per_accum = written["train_micro_batch_size_per_gpu"] * world
+        if written["train_batch_size"] % per_accum == 0:
+            out["batch.grad_accum_for_target"] = written["train_batch_size"] // per_accum
+    micro, accum = resolved["train_micro_batch_size_per_gpu"], resolved["gradient_accumulation_steps"]
+    if micro and accum and micro > 1:
+        out["batch.half_micro"] = micro // 2
+        out["batch.double_grad_accum"] = accum * micro // (micro // 2) if micro % 2 == 0 else None
+
+    per_micro = {
+        rank: r["samples"] / r["micro_batches"]
+        for rank, r in run.per_rank.items()
+        if r.get("samples") and r.get("micro_batches")
+    }
+    if per_micro:
+        out["batch.samples_per_micro"] = statistics.median(per_micro.values())
+        micro = resolved["train_micro_batch_size_per_gpu"]
+        if micro:
+            out["batch.mismatched_ranks"] = sorted(r for r, v in per_micro.items() if abs(v - micro) > 1e-9)
+    micro_counts = [m for m in run.steps.get("micro_batches", []) if m is not None]
+    if micro_counts:
+        out["batch.micro_batches_per_step"] = statistics.median(micro_counts)
+    if per_micro and micro_counts and world:
+        effective = out["batch.samples_per_micro"] * out["batch.micro_batches_per_step"] * world
+        out["batch.effective_batch"] = effective
+        if resolved["train_batch_size"]:
+            out["batch.effective_ratio"] = effective / resolved["train_batch_size"]
+    return out

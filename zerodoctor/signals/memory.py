@@ -1,0 +1,86 @@
+"""Signals, memory: OOMs told apart (fragmentation vs capacity) and model-state fits.
+
+A fragmentation OOM is one where the caching allocator holds, reserved but unallocated,
+at least as much as the failed request: the bytes exist, just not in one piece. A
+capacity OOM has allocated ≈ reserved: the model and activations simply do not fit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zerodoctor.modelstates import model_state_bytes
+from zerodoctor.signals.base import Signal, nested
+from zerodoctor.store.runs import RunData
+
+HEADROOM = 0.7  # share of device memory model states may take; the rest is activations and buffers
+
+SIGNALS = [
+    Signal("memory.oom_count", "events", "out-of-memory errors"),
+    Signal("memory.oom_ranks", "ranks", "ranks that hit an OOM"),
+    Signal("memory.oom_step", "step", "step of the first OOM"),
+    Signal("memory.oom_requested_bytes", "bytes", "size of the failed allocation (first OOM)"),
+    Signal("memory.oom_requested_gb", "GB", "size of the failed allocation, 10^9 bytes"),
+    Signal("memory.oom_free_unallocated_bytes", "bytes", "reserved but unallocated at the first OOM"),
+    Signal("memory.oom_free_unallocated_gb", "GB", "reserved but unallocated at the first OOM, 10^9 bytes"),
+    Signal("memory.oom_frag_ratio", "ratio", "reserved-but-unallocated / requested at the first OOM"),
+    Signal("memory.oom_reserved_gb", "GB", "memory reserved by PyTorch at the first OOM"),
+    Signal("memory.alloc_retries", "retries", "cudaMalloc retries (cache flushes) before the end or the OOM"),
+    Signal("memory.expandable_segments", "bool", "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True"),
+    Signal("memory.alloc_conf", "text", "PYTORCH_CUDA_ALLOC_CONF as recorded ('unset' when absent)"),
+    Signal("memory.stage2_fit_known", "bool", "parameters, world size and device memory are all known"),
+    Signal("memory.reduce_bucket_size", "elements", "zero_optimization.reduce_bucket_size in effect (default 5e8)"),
+    Signal("memory.smaller_bucket_size", "elements", "a quarter of the current bucket size, the next lever"),
+    Signal("memory.stage2_gb", "GB", "model states per GPU under ZeRO-2, no offload (ZeRO paper)"),
+    Signal("memory.stage2_fits", "bool", f"ZeRO-2 model states fit in {HEADROOM:.0%} of device memory"),
+    Signal("memory.stage2_offload_gb", "GB", "model states per GPU under ZeRO-2 with optimizer offload"),
+    Signal("memory.stage2_offload_fits", "bool", f"ZeRO-2 + optimizer offload fits in {HEADROOM:.0%} of device memory"),
+]
+
+
+def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
+    start = run.first_start()
+    config = start.get("config") or {}
+    ooms = run.events.get("oom", [])
+    out: dict[str, Any] = {"memory.oom_count": len(ooms)}
+    conf = (start.get("env") or {}).get("PYTORCH_CUDA_ALLOC_CONF") or next(
+        (o["alloc_conf"] for o in ooms if o.get("alloc_conf")), "")
+    out["memory.expandable_segments"] = "expandable_segments:true" in conf.replace(" ", "").lower()
+    out["memory.alloc_conf"] = conf or "unset"
+    bucket = nested(config, "zero_optimization.reduce_bucket_size", 5e8)
+    if isinstance(bucket, (int, float)):
+        out["memory.reduce_bucket_size"] = int(bucket)
+        out["memory.smaller_bucket_size"] = int(bucket // 4)
+    retries = [r for r in run.steps.get("alloc_retries", []) if r is not None]
+    retries += [o["alloc_retries"] for o in ooms if o.get("alloc_retries") is not None]
+    out["memory.alloc_retries"] = max(retries) if retries else None
+    if ooms:
+        first = ooms[0]
+        out["memory.oom_ranks"] = sorted({o["rank"] for o in ooms})
+        out["memory.oom_step"] = first.get("step")
+        requested, reserved, allocated = (first.get(k) for k in ("requested_bytes", "reserved_bytes", "allocated_bytes"))
+        out["memory.oom_requested_bytes"] = requested
+        out["memory.oom_requested_gb"] = requested / 1e9 if requested is not None else None
+        out["memory.oom_reserved_gb"] = reserved / 1e9 if reserved is not None else None
+        if reserved is not None and allocated is not None:
+            spare = max(reserved - allocated, 0)
+            out["memory.oom_free_unallocated_bytes"] = spare
+            out["memory.oom_free_unallocated_gb"] = spare / 1e9
+            if requested:
+                out["memory.oom_frag_ratio"] = spare / requested
+    out.update(_fits(values))
+    return out
+
+
+def _fits(values: dict[str, Any]) -> dict[str, Any]:
+    params, world, device = values.get("run.params"), values.get("run.world_size"), values.get("run.device_memory_bytes")
+    if not params or not world:
+        return {"memory.stage2_fit_known": False}
+    stage2 = model_state_bytes(params, world, 2)
+    stage2_offload = model_state_bytes(params, world, 2, "optimizer")
+    out: dict[str, Any] = {"memory.stage2_gb": stage2 / 1e9, "memory.stage2_offload_gb": stage2_offload / 1e9,
+                           "memory.stage2_fit_known": bool(device)}
+    if device:
+        out["memory.stage2_fits"] = stage2 <= HEADROOM * device
+        out["memory.stage2_offload_fits"] = stage2_offload <= HEADROOM * device
+    return out

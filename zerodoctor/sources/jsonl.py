@@ -1,0 +1,54 @@
+"""Sources: one line of our own events JSONL → one validated ``Event`` (schema v1)."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from zerodoctor.events import EVENT_ADAPTER, SCHEMA_VERSION, Event
+from zerodoctor.sources.rejects import BadLine
+
+
+class JsonlParser:
+    """Parses zerodoctor's event lines; every bad line raises ``BadLine`` with its reason."""
+
+    format = "jsonl"
+
+    def __init__(self, run_id: str | None = None) -> None:
+        # The run id comes from each line's envelope; the argument keeps the parser
+        # interface shared with the text dialects, which have no envelope.
+        del run_id
+
+    def feed(self, data: bytes) -> tuple[Event, ...]:
+        if not data.strip():
+            return ()
+        try:
+            return (EVENT_ADAPTER.validate_json(data),)
+        except ValidationError as exc:
+            raise BadLine(_reason(data, exc)) from None
+
+    def finish(self) -> tuple[Event, ...]:
+        return ()
+
+
+def _reason(data: bytes, exc: ValidationError) -> str:
+    """Turn pydantic's error into the one reason a person needs (slow path, bad lines only)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return f"invalid UTF-8 at byte {err.start}"
+    first = exc.errors(include_url=False)[0]
+    kind, loc, msg = first["type"], first["loc"], first["msg"]
+    if kind == "json_invalid":
+        return msg.replace("Invalid JSON: ", "invalid JSON: ")
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return "not a JSON object"
+    if kind == "union_tag_invalid":
+        return f"unknown kind {first['ctx']['tag']!r}"
+    if kind == "union_tag_not_found":
+        return "missing 'kind'"
+    if loc and loc[-1] == "v" and kind == "literal_error":
+        return f"unsupported schema version {first['input']!r} (this reader knows v{SCHEMA_VERSION})"
+    field = ".".join(str(p) for p in loc[1:]) or str(loc[0])
+    if kind == "missing":
+        return f"missing field '{field}'"
+    return f"field '{field}': {msg} (got {first['input']!r})"

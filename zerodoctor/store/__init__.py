@@ -1,0 +1,1 @@
+"""Store: events, files with offsets, quarantined lines and findings, behind SQLAlchemy."""

@@ -1,0 +1,34 @@
+"""Store: findings per run with first/last seen, so a finding is announced once."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from zerodoctor.store.schema import findings
+
+
+def record(conn: Connection, run_id: int, bodies: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    """Upsert finding bodies (keyed by rule) and return those not seen before for this run."""
+    known = {
+        rule: fid for fid, rule in conn.execute(
+            select(findings.c.id, findings.c.rule).where(findings.c.run_id == run_id))
+    }
+    new = []
+    for body in bodies:
+        fid = known.get(body["rule"])
+        if fid is None:
+            conn.execute(insert(findings).values(run_id=run_id, rule=body["rule"], severity=body["severity"],
+                                                 body=body, first_seen_t=now, last_seen_t=now, notified=False))
+            new.append(body)
+        else:
+            conn.execute(update(findings).where(findings.c.id == fid).values(
+                body=body, severity=body["severity"], last_seen_t=now))
+    return new
+
+
+def for_run(conn: Connection, run_id: int) -> list[dict[str, Any]]:
+    rows = conn.execute(select(findings.c.body).where(findings.c.run_id == run_id).order_by(findings.c.rule))
+    return [json.loads(b) if isinstance(b, str) else b for (b,) in rows]

@@ -1,0 +1,139 @@
+"""Store: batches of ``Event``s → rows, one transaction per batch with the file's offset.
+
+The hot path builds plain dicts and hands them to one ``executemany`` per table: no ORM
+object per event. The file row's offset is updated in the same transaction as the rows
+it covers, which is what makes tailing exactly-once across crashes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from sqlalchemy import Connection, Table, case, insert, select, update
+
+from zerodoctor.events import Event
+from zerodoctor.sources import Batch
+from zerodoctor.store.schema import events, files, quarantine, runs, steps
+
+_ENVELOPE = {"v", "t", "run", "rank", "kind"}
+
+
+class Ingestor:
+    """Writes batches into the store; caches run ids so each run costs one lookup."""
+
+    def __init__(self) -> None:
+        self._run_ids: dict[str, int] = {}
+        self._step_insert = _BulkInsert(steps)
+        self._event_insert = _BulkInsert(events)
+
+    def register_file(self, conn: Connection, path: Path, fmt: str) -> dict:
+        """Return the file's row (creating it at offset 0), keyed by its absolute path."""
+        key = str(Path(path).resolve())
+        row = conn.execute(select(files).where(files.c.path == key)).mappings().first()
+        if row is None:
+            st = os.stat(key)
+            conn.execute(insert(files).values(path=key, format=fmt, device=st.st_dev, inode=st.st_ino,
+                                              offset=0, lines=0, events=0, quarantined=0))
+            row = conn.execute(select(files).where(files.c.path == key)).mappings().one()
+        return dict(row)
+
+    def run_id(self, conn: Connection, name: str) -> int:
+        run_id = self._run_ids.get(name)
+        if run_id is None:
+            run_id = conn.execute(select(runs.c.id).where(runs.c.name == name)).scalar()
+            if run_id is None:
+                run_id = conn.execute(insert(runs).values(name=name)).inserted_primary_key[0]
+            self._run_ids[name] = run_id
+        return run_id
+
+    def add(self, conn: Connection, file_id: int, batch: Batch) -> None:
+        """Insert ``batch`` and move the file's offset to ``batch.end``, in ``conn``'s transaction."""
+        step_rows: list[dict] = []
+        other_rows: list[dict] = []
+        spans: dict[int, list[float]] = {}
+        run_ids = self._run_ids
+        for e in batch.events:
+            name = e["run"]
+            rid = run_ids.get(name) or self.run_id(conn, name)
+            t = e["t"]
+            span = spans.get(rid)
+            if span is None:
+                spans[rid] = [t, t]
+            elif t < span[0]:
+                span[0] = t
+            elif t > span[1]:
+                span[1] = t
+            if e["kind"] == "step":
+                step_rows.append(_step_row(e, rid, file_id))
+            else:
+                other_rows.append(_event_row(e, rid, file_id))
+        self._step_insert(conn, step_rows)
+        self._event_insert(conn, other_rows)
+        if batch.rejected:
+            conn.execute(insert(quarantine), [
+                {"file_id": file_id, "line": r.line, "reason": r.reason, "size": r.size, "raw": r.raw}
+                for r in batch.rejected
+            ])
+        for rid, (first, last) in spans.items():
+            lo, hi = runs.c.first_event_t, runs.c.last_event_t
+            conn.execute(update(runs).where(runs.c.id == rid).values(
+                first_event_t=case((lo.is_(None) | (lo > first), first), else_=lo),
+                last_event_t=case((hi.is_(None) | (hi < last), last), else_=hi),
+            ))
+        conn.execute(update(files).where(files.c.id == file_id).values(
+            offset=batch.end,
+            lines=batch.last_line,
+            events=files.c.events + len(batch.events),
+            quarantined=files.c.quarantined + len(batch.rejected),
+        ))
+
+
+class _BulkInsert:
+    """One compiled INSERT handed straight to the driver's ``executemany``.
+
+    SQLAlchemy's per-row parameter processing costs more than SQLite's insert itself
+    (measured 11 µs vs 2.3 µs per step row); the columns here need no type processing
+    (JSON payloads are serialised by the caller), so the rows go to the DBAPI as they are.
+    """
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.columns = [c.name for c in table.columns if c.name != "id"]
+        self._compiled: dict[str, tuple[str, list[str] | None]] = {}
+
+    def __call__(self, conn: Connection, rows: list[dict]) -> None:
+        if not rows:
+            return
+        dialect = conn.dialect
+        sql, order = self._compiled.get(dialect.name) or self._compile(dialect)
+        params = [tuple(map(row.get, order)) for row in rows] if order else [
+            {c: row.get(c) for c in self.columns} for row in rows]
+        conn.exec_driver_sql(sql, params)
+
+    def _compile(self, dialect) -> tuple[str, list[str] | None]:  # noqa: ANN001 - SQLAlchemy Dialect
+        compiled = insert(self.table).compile(dialect=dialect, column_keys=self.columns)
+        entry = (str(compiled), list(compiled.positiontup) if compiled.positional else None)
+        self._compiled[dialect.name] = entry
+        return entry
+
+
+def _step_row(e: Event, run_id: int, file_id: int) -> Event:
+    loss, grad_norm = e.get("loss"), e.get("grad_norm")
+    nonfinite = 0
+    if loss is not None and not math.isfinite(loss):
+        nonfinite |= 1
+        e["loss"] = None
+    if grad_norm is not None and not math.isfinite(grad_norm):
+        nonfinite |= 2
+        e["grad_norm"] = None
+    e["run_id"], e["file_id"], e["nonfinite"] = run_id, file_id, nonfinite
+    return e
+
+
+def _event_row(e: Event, run_id: int, file_id: int) -> dict:
+    payload = {k: v for k, v in e.items() if k not in _ENVELOPE}
+    return {"run_id": run_id, "file_id": file_id, "rank": e["rank"], "kind": e["kind"], "t": e["t"],
+            "step": payload.get("step"), "payload": json.dumps(payload, allow_nan=True)}

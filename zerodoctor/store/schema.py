@@ -1,0 +1,129 @@
+"""Store: the tables (SQLAlchemy 2.0 Core), shaped for the queries signals make.
+
+Step events, the bulk of any run, get a wide numeric table so signals aggregate them in
+SQL; the rarer kinds keep their payload as JSON. Each file has one row with its identity
+and the byte offset committed together with the events read up to it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("first_event_t", Float),
+    Column("last_event_t", Float),
+)
+
+files = Table(
+    "files",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("path", Text, nullable=False, unique=True),
+    Column("format", String(32), nullable=False),
+    Column("device", Integer),
+    Column("inode", Integer),
+    Column("offset", Integer, nullable=False, default=0),
+    Column("lines", Integer, nullable=False, default=0),
+    Column("events", Integer, nullable=False, default=0),
+    Column("quarantined", Integer, nullable=False, default=0),
+)
+
+# Column order here is the order of ``STEP_FIELDS`` in ingest.py.
+STEP_METRICS = (
+    "micro_batches",
+    "samples",
+    "loss",
+    "lr",
+    "loss_scale",
+    "overflow",
+    "grad_norm",
+    "step_time_s",
+    "fwd_s",
+    "bwd_s",
+    "optim_s",
+    "comm_s",
+    "mem_allocated_bytes",
+    "mem_reserved_bytes",
+    "mem_peak_bytes",
+    "alloc_retries",
+    "inactive_split_bytes",
+)
+_INT_METRICS = {"micro_batches", "samples", "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes",
+                "alloc_retries", "inactive_split_bytes"}
+
+steps = Table(
+    "steps",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False),
+    Column("file_id", Integer, ForeignKey("files.id")),
+    Column("rank", Integer, nullable=False),
+    Column("t", Float, nullable=False),
+    Column("step", Integer, nullable=False),
+    # SQL databases turn NaN into NULL; bit 0 = loss non-finite, bit 1 = grad norm non-finite.
+    Column("nonfinite", Integer, nullable=False, default=0),
+    *(
+        Column(name, Boolean if name == "overflow" else Integer if name in _INT_METRICS else Float)
+        for name in STEP_METRICS
+    ),
+)
+Index("ix_steps_run_step", steps.c.run_id, steps.c.step)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False),
+    Column("file_id", Integer, ForeignKey("files.id")),
+    Column("rank", Integer, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("t", Float, nullable=False),
+    Column("step", Integer),
+    Column("payload", JSON, nullable=False),
+)
+Index("ix_events_run_kind", events.c.run_id, events.c.kind)
+
+quarantine = Table(
+    "quarantine",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("file_id", Integer, ForeignKey("files.id"), nullable=False),
+    Column("line", Integer, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("raw", LargeBinary, nullable=False),
+)
+
+findings = Table(
+    "findings",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False),
+    Column("rule", String(16), nullable=False),
+    Column("severity", String(16), nullable=False),
+    Column("body", JSON, nullable=False),
+    Column("first_seen_t", Float, nullable=False),
+    Column("last_seen_t", Float, nullable=False),
+    Column("notified", Boolean, nullable=False, default=False),
+    UniqueConstraint("run_id", "rule"),
+)
