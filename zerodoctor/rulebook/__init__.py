@@ -1,0 +1,1 @@
+"""Rules: YAML rule files → checked rules → findings for one run's signals."""
