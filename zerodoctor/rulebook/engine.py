@@ -45,7 +45,10 @@ def _holds(condition: Condition, values: dict[str, Any], hold: int) -> tuple[int
     """First and last step of the first streak of ``hold`` steps where ``condition`` is true."""
     series = [values[s] for s in condition.signals if isinstance(values.get(s), StepSeries)]
     if not series:
-        raise MissingSignal(condition.signals[0])
+        # No per-step data: judged only if the condition is false whatever the series would say
+        # (e.g. "run.zero_stage == 3 and …" on a stage-2 run); otherwise MissingSignal propagates.
+        condition.evaluate(_resolver(values, None))
+        return None
     steps = series[0].steps
     cache: dict[int, bool] = {}
 
@@ -86,7 +89,9 @@ def _resolver(values: dict[str, Any], index: int | None) -> Callable[[str], Any]
 def _finding(rule: Rule, values: dict[str, Any], run: str, ranks: list[int],
              steps: list[int] | None, resolve: Callable[[str], Any]) -> Finding:
     spec = rule.spec
-    shown = list(dict.fromkeys([*rule.condition.signals, *spec.evidence]))
+    # Flags that merely gate a condition ("fp16.enabled") say nothing a person needs; numbers do.
+    gated = [s for s in rule.condition.signals if not isinstance(values.get(s), bool)]
+    shown = list(dict.fromkeys([*gated, *spec.evidence]))
     evidence = {name: _plain(values[name]) for name in shown if values.get(name) is not None}
     if steps is None and spec.steps:
         bounds = [values.get(s) for s in spec.steps]

@@ -1,0 +1,39 @@
+"""Every rule on its fixtures: it fires on ``fires.*`` and is judged silent on ``silent.*``.
+
+Like ``promtool test rules``: the fixtures are data, discovered by parametrize; a rule with no
+fixtures fails here, so none can ship untested.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zerodoctor.diagnosis import diagnose, rules_from
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rules"
+RULES = rules_from()
+
+
+def _fixture(code: str, case: str) -> Path:
+    found = sorted((FIXTURES / code).glob(f"{case}.*"))
+    assert found, f"rule {code} has no {case} fixture under {FIXTURES / code}"
+    return found[0]
+
+
+@pytest.mark.parametrize("code", [r.code for r in RULES])
+def test_rule_fires_on_its_fixture(code: str) -> None:
+    report = diagnose([_fixture(code, "fires")], rules=RULES)
+    fired = [f for f in report.findings if f.rule == code]
+    assert fired, f"{code} did not fire; unevaluated: {[u for u in report.unevaluated if u.rule == code]}"
+    finding = fired[0]
+    assert finding.message and "n/a" not in finding.message, finding.message
+    assert all(fix.title and "n/a" not in fix.title for fix in finding.fixes), finding.fixes
+
+
+@pytest.mark.parametrize("code", [r.code for r in RULES])
+def test_rule_is_judged_silent_on_its_fixture(code: str) -> None:
+    report = diagnose([_fixture(code, "silent")], rules=RULES)
+    assert code not in {f.rule for f in report.findings}
+    assert code not in {u.rule for u in report.unevaluated}, "silent must mean judged, not skipped"

@@ -1,0 +1,80 @@
+"""Probe, writer: event fields → validated lines appended to ``runs/<id>/rank-<r>.jsonl``.
+
+The training thread only appends a dict to a list. A daemon thread validates, serialises
+and writes the pending events at least every ``FLUSH_EVERY_S``; ``flush`` does the same
+synchronously at exit, on a crash and on a signal. Validation and ``float()`` of 0-dim
+tensors (loss, grad norm) happen there too, off the training thread, so the probe never
+adds a device synchronisation to a step.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from zerodoctor import events
+
+FLUSH_EVERY_S = 0.5
+
+
+class EventWriter:
+    """One writer per rank; ``emit`` is cheap and thread-safe, ``flush`` is idempotent."""
+
+    def __init__(self, run_dir: Path, run_id: str, rank: int) -> None:
+        self.path = Path(run_dir) / f"rank-{rank}.jsonl"
+        self.run_id, self.rank = run_id, rank
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        self._pending: deque[dict[str, Any]] = deque()  # append/popleft are atomic: no lock on the hot path
+        self._lock = threading.Lock()  # one flush at a time: lines never interleave
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the process
+        self._stop = threading.Event()
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="zerodoctor-writer", daemon=True)
+        self._thread.start()
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        """Queue one event; fields may hold 0-dim tensors, resolved at flush time."""
+        fields["t"] = fields.get("t") or time.time()
+        fields["kind"] = kind
+        self._pending.append(fields)
+
+    def flush(self) -> None:
+        with self._lock:
+            lines = []
+            while self._pending:
+                line = self._line(self._pending.popleft())
+                if line is not None:
+                    lines.append(line)
+            if lines:
+                self._file.write(b"".join(lines))
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
+
+    def _run(self) -> None:
+        while not self._stop.wait(FLUSH_EVERY_S):
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - a full disk must not kill training; counted instead
+                self.dropped += 1
+
+    def _line(self, fields: dict[str, Any]) -> bytes | None:
+        kind = fields.pop("kind")
+        try:
+            event = events.new(kind, run=self.run_id, rank=self.rank, **{k: _plain(v) for k, v in fields.items()})
+        except ValueError:
+            self.dropped += 1  # a field the schema rejects: drop the event, never the run
+            return None
+        return json.dumps(event, allow_nan=True, separators=(",", ":")).encode() + b"\n"
+
+
+def _plain(value: Any) -> Any:
+    """0-dim tensors and numpy scalars → Python numbers (non-finite floats stay: the schema allows them)."""
+    if value is None or isinstance(value, (str, bool, int, float, dict, list)):
+        return value
+    return value.item() if hasattr(value, "item") else value
