@@ -7,9 +7,10 @@ are registered by format name; ``detect_format`` picks one from the content.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import BinaryIO, Callable, Iterator, Protocol
 
 from zerodoctor.events import Event
 from zerodoctor.sources.jsonl import JsonlParser
@@ -72,18 +73,20 @@ def read_batches(
     first_line: int = 1,
     final: bool = True,
     batch_lines: int = 20_000,
+    stream: BinaryIO | None = None,
 ) -> Iterator[Batch]:
     """Stream ``path`` from byte ``start`` in batches of at most ``batch_lines`` lines.
 
     Each batch carries the offset just past its last line, so a consumer that commits
     the batch and its offset together never reads a line twice nor skips one.
     ``final=True`` means the file is complete: an unterminated last line is read and the
-    parser's held state is flushed.
+    parser's held state is flushed. ``stream``, when given, is read instead of opening
+    ``path`` (a tailer keeps a rotated-away file open to drain it); ``path`` still names it.
     """
     name = str(path)
     batch = Batch(end=start, last_line=first_line - 1)
     in_batch = 0
-    with open(path, "rb") as f:
+    with nullcontext(stream) if stream is not None else open(path, "rb") as f:
         for number, end, data, oversize in read_lines(f, start=start, first_line=first_line, final=final):
             if oversize:
                 batch.rejected.append(
