@@ -1,0 +1,96 @@
+"""The rule loader is strict, reports every error at once, and never runs a hostile condition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+GOOD_RULE = (ROOT / "rules" / "batch_size" / "ZD103-micro-batches-per-step-mismatch.yaml").read_text()
+DOC = "doc: |\n  ## What it does\n  x\n\n  ## Why is this bad?\n  y\n"
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    rules = tmp_path / "rules"
+    rules.mkdir(exist_ok=True)
+    (rules / name).write_text(text)
+    return rules
+
+
+def test_a_valid_extra_rule_directory_loads(tmp_path: Path) -> None:
+    rules = _write(tmp_path, "ZD901-custom-check.yaml", GOOD_RULE.replace("ZD103", "ZD901").replace(
+        "micro-batches-per-step-mismatch", "custom-check"))
+    proc = run_cli("rules", "list", "--rules", str(rules))
+    assert proc.returncode == 0, proc.stderr
+    assert "ZD901  custom-check" in proc.stdout
+
+
+def test_every_error_in_a_file_is_reported_at_once_with_its_line(tmp_path: Path) -> None:
+    text = (
+        "code: ZD902\n"                                   # 1
+        "name: several-errors\n"                          # 2
+        "category: batch_size\n"                          # 3
+        "severity: critical\n"                            # 4  bad value
+        "when: batch.grad_acum > 1\n"                     # 5  unknown signal
+        "message: 'x {batch.nope}'\n"                     # 6  unknown template field
+        "fixes:\n"                                        # 7
+        "  - title: t\n"                                  # 8
+        "    safety: safe\n"                             # 9
+        "    confg_patch: {a: 1}\n"                       # 10 unknown key, did-you-mean
+        "doc: |\n  ## What it does\n  only this\n"        # 11 missing 'Why is this bad?'
+    )
+    rules = _write(tmp_path, "ZD902-several-errors.yaml", text)
+    proc = run_cli("diagnose", "--rules", str(rules), str(ROOT / "tests/fixtures/rules/ZD101/fires.jsonl"))
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith(str(rules))]
+    where = {(line.split(":")[1], line.split(": ")[1]) for line in errors}
+    assert ("4", "RL103") in where
+    assert ("5", "RL202") in where
+    assert ("6", "RL204") in where
+    assert ("10", "RL101") in where and "did you mean 'config_patch'" in proc.stderr
+    assert ("11", "RL301") in where
+    assert "5 error(s) in rule files" in proc.stderr
+
+
+def test_unknown_top_level_key_and_misnamed_file(tmp_path: Path) -> None:
+    text = GOOD_RULE.replace("ZD103", "ZD903").replace("severity: warning", "severty: warning")
+    rules = _write(tmp_path, "ZD903-wrong-name.yaml", text)
+    proc = run_cli("rules", "list", "--rules", str(rules))
+    assert proc.returncode == 2
+    assert "RL101: unknown key 'severty' (did you mean 'severity'?)" in proc.stderr
+    assert "RL102: missing key 'severity'" in proc.stderr
+    assert "RL402: file should be named 'ZD903-micro-batches-per-step-mismatch.yaml'" in proc.stderr
+
+
+def test_duplicate_code_is_refused(tmp_path: Path) -> None:
+    rules = _write(tmp_path, "ZD103-micro-batches-per-step-mismatch.yaml", GOOD_RULE)
+    proc = run_cli("rules", "list", "--rules", str(rules))
+    assert proc.returncode == 2 and "RL401: code ZD103 is already used by" in proc.stderr
+
+
+@pytest.mark.parametrize("condition", [
+    "__import__('os').system('touch {marker}')",
+    "().__class__.__bases__[0].__subclasses__()",
+    "open('{marker}', 'w')",
+    "batch.grad_accum.__class__",
+    "[x for x in (1, 2)]",
+    "(lambda: open('{marker}', 'w'))()",
+])
+def test_condition_that_reaches_for_python_is_refused_at_load_and_runs_nothing(tmp_path: Path, condition: str) -> None:
+    marker = tmp_path / "pwned"
+    text = GOOD_RULE.replace("ZD103", "ZD904").replace("micro-batches-per-step-mismatch", "hostile").replace(
+        "when: batch.micro_batches_per_step != batch.grad_accum", f'when: "{condition.format(marker=marker)}"')
+    rules = _write(tmp_path, "ZD904-hostile.yaml", text)
+    proc = run_cli("diagnose", "--rules", str(rules), str(ROOT / "tests/fixtures/rules/ZD103/fires.jsonl"))
+    assert proc.returncode == 2
+    assert "RL203" in proc.stderr or "RL201" in proc.stderr, proc.stderr
+    assert not marker.exists()
+
+
+def test_rules_show_prints_the_explanation() -> None:
+    proc = run_cli("rules", "show", "ZD201")
+    assert proc.returncode == 0
+    assert "fp16-loss-scale-collapse" in proc.stdout and "## Why is this bad?" in proc.stdout
+    assert run_cli("rules", "show", "ZD999").returncode == 2

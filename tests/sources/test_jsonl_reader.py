@@ -1,0 +1,82 @@
+"""The JSONL source keeps every bad line aside with file, line and reason, and goes on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.lines import MAX_LINE_BYTES
+
+GOOD = {"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 1}
+
+BAD_LINES = [
+    (b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 2', "invalid JSON"),
+    (b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "log", "message": "\xff\xfe"}', "invalid UTF-8"),
+    (b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": "three"}', "field 'step'"),
+    (b'{"v": 1, "t": 1.0, "run": "r", "rank": "zero", "kind": "step", "step": 3}', "field 'rank'"),
+    (b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "teleport"}', "unknown kind 'teleport'"),
+    (b'{"v": 2, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 4}', "unsupported schema version 2"),
+    (b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step"}', "missing field 'step'"),
+    (b'[1, 2, 3]', "not a JSON object"),
+    (b'{"v": 1, "t": 1.0, "run": "r", "rank": 0}', "missing 'kind'"),
+]
+
+
+def _read(path: Path, **kw):
+    batches = list(read_batches(path, make_parser("jsonl"), **kw))
+    return [e for b in batches for e in b.events], [r for b in batches for r in b.rejected], batches
+
+
+@pytest.mark.parametrize(("line", "reason"), BAD_LINES, ids=[r for _, r in BAD_LINES])
+def test_bad_line_is_quarantined_with_its_reason_and_reading_goes_on(tmp_path: Path, line: bytes, reason: str) -> None:
+    path = tmp_path / "rank-0.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + line + b"\n" + json.dumps({**GOOD, "step": 9}).encode() + b"\n")
+    events, rejected, _ = _read(path)
+    assert [e["step"] for e in events] == [1, 9]
+    assert len(rejected) == 1
+    assert rejected[0].line == 2 and reason in rejected[0].reason, rejected[0].reason
+    assert rejected[0].raw == line
+    assert str(rejected[0]).startswith(f"{path}:2: ")
+
+
+def test_oversize_line_is_quarantined_without_reading_it_whole(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    big = b'{"v": 1, "junk": "' + b"x" * (3 * MAX_LINE_BYTES) + b'"}\n'
+    path.write_bytes(big + json.dumps(GOOD).encode() + b"\n")
+    events, rejected, _ = _read(path)
+    assert len(events) == 1
+    assert rejected[0].line == 1 and rejected[0].size == len(big) and "over the" in rejected[0].reason
+    assert len(rejected[0].raw) <= 4096
+
+
+def test_nothing_is_lost_every_nonblank_line_is_an_event_or_a_reject(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.jsonl"
+    lines = [json.dumps({**GOOD, "step": i}).encode() if i % 3 else b"garbage %d" % i for i in range(1, 301)]
+    path.write_bytes(b"\n".join(lines[:150]) + b"\n\n   \n" + b"\n".join(lines[150:]) + b"\n")
+    events, rejected, batches = _read(path, batch_lines=7)
+    assert len(events) + len(rejected) == 300
+    assert len(rejected) == 100
+    assert batches[-1].end == path.stat().st_size
+
+
+def test_unterminated_last_line_waits_while_tailing_and_is_read_when_final(tmp_path: Path) -> None:
+    path = tmp_path / "tail.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + json.dumps({**GOOD, "step": 2}).encode()[:20])
+    events, _, batches = _read(path, final=False)
+    assert len(events) == 1 and batches[-1].end == len(json.dumps(GOOD)) + 1
+    with path.open("ab") as f:
+        f.write(json.dumps({**GOOD, "step": 2}).encode()[20:] + b"\n")
+    more, rejected, _ = _read(path, start=batches[-1].end, first_line=2, final=False)
+    assert [e["step"] for e in more] == [2] and not rejected
+
+
+def test_cli_reports_quarantined_lines_with_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "rank-0.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + BAD_LINES[4][0] + b"\n")
+    proc = run_cli("diagnose", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{path}:2: unknown kind 'teleport'" in proc.stdout

@@ -1,0 +1,54 @@
+"""Docs that can drift are tested: event fields and examples, command help, rule doc sections."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+from zerodoctor.events import EVENT_ADAPTER, EVENT_MODELS
+from zerodoctor.rulebook.loader import ALL_SECTIONS
+from zerodoctor.diagnosis import rules_from
+
+EVENTS_DOC = (ROOT / "docs" / "events.md").read_text()
+
+
+def _section(kind: str) -> str:
+    match = re.search(rf"^### `{kind}`\n(.*?)(?=^### |\Z)", EVENTS_DOC, re.S | re.M)
+    assert match, f"docs/events.md has no section for kind '{kind}'"
+    return match.group(1)
+
+
+@pytest.mark.parametrize("kind", sorted(EVENT_MODELS))
+def test_every_field_of_every_kind_is_documented(kind: str) -> None:
+    documented = set(re.findall(r"^\| `(\w+)` \|", _section(kind), re.M))
+    fields = set(EVENT_MODELS[kind].model_fields) - {"v", "t", "run", "rank", "kind"}
+    assert fields == documented, f"undocumented: {fields - documented}; stale: {documented - fields}"
+
+
+@pytest.mark.parametrize("kind", sorted(EVENT_MODELS))
+def test_each_kind_has_an_example_line_that_validates(kind: str) -> None:
+    examples = re.findall(r"```json\n(.*?)\n```", _section(kind), re.S)
+    assert examples, f"no example for {kind}"
+    for line in examples:
+        event = EVENT_ADAPTER.validate_json(line)
+        assert event["kind"] == kind
+        # the example shows every field of its kind, so readers see them all in use
+        assert set(EVENT_MODELS[kind].model_fields) - set(event) <= {"signal", "local_rank", "argv", "host", "pid"}
+
+
+@pytest.mark.parametrize("command", [["diagnose"], ["rules", "list"], ["rules", "show"]])
+def test_every_command_has_help(command: list[str]) -> None:
+    proc = run_cli(*command, "--help")
+    assert proc.returncode == 0
+    options = re.findall(r"^\s+(--[a-z-]+)(.*)$", proc.stdout, re.M)
+    assert options
+    for name, rest in options:
+        assert rest.strip(), f"option {name} of {command} has no help text"
+
+
+@pytest.mark.parametrize("rule", rules_from(), ids=lambda r: r.code)
+def test_builtin_rules_have_all_doc_sections(rule) -> None:  # noqa: ANN001
+    headings = {line.lstrip("#").strip() for line in rule.spec.doc.splitlines() if line.startswith("## ")}
+    assert set(ALL_SECTIONS) <= headings, f"{rule.code} lacks {set(ALL_SECTIONS) - headings}"
