@@ -1,0 +1,95 @@
+"""Benchmark: ``zerodoctor diagnose`` end to end on large event logs, against the orjson floor.
+
+Builds logs of N step events (8 ranks, memory and comm fields on every step, a run_start per
+rank), then for each size: the time to merely parse the lines with orjson (the floor nothing
+can beat), and the wall time and peak RSS of ``zerodoctor diagnose --format json`` in a fresh
+process. Prints a table; targets: ≥ 300k events/s, within 5× of the floor, RSS flat in size.
+
+    python bench/diagnose.py [--sizes 100000 1000000] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+RANKS = 8
+
+
+def write_log(path: Path, events: int) -> None:
+    config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+              "fp16": {"enabled": True, "loss_scale": 0}, "zero_optimization": {"stage": 3}}
+    with path.open("w") as f:
+        for r in range(RANKS):
+            f.write(json.dumps({"v": 1, "t": 0.0, "run": "bench", "rank": r, "kind": "run_start",
+                                "world_size": RANKS, "zero_stage": 3, "precision": "fp16", "config": config,
+                                "params": 30_000_000}) + "\n")
+        for i in range(1, events // RANKS + 1):
+            overflow = i % 997 == 0
+            for r in range(RANKS):
+                f.write(json.dumps({
+                    "v": 1, "t": i * 0.5, "run": "bench", "rank": r, "kind": "step", "step": i,
+                    "micro_batches": 4, "samples": 8, "loss": 2.5 - i * 1e-6, "lr": 1e-4,
+                    "loss_scale": 65536.0, "overflow": overflow, "grad_norm": 1.1 + r * 1e-3,
+                    "step_time_s": 0.5, "fwd_s": 0.1, "bwd_s": 0.2, "optim_s": 0.05, "comm_s": 0.15 + (i % 7) * 0.01,
+                    "mem_allocated_bytes": 10_000_000_000 + i, "mem_reserved_bytes": 12_000_000_000,
+                    "mem_peak_bytes": 11_000_000_000, "alloc_retries": 0, "inactive_split_bytes": 1_000_000,
+                }) + "\n")
+
+
+def orjson_floor(path: Path) -> float:
+    start = time.perf_counter()
+    with path.open("rb") as f:
+        for line in f:
+            orjson.loads(line)
+    return time.perf_counter() - start
+
+
+def run_diagnose(path: Path) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS MiB, findings) of a fresh ``zerodoctor diagnose`` process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never",
+                           str(path)], capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    findings = len(json.loads(proc.stdout)["findings"])
+    # ru_maxrss of children is the max over all children so far: sizes run in increasing order
+    return wall, max(peak, before) / 1024, findings
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--keep", type=Path, help="write the logs here instead of a temporary folder")
+    args = ap.parse_args()
+    folder = args.keep or Path(tempfile.mkdtemp(prefix="zd-bench-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for size in sorted(args.sizes):
+        path = folder / f"events-{size}.jsonl"
+        if not path.exists():
+            write_log(path, size)
+        lines = size // RANKS * RANKS + RANKS
+        floor = orjson_floor(path)
+        wall, rss, findings = run_diagnose(path)
+        rows.append((lines, path.stat().st_size / 2**20, floor, wall, lines / wall, wall / floor, rss, findings))
+        if not args.keep:
+            os.remove(path)
+    print(f"{'events':>9} {'MiB':>7} {'orjson s':>9} {'diagnose s':>11} {'events/s':>10} {'x floor':>8} "
+          f"{'peak RSS MiB':>13} {'findings':>9}")
+    for lines, mib, floor, wall, rate, ratio, rss, findings in rows:
+        print(f"{lines:>9} {mib:>7.1f} {floor:>9.2f} {wall:>11.2f} {rate:>10.0f} {ratio:>8.1f} {rss:>13.0f} {findings:>9}")
+
+
+if __name__ == "__main__":
+    main()
