@@ -107,6 +107,72 @@ def diagnose(
         raise typer.Exit(1)
 
 
+@app.command()
+def watch(
+    dirs: List[Path] = typer.Argument(..., help="Directories of runs (runs/) or run directories to tail."),
+    db: Optional[str] = typer.Option(None, help="Store (SQLAlchemy URL or SQLite path); default: <first DIR>/zerodoctor.db."),
+    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
+    once: bool = typer.Option(False, "--once", help="Ingest what is there, print new findings and exit (cron, CI)."),
+    poll: bool = typer.Option(False, "--poll", help="Poll instead of inotify (network filesystems; keep --db local)."),
+    full: bool = typer.Option(False, "--full", help="Print each new finding as diagnose's full block, not one line."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Log only problems (quarantined lines, errors)."),
+) -> None:
+    """Tail run directories into the store; print each new finding once, as the run goes."""
+    import logging
+
+    from rich.console import Console
+
+    from zerodoctor.report.text import finding_block, finding_line
+    from zerodoctor.store.db import DEFAULT_DB_NAME, open_engine, url_for
+    from zerodoctor.watch.daemon import Watcher, stop_on_signals
+    from zerodoctor.watch.lock import StoreBusy, writer_lock
+
+    for d in dirs:
+        if not d.is_dir():
+            raise fail(f"{d}: no such directory")
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="zerodoctor: %(message)s")
+    loaded = _load_rules(rules)
+    url = url_for(db or dirs[0] / DEFAULT_DB_NAME)
+    console = Console(highlight=False, soft_wrap=True)
+
+    def announce(finding, config: dict) -> None:  # noqa: ANN001 - a rulebook Finding
+        console.print(finding_block(finding, config) if full else finding_line(finding.to_json()))
+
+    try:
+        with writer_lock(url):
+            watcher = Watcher(open_engine(url), [d.absolute() for d in dirs], loaded, announce)
+            stop_on_signals(watcher)
+            watcher.once() if once else watcher.serve(polling=poll)
+    except StoreBusy as exc:
+        raise fail(str(exc)) from None
+
+
+@app.command()
+def status(
+    db: Optional[str] = typer.Option(None, help="Store to read (SQLAlchemy URL or SQLite path); default: runs/zerodoctor.db."),
+    fmt: Format = typer.Option(Format.text, "--format", help="Output format (text or json)."),
+) -> None:
+    """Per run and file: events stored, lines quarantined, byte offset, findings, time of the last event."""
+    from zerodoctor.report.status import collect, render, to_json
+    from zerodoctor.store.db import DEFAULT_DB_NAME, open_engine, url_for
+
+    url = url_for(db or Path("runs") / DEFAULT_DB_NAME)
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        raise fail(f"{url.removeprefix('sqlite:///')}: no store there (start 'zerodoctor watch DIR' or pass --db)")
+    engine = open_engine(url)
+    try:
+        with engine.connect() as conn:
+            statuses = collect(conn)
+    finally:
+        engine.dispose()
+    if fmt is Format.json:
+        typer.echo(json.dumps(to_json(statuses), indent=2))
+    else:
+        from rich.console import Console
+
+        render(statuses, Console(highlight=False, soft_wrap=True))
+
+
 @rules_app.command("list")
 def rules_list(
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),

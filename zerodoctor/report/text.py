@@ -15,6 +15,13 @@ STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold blue"}
 SHOW_REJECTED = 5
 
 
+def finding_line(body: dict) -> str:
+    """Rich markup for one finding (its findings-JSON object) on one line: what ``watch`` and ``status`` print."""
+    where = f" steps {body['steps'][0]}–{body['steps'][1]}" if body.get("steps") else ""
+    return (f"[{STYLE[body['severity']]}]{body['severity'].upper()}[/] [bold]{body['rule']} {body['name']}[/]"
+            f" run {escape(body['run'])}{where}: {escape(body['message'])}")
+
+
 def finding_block(f: Finding, config: dict | None) -> str:
     """Rich markup for one finding; ``watch`` prints the same block."""
     where = []

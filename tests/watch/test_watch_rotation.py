@@ -1,0 +1,180 @@
+"""Tail: every complete line stored exactly once across rotation, truncation, partial writes and restarts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from sqlalchemy import select
+
+from tests.watch.conftest import append, step_line, stored_steps
+from zerodoctor.store.schema import files, quarantine
+from zerodoctor.watch.daemon import Watcher
+
+
+def one_pass(watcher: Watcher) -> None:
+    watcher.discover()
+    while watcher.ingest():
+        pass
+
+
+def expect(db: Path, run: str, steps: range) -> None:
+    rows = stored_steps(db)
+    assert sorted(rows) == [(run, 0, s) for s in steps]
+
+
+def file_row(watcher: Watcher) -> dict:
+    with watcher.engine.connect() as conn:
+        return dict(conn.execute(select(files)).mappings().one())
+
+
+def test_rename_create(tmp_path, make_watcher):
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 11))
+    watcher = make_watcher()
+    one_pass(watcher)
+    append(log, "r", 0, range(11, 16))  # written before the rotation, not read yet
+    log.rename(log.with_name("rank-0.jsonl.1"))
+    append(log, "r", 0, range(16, 21))
+    one_pass(watcher)
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 21))
+    row = file_row(watcher)
+    assert (row["inode"], row["offset"]) == (os.stat(log).st_ino, log.stat().st_size)
+
+
+def test_rename_create_while_not_watching(tmp_path, make_watcher):
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 11))
+    first = make_watcher()
+    one_pass(first)
+    first.close()
+    append(log, "r", 0, range(11, 16))
+    log.rename(log.with_name("rank-0.jsonl.1"))
+    append(log, "r", 0, range(16, 21))
+    one_pass(make_watcher())  # a restart: no handle on the old file, found again by its inode
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 21))
+
+
+def test_copytruncate(tmp_path, make_watcher):
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 11))
+    watcher = make_watcher()
+    one_pass(watcher)
+    inode = os.stat(log).st_ino
+    shutil.copyfile(log, log.with_name("rank-0.jsonl.1"))
+    with open(log, "r+") as f:
+        f.truncate(0)
+    append(log, "r", 0, range(11, 14))
+    one_pass(watcher)
+    assert os.stat(log).st_ino == inode
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 14))
+    assert file_row(watcher)["offset"] == log.stat().st_size
+
+
+def test_delete_recreate(tmp_path, make_watcher, caplog):
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 11))
+    watcher = make_watcher()
+    one_pass(watcher)
+    append(log, "r", 0, range(11, 13))
+    log.unlink()
+    one_pass(watcher)  # the open handle drains the deleted file's last lines
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 13))
+    # Longer than the old file: had the tail kept the old identity, a reused inode number would
+    # make this file look like the old one grown, and its first lines would be skipped.
+    append(log, "r", 0, range(13, 40))
+    one_pass(watcher)
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 40))
+    assert "lost" not in caplog.text  # the old file was drained whole, nothing to warn about
+
+
+def test_delete_recreate_between_two_passes(tmp_path, make_watcher):
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 11))
+    watcher = make_watcher()
+    one_pass(watcher)
+    append(log, "r", 0, range(11, 13))
+    log.unlink()
+    # The held handle keeps the old inode allocated, so the new file cannot reuse its number
+    # and pass for the old one grown longer.
+    append(log, "r", 0, range(13, 40))
+    one_pass(watcher)
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 40))
+
+
+def test_run_directory_removed_while_watched(tmp_path, make_watcher):
+    run_dir = tmp_path / "runs" / "r"
+    append(run_dir / "rank-0.jsonl", "r", 0, range(1, 6))
+    watcher = make_watcher()
+    one_pass(watcher)
+    append(run_dir / "rank-0.jsonl", "r", 0, range(6, 9))
+    shutil.rmtree(run_dir)
+    one_pass(watcher)
+    assert watcher.tails == {}
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 9))
+    append(run_dir / "rank-0.jsonl", "r", 0, range(9, 12))  # the same run id comes back
+    one_pass(watcher)
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 12))
+
+
+def test_line_written_in_two_pieces_is_read_once_whole(tmp_path, make_watcher):
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 3))
+    line = step_line("r", 0, 3)
+    with open(log, "a") as f:
+        f.write(line[:25])
+    watcher = make_watcher()
+    one_pass(watcher)
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 3))
+    assert file_row(watcher)["offset"] == len(step_line("r", 0, 1)) + len(step_line("r", 0, 2))
+    with open(log, "a") as f:
+        f.write(line[25:])
+    one_pass(watcher)
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 4))
+    with watcher.engine.connect() as conn:
+        assert conn.execute(select(quarantine)).all() == []
+
+
+def test_malformed_lines_quarantined_once_across_restarts(tmp_path, make_watcher):
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 4))
+    with open(log, "a") as f:
+        f.write('{"v": 1, "kind": "step"\nnot json at all\n')
+    append(log, "r", 0, range(4, 6))
+    first = make_watcher()
+    one_pass(first)
+    first.close()
+    again = make_watcher()
+    one_pass(again)
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 6))
+    with again.engine.connect() as conn:
+        kept = conn.execute(select(quarantine.c.line, quarantine.c.reason).order_by(quarantine.c.line)).all()
+    assert [line for line, _ in kept] == [4, 5]
+    assert all("JSON" in reason for _, reason in kept)
+    assert file_row(again)["quarantined"] == 2
+
+
+def test_new_finding_announced_once(tmp_path, make_watcher):
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 6))
+    announced: list = []
+    watcher = make_watcher(announced)
+    one_pass(watcher)
+    watcher.judge(force=True)
+    assert announced == []
+    with open(log, "a") as f:
+        f.write(step_line("r", 0, 6, loss=float("nan")))
+    one_pass(watcher)
+    watcher.judge(force=True)
+    append(log, "r", 0, range(7, 9))
+    one_pass(watcher)
+    watcher.judge(force=True)
+    assert [(f.rule, f.run) for f in announced] == [("ZD204", "r")]
+    watcher.close()
+    restarted: list = []
+    again = make_watcher(restarted)
+    append(log, "r", 0, range(9, 10))
+    one_pass(again)
+    again.judge(force=True)
+    assert restarted == []

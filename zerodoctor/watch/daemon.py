@@ -1,0 +1,241 @@
+"""Watch: directories of runs → store, rules judged as events arrive, each new finding announced once.
+
+watchdog's observer (inotify, or polling for network filesystems) only wakes the loop;
+what to read is decided by the stored offsets, and a periodic pass over every file and
+directory makes a missed or coalesced event harmless. One thread does all the writing,
+so SQLite sees a single writer; readers (``status``, ``diagnose``) use WAL snapshots.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+
+from zerodoctor.diagnosis import judge_run
+from zerodoctor.rulebook.finding import Finding
+from zerodoctor.rulebook.loader import Rule
+from zerodoctor.sources import PARSERS, Batch
+from zerodoctor.store.ingest import Ingestor
+from zerodoctor.store.schema import files, findings
+from zerodoctor.watch.tail import FileTail
+
+log = logging.getLogger("zerodoctor.watch")
+
+# File pattern in a run directory → source format. A pattern whose parser is not
+# registered is skipped, so a new dialect is one line here.
+RUN_FILES: dict[str, str] = {"rank-*.jsonl": "jsonl"}
+
+_WAKING = [FileModifiedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
+           DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
+COMMIT_EVENTS = 50_000
+
+Announce = Callable[[Finding, dict], None]
+
+
+class Watcher:
+    """Tails every run directory under ``roots`` into ``engine`` and judges the runs that changed.
+
+    Args:
+        judge_every_s: least time between two judgements of one run; stretched to four
+            times the last judgement's cost, so a large run never spends most of the loop
+            being judged.
+        tick_s: the periodic pass over every tailed file, wake-up or not.
+        rescan_s: the periodic look for new run directories and files.
+    """
+
+    def __init__(self, engine: Engine, roots: list[Path], rules: list[Rule], announce: Announce, *,
+                 judge_every_s: float = 0.2, tick_s: float = 1.0, rescan_s: float = 5.0) -> None:
+        self.engine, self.roots, self.rules, self.announce = engine, roots, rules, announce
+        self.judge_every_s, self.tick_s, self.rescan_s = judge_every_s, tick_s, rescan_s
+        self.ingestor = Ingestor()
+        self.tails: dict[Path, FileTail] = {}
+        self.stop = threading.Event()
+        self.wake = threading.Event()
+        self.rescan = threading.Event()
+        self._changed: set[str] = set()  # runs with events not judged yet
+        self._judged_at: dict[str, float] = {}
+        self._interval: dict[str, float] = {}
+
+    # -- one pass -------------------------------------------------------------------
+
+    def discover(self) -> None:
+        """Start tailing run files that appeared under the roots (a root may itself be a run directory)."""
+        patterns = [(p, fmt) for p, fmt in RUN_FILES.items() if fmt in PARSERS]
+        found = sorted({path.absolute(): fmt for root in self.roots for pattern, fmt in patterns
+                        for path in (*root.glob(pattern), *root.glob(f"*/{pattern}"))}.items())
+        fresh = [(path, fmt) for path, fmt in found if path not in self.tails]
+        if not fresh:
+            return
+        with self.engine.begin() as conn:
+            for path, fmt in fresh:
+                self.tails[path] = FileTail(conn, self.ingestor, path, fmt)
+        for run_dir in sorted({path.parent for path, _ in fresh}):
+            names = [p.name for p, _ in fresh if p.parent == run_dir]
+            log.info("tailing %s: %s", run_dir, ", ".join(names))
+
+    def ingest(self) -> bool:
+        """One pass over every tailed file; True when some file has more lines waiting."""
+        more = False
+        pending = 0
+
+        def emit(batch: Batch) -> None:
+            nonlocal pending
+            pending += len(batch.events) + len(batch.rejected)
+            self._changed.update({e["run"] for e in batch.events})
+
+        with self.engine.connect() as conn:
+            trans = conn.begin()
+            try:
+                for path, tail in list(self.tails.items()):
+                    if self.stop.is_set():
+                        break
+                    try:
+                        polled = tail.poll(conn, self.ingestor, emit)
+                    except OSError as exc:
+                        log.error("%s: %s", path, exc)
+                        continue
+                    if polled == "gone":
+                        tail.close()
+                        del self.tails[path]
+                    more |= polled == "more"
+                    if pending >= COMMIT_EVENTS:
+                        trans.commit()
+                        trans, pending = conn.begin(), 0
+                trans.commit()
+            except SQLAlchemyError as exc:
+                trans.rollback()
+                log.error("store write failed, will read those lines again: %s", exc)
+                self._resync(conn)
+        return more
+
+    def judge(self, *, force: bool = False) -> float | None:
+        """Judge the changed runs that are due; return seconds until the next one is (None: none waits)."""
+        now = time.monotonic()
+        wait = None
+        for name in sorted(self._changed):
+            due = self._judged_at.get(name, -1e9) + self._interval.get(name, 0.0)
+            if not force and due > now:
+                wait = min(wait or float("inf"), due - now)
+                continue
+            self._changed.discard(name)
+            started = time.monotonic()
+            self._judge_run(name)
+            cost = time.monotonic() - started
+            self._judged_at[name] = time.monotonic()
+            self._interval[name] = max(self.judge_every_s, 4 * cost)
+            if self.stop.is_set():
+                break
+        return wait
+
+    def _judge_run(self, name: str) -> None:
+        with self.engine.begin() as conn:
+            run_id = self.ingestor.run_id(conn, name)
+        found, _, config = judge_run(self.engine, self.rules, run_id, name)
+        with self.engine.begin() as conn:
+            unannounced = dict(conn.execute(select(findings.c.rule, findings.c.id).where(
+                findings.c.run_id == run_id, findings.c.notified.is_(False))).all())
+            fresh = [f for f in found if f.rule in unannounced]
+            # Announced before the commit: a crash in between repeats an alert rather than losing it.
+            for finding in fresh:
+                self.announce(finding, config)
+            if fresh:
+                conn.execute(update(findings).where(findings.c.id.in_([unannounced[f.rule] for f in fresh]))
+                             .values(notified=True))
+
+    def _resync(self, conn) -> None:  # noqa: ANN001 - SQLAlchemy Connection
+        self.ingestor = Ingestor()  # its run-id cache may name runs the rollback removed
+        rows = {r["id"]: dict(r) for r in conn.execute(select(files)).mappings()}
+        for tail in self.tails.values():
+            tail.resync(rows[tail.file_id])
+
+    # -- modes ----------------------------------------------------------------------
+
+    def once(self) -> None:
+        """Ingest every complete line there is now, judge what changed, and return."""
+        self.discover()
+        while self.ingest() and not self.stop.is_set():
+            pass
+        self.judge(force=True)
+        self.close()
+
+    def serve(self, *, polling: bool = False) -> None:
+        """Run until ``stop`` is set (SIGINT/SIGTERM via ``stop_on_signals``); every commit is whole."""
+        if polling:
+            from watchdog.observers.polling import PollingObserver as ObserverClass
+        else:
+            from watchdog.observers import Observer as ObserverClass
+        observer = ObserverClass()
+        handler = _Wakeup(self)
+        for root in self.roots:
+            observer.schedule(handler, str(root), recursive=True, event_filter=_WAKING)
+        observer.start()
+        log.info("watching %s (%s)", ", ".join(map(str, self.roots)), type(observer).__name__)
+        next_scan = 0.0
+        try:
+            while not self.stop.is_set():
+                self.wake.clear()
+                if self.rescan.is_set() or time.monotonic() >= next_scan:
+                    self.rescan.clear()
+                    self.discover()
+                    next_scan = time.monotonic() + self.rescan_s
+                if self.ingest():
+                    self.wake.set()
+                wait = self.judge()
+                self.wake.wait(min(self.tick_s, wait if wait is not None else self.tick_s))
+        finally:
+            observer.stop()
+            observer.join(timeout=5)
+            self.close()
+        log.info("stopped; everything read is committed")
+
+    def close(self) -> None:
+        for tail in self.tails.values():
+            tail.close()
+        self.tails.clear()
+
+
+class _Wakeup(FileSystemEventHandler):
+    """Turns filesystem events into wake-ups; only run files and directories matter."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        paths = [event.src_path, getattr(event, "dest_path", "")]
+        names = [str(p).rsplit("/", 1)[-1] for p in paths if p]
+        if not event.is_directory and not any(fnmatch.fnmatchcase(n, pat) for n in names for pat in RUN_FILES):
+            return
+        if event.is_directory or event.event_type != "modified":
+            self.watcher.rescan.set()
+        self.watcher.wake.set()
+
+
+def stop_on_signals(watcher: Watcher) -> None:
+    """SIGINT and SIGTERM end the loop after the transaction in flight commits."""
+
+    def _stop(signum: int, _frame: object) -> None:
+        log.info("%s received; finishing the current pass", signal.Signals(signum).name)
+        watcher.stop.set()
+        watcher.wake.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)

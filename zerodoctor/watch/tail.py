@@ -1,0 +1,162 @@
+"""Watch: one file on disk → its new complete lines in the store, exactly once, across restarts and rotation.
+
+The truth is the file's row in the store: identity (device, inode), byte offset and line
+count, committed in the same transaction as the events read up to that offset. The open
+handle is only a means: it keeps a renamed or deleted file readable so that its last
+lines can be drained before the tail switches to the file now at the path.
+
+Rotation is recognised the way the log shippers do it (Fluent Bit, pygtail):
+- rename+create, delete+recreate: the path names another inode → drain the old handle,
+  then read the new file from 0;
+- copytruncate: same inode, size below the offset → read again from 0;
+- path gone (deleted, renamed away, run directory removed) → drain, close, forget.
+After a restart the old handle is gone; a renamed-away file is found again by its inode
+among its siblings and drained from the stored offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import BinaryIO, Callable, Literal
+
+from sqlalchemy import Connection, update
+
+from zerodoctor.sources import Batch, Parser, make_parser, read_batches
+from zerodoctor.store.ingest import Ingestor
+from zerodoctor.store.schema import files
+
+log = logging.getLogger("zerodoctor.watch")
+
+Identity = tuple[int, int] | tuple[None, None]
+_DRAINED: Identity = (None, None)
+SHOW_REJECTED = 5
+BATCH_LINES = 20_000
+Polled = Literal["idle", "more", "gone"]
+Emit = Callable[[Batch], None]
+
+
+class FileTail:
+    """Reads one path of a run directory into the store, resuming from its stored row."""
+
+    def __init__(self, conn: Connection, ingestor: Ingestor, path: Path, fmt: str) -> None:
+        self.path = path
+        self.fmt = fmt
+        self.parser: Parser = make_parser(fmt, run_id=path.parent.name)
+        row = ingestor.register_file(conn, path, fmt)
+        self.file_id: int = row["id"]
+        self.name: str = row["path"]
+        self.handle: BinaryIO | None = None
+        self.resync(row)
+
+    def resync(self, row: dict) -> None:
+        """Take offsets and identity from the stored row (after a rolled-back transaction)."""
+        self.offset, self.lines = row["offset"], row["lines"]
+        self.identity: Identity = (row["device"], row["inode"])
+
+    def poll(self, conn: Connection, ingestor: Ingestor, emit: Emit) -> Polled:
+        """Store up to ``BATCH_LINES`` new complete lines: "more" when more are waiting, "gone" with the path.
+
+        ``emit`` sees each stored batch (the caller learns which runs got events). Nothing
+        is committed here: the caller commits ``conn``'s transaction, and calls ``resync``
+        for every tail if that fails. A file being drained is read to its end.
+        """
+        self._ingestor, self._emit = ingestor, emit
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._drain_and_close(conn, "is gone")
+            return "gone"
+        current = (st.st_dev, st.st_ino)
+        if self.handle is not None and _identity(self.handle) != current:
+            self._drain_and_close(conn, "was replaced (rotated)")
+        if self.handle is None and not self._open(conn):
+            return "gone"
+        if st.st_size < self.offset and current == self.identity:
+            log.info("%s: truncated below offset %d (copytruncate); reading it again from the start",
+                     self.name, self.offset)
+            self._reset(conn, current)
+        return "more" if self._read(conn, self.handle, final=False, batches=1) else "idle"
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+    def _open(self, conn: Connection) -> bool:
+        try:
+            handle = open(self.path, "rb")  # noqa: SIM115 - held open across polls on purpose
+        except FileNotFoundError:
+            return False
+        opened = _identity(handle)
+        if opened != self.identity:
+            if self.identity != _DRAINED and (self.offset or self.lines):
+                self._drain_lost_file(conn)
+            self._reset(conn, opened)
+        self.handle = handle
+        return True
+
+    def _drain_and_close(self, conn: Connection, why: str) -> None:
+        if self.handle is None:
+            return
+        log.info("%s %s; reading its last lines", self.name, why)
+        self._read(conn, self.handle, final=True)
+        self.close()
+        # Committed with the drained lines: whatever appears at the path next is a new file.
+        self._reset(conn, _DRAINED)
+
+    def _drain_lost_file(self, conn: Connection) -> None:
+        """The stored inode is no longer at the path: find it among the siblings (renamed) and drain it."""
+        device, inode = self.identity
+        try:
+            siblings = list(os.scandir(self.path.parent))
+        except FileNotFoundError:
+            siblings = []
+        for entry in siblings:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if (st.st_dev, st.st_ino) == (device, inode):
+                log.info("%s was rotated to %s while not watched; reading its last lines", self.name, entry.name)
+                with open(entry.path, "rb") as old:
+                    self._read(conn, old, final=True)
+                return
+        log.warning("%s was replaced while not watched and the old file is gone; lines written to it after "
+                    "byte %d are lost", self.name, self.offset)
+
+    def _reset(self, conn: Connection, identity: Identity) -> None:
+        """Point the row at a new file (a truncated one, or none yet) at offset 0; stored counts stay."""
+        conn.execute(update(files).where(files.c.id == self.file_id).values(
+            device=identity[0], inode=identity[1], offset=0, lines=0))
+        self.identity, self.offset, self.lines = identity, 0, 0
+        self.parser = make_parser(self.fmt, run_id=self.path.parent.name)
+
+    def _read(self, conn: Connection, stream: BinaryIO, *, final: bool, batches: int | None = None) -> bool:
+        """Store batches from the offset on; True when ``batches`` full ones were read (more may wait)."""
+        reader = read_batches(self.path, self.parser, start=self.offset, first_line=self.lines + 1,
+                              final=final, batch_lines=BATCH_LINES, stream=stream)
+        for count, batch in enumerate(reader, 1):
+            if batch.end == self.offset and not batch.events and not batch.rejected:
+                continue
+            lines_before = self.lines
+            self._ingestor.add(conn, self.file_id, batch)
+            self.offset, self.lines = batch.end, batch.last_line
+            _log_rejected(self.name, batch)
+            self._emit(batch)
+            if count == batches:
+                return self.lines - lines_before == BATCH_LINES
+        return False
+
+
+def _identity(handle: BinaryIO) -> Identity:
+    st = os.fstat(handle.fileno())
+    return st.st_dev, st.st_ino
+
+
+def _log_rejected(name: str, batch: Batch) -> None:
+    for r in batch.rejected[:SHOW_REJECTED]:
+        log.warning("%s:%d: %s (quarantined)", name, r.line, r.reason)
+    if len(batch.rejected) > SHOW_REJECTED:
+        log.warning("%s: … and %d more line(s) quarantined", name, len(batch.rejected) - SHOW_REJECTED)
