@@ -122,7 +122,6 @@ class Template:
         unknown = [f for f in fields if f not in known]
         if unknown:
             raise ExprError("RL204", f"template names unknown signal(s): {', '.join(unknown)}")
-        self.signals = fields
 
     def render(self, resolve: Resolver) -> str:
         return render(self.text, resolve)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 
 @dataclass(frozen=True)
@@ -51,5 +51,3 @@ def nested(config: dict[str, Any] | None, path: str, default: Any = None) -> Any
         node = node[key]
     return node
 
-
-Compute = Callable[..., dict[str, Any]]
