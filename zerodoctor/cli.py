@@ -173,6 +173,112 @@ def status(
         render(statuses, Console(highlight=False, soft_wrap=True))
 
 
+def _quantity(text: str | None, what: str) -> int | None:
+    from zerodoctor.config.memory_plan import parse_quantity
+
+    try:
+        return None if text is None else parse_quantity(text, what)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
+def _fix_config(config: Path, findings: list, world_size: int | None, *, unsafe: bool, output: Optional[Path],
+                in_place: bool, err: bool = False) -> None:
+    """Apply findings' fixes to CONFIG, print the diff and what happened (to stderr when ``err``), write where asked."""
+    from zerodoctor.config.static import ConfigError, load_config
+    from zerodoctor.fixes.apply import FixError, apply_fixes, summary_lines, write_config
+
+    try:
+        result = apply_fixes(load_config(config), findings, unsafe=unsafe, world_size=world_size)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    if not result.applied:
+        typer.echo("\n".join(["nothing to fix in the config", *summary_lines(result)[:-1]]), err=err)
+        return
+    typer.echo(result.diff(config.name), nl=False, err=err)
+    typer.echo("\n".join(summary_lines(result)), err=err)
+    target = config if in_place else output
+    if target is None:
+        typer.echo("not written (pass -o FILE, or --in-place to patch the input)", err=err)
+        return
+    try:
+        write_config(result, target, source=config, in_place=in_place)
+    except FixError as exc:
+        typer.echo(f"zerodoctor: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        raise fail(f"{target}: {exc}") from None
+    typer.echo(f"wrote {target}", err=err)
+
+
+@app.command()
+def check(
+    config: Path = typer.Argument(..., help="DeepSpeed config (JSON) to check before launch."),
+    world_size: int = typer.Option(1, "--world-size", min=1, help="Ranks the job will run on (data x sequence parallel)."),
+    params: Optional[str] = typer.Option(None, "--params", help="Model parameters, e.g. 7e9 or 7B: enables the memory plan."),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory of one GPU, e.g. 80GiB or 80GB: picks a ZeRO option."),
+    fmt: Format = typer.Option(Format.text, "--format", help="Output format (text or json)."),
+    fail_on: FailOn = typer.Option(FailOn.error, help="Exit 1 when a finding is at or above this severity."),
+    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
+    use_deepspeed: bool = typer.Option(True, "--deepspeed/--no-deepspeed",
+                                       help="Also run DeepSpeed's own config parser and memory estimators, if installed."),
+    fix: bool = typer.Option(False, "--fix", help="Apply the findings' safe fixes (see 'zerodoctor fix')."),
+    unsafe: bool = typer.Option(False, "--unsafe", help="With --fix: apply unsafe fixes too (batch, lr, precision)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="With --fix: write the patched config here."),
+    in_place: bool = typer.Option(False, "--in-place", help="With --fix: overwrite CONFIG itself."),
+) -> None:
+    """Find config mistakes before launch and plan model-state memory per ZeRO stage."""
+    from zerodoctor.config.static import ConfigError, check as run_check
+    from zerodoctor.rulebook.finding import SEVERITY_ORDER
+
+    loaded = _load_rules(rules)
+    try:
+        report = run_check(config, loaded, world_size=world_size, params=_quantity(params, "--params"),
+                           gpu_mem=_quantity(gpu_mem, "--gpu-mem"), use_deepspeed=use_deepspeed)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    if fmt is Format.json:
+        from zerodoctor.config.report import to_json
+
+        typer.echo(json.dumps(to_json(report), indent=2))
+    else:
+        from rich.console import Console
+
+        from zerodoctor.config.report import render
+
+        render(report, Console(highlight=False, soft_wrap=True))
+    if fix:
+        _fix_config(config, report.findings, world_size if use_deepspeed else None, unsafe=unsafe, output=output,
+                    in_place=in_place, err=fmt is Format.json)
+    rejected = report.deepspeed is not None and not report.deepspeed.accepted
+    if fail_on is not FailOn.never and (rejected or any(
+            SEVERITY_ORDER[f.severity] >= SEVERITY_ORDER[fail_on.value] for f in report.findings)):
+        raise typer.Exit(1)
+
+
+@app.command("fix")
+def fix_command(
+    config: Path = typer.Argument(..., help="DeepSpeed config (JSON) to patch."),
+    source: List[Path] = typer.Option(..., "--from", help="Run directory or log whose findings to fix (repeatable)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the patched config here."),
+    unsafe: bool = typer.Option(False, "--unsafe", help="Apply unsafe fixes too (batch, lr, precision)."),
+    in_place: bool = typer.Option(False, "--in-place", help="Overwrite CONFIG itself."),
+    world_size: Optional[int] = typer.Option(None, "--world-size", min=1,
+                                             help="Validate at this world size (default: the run's)."),
+    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
+) -> None:
+    """Apply the fixes of a run's findings to CONFIG; DeepSpeed must accept the result before it is written."""
+    from zerodoctor.diagnosis import InputError
+    from zerodoctor.fixes.apply import findings_from_run
+
+    loaded = _load_rules(rules)
+    try:
+        findings, run_world = findings_from_run(source, loaded)
+    except (InputError, OSError) as exc:
+        raise fail(str(exc)) from None
+    _fix_config(config, findings, world_size or run_world or 1, unsafe=unsafe, output=output, in_place=in_place)
+
+
 @rules_app.command("list")
 def rules_list(
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),

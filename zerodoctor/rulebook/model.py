@@ -22,9 +22,18 @@ class FixSpec(BaseModel):
     title: str = Field(description="the remedy in one line; may use {signal} fields")
     safety: Literal["safe", "unsafe"] = Field(description="unsafe when it changes training math (batch, lr, precision)")
     when: str | None = Field(None, description="condition under which this fix is offered")
-    config_patch: dict[str, Any] | None = Field(None, description="JSON merge patch for the DeepSpeed config")
+    config_patch: dict[str, Any] | str | None = Field(
+        None, description="JSON merge patch for the DeepSpeed config, or one '{signal}' whose value is the patch "
+        "(for patches whose keys depend on the config, e.g. renaming a misspelt key)")
     env: dict[str, str] | None = Field(None, description="environment variables to set")
     action: str | None = Field(None, description="what to change outside the config")
+
+    @field_validator("config_patch")
+    @classmethod
+    def _one_field(cls, value: Any) -> Any:
+        if isinstance(value, str) and not re.fullmatch(r"\{[\w.]+\}", value):
+            raise ValueError("a config_patch string must be exactly one '{signal}'")
+        return value
 
 
 class RuleSpec(BaseModel):
@@ -35,6 +44,7 @@ class RuleSpec(BaseModel):
     category: Category
     severity: Severity
     status: Literal["preview", "stable"] = "preview"
+    static: bool = Field(False, description="judged from the config alone: 'zerodoctor check' runs it before launch")
     when: str = Field(description="condition over signals")
     hold: int | None = Field(None, alias="for", description="'N steps': the condition must hold N steps in a row")
     message: str = Field(description="the fault in one line, with numbers")

@@ -11,11 +11,11 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from zerodoctor.signals import batch, comms, memory, numerics, offload, run
+from zerodoctor.signals import batch, comms, config, memory, numerics, offload, run
 from zerodoctor.signals.base import Signal, StepSeries
 from zerodoctor.store.runs import RunData
 
-MODULES: list[ModuleType] = [run, batch, numerics, comms, memory, offload]
+MODULES: list[ModuleType] = [run, batch, numerics, comms, memory, offload, config]
 
 
 def catalog(modules: list[ModuleType] | None = None) -> dict[str, Signal]:

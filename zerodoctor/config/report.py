@@ -1,0 +1,83 @@
+"""Config check: a ``CheckReport`` → text for people (findings, DeepSpeed's verdict, memory plan) or JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from zerodoctor import __version__
+from zerodoctor.config.memory_plan import ASSUMPTION
+from zerodoctor.config.static import CheckReport
+from zerodoctor.report.text import finding_block
+
+
+def to_json(report: CheckReport) -> dict[str, Any]:
+    return {
+        "zerodoctor": __version__,
+        "config": report.path,
+        "world_size": report.world_size,
+        "params": report.params,
+        "gpu_mem_bytes": report.gpu_mem_bytes,
+        "findings": [f.to_json() for f in report.findings],
+        "unevaluated": [u.to_json() for u in report.unevaluated],
+        "deepspeed": report.deepspeed.to_json() if report.deepspeed else None,
+        "memory_plan": [r.to_json() for r in report.memory_plan],
+        "recommendation": report.recommendation.to_json() if report.recommendation else None,
+        "assumption": ASSUMPTION if report.recommendation or report.gpu_mem_bytes else None,
+    }
+
+
+def render(report: CheckReport, console: Console) -> None:
+    for f in report.findings:
+        console.print(finding_block(f, report.config))
+        console.print()
+    verdict = report.deepspeed
+    if verdict is None:
+        console.print("[dim]DeepSpeed is not installed: its own config parser was not run[/]")
+    elif verdict.accepted:
+        console.print(f"DeepSpeed {verdict.version} accepts the config at world size {verdict.world_size}")
+    else:
+        console.print(f"[bold red]DeepSpeed {verdict.version} rejects the config at world size "
+                      f"{verdict.world_size}:[/] {escape(verdict.error or '')}")
+    if report.memory_plan:
+        console.print()
+        _plan(report, console)
+    if report.unevaluated:
+        console.print("[dim]not judged (signal missing):[/]")
+        for u in report.unevaluated:
+            console.print(f"  [dim]{u.rule}: needs {', '.join(u.missing)}[/]")
+    counts = {s: sum(f.severity == s for f in report.findings) for s in ("error", "warning", "info")}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no findings"
+    console.print(f"[bold]{summary}[/] in {escape(report.path)} at world size {report.world_size}")
+
+
+def _plan(report: CheckReport, console: Console) -> None:
+    by_source: dict[tuple[int, str], dict[str, Any]] = {}
+    for row in report.memory_plan:
+        by_source.setdefault((row.stage, row.offload), {})[row.source] = row
+    has_ds = any(r.source == "deepspeed-estimator" for r in report.memory_plan)
+    console.print(f"Model states per GPU, {report.params:.3g} parameters on {report.world_size} GPUs "
+                  "(GB = 10^9 bytes; mixed-precision Adam, K = 12):")
+    console.print(f"  {'stage':<6}{'offload':<17}{'ZeRO paper':>11}" + (f"{'DeepSpeed est.':>16}" if has_ds else "")
+                  + ("   fits" if report.gpu_mem_bytes else ""))
+    for (stage, offload), rows in by_source.items():
+        paper, ds = rows.get("zero-paper"), rows.get("deepspeed-estimator")
+        line = f"  {stage:<6}{offload:<17}{paper.model_states_bytes_per_gpu / 1e9:>8.2f} GB"
+        if has_ds:
+            line += f"{ds.model_states_bytes_per_gpu / 1e9:>13.2f} GB" if ds else " " * 16
+        if paper.fits is not None:
+            line += "   yes" if paper.fits else "   no"
+        console.print(line)
+    if has_ds:
+        console.print("  [dim]DeepSpeed's estimators print these /2^30 and call it GB; ZeRO-3 rows leave out the "
+                      "largest layer (4 bytes per parameter of it), which a config does not tell[/]")
+    if report.gpu_mem_bytes:
+        pick = report.recommendation
+        console.print(f"  assumption: {ASSUMPTION}")
+        if pick:
+            console.print(f"[bold]Recommended:[/] ZeRO stage {pick.stage}, offload {pick.offload} "
+                          f"({pick.model_states_bytes_per_gpu / 1e9:.2f} GB of {report.gpu_mem_bytes / 1e9:.0f} GB)")
+        else:
+            console.print("[bold red]No ZeRO option fits:[/] add GPUs or offload to NVMe")

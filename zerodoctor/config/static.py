@@ -1,0 +1,95 @@
+"""Config check: a DeepSpeed config file → the findings of the static rules, DeepSpeed's verdict, a memory plan.
+
+``check`` reuses the pipeline rather than a second rules engine: the config becomes one
+``run_start`` event, as the probe records it at launch (with the world size, parameter
+count and GPU memory given on the command line), the signals run over it, and the rules
+marked ``static`` judge it. Rules needing a running job are not asked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zerodoctor import events, signals
+from zerodoctor.config import deepspeed_validate
+from zerodoctor.config.deepspeed_validate import Verdict
+from zerodoctor.config.memory_plan import PlanRow, plan, recommend
+from zerodoctor.rulebook.engine import evaluate
+from zerodoctor.rulebook.finding import Finding, Unevaluated
+from zerodoctor.rulebook.loader import Rule
+from zerodoctor.store.runs import RunData
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be checked; the message names the file (and line)."""
+
+
+@dataclass
+class CheckReport:
+    path: str
+    world_size: int
+    config: dict[str, Any]
+    params: int | None = None
+    gpu_mem_bytes: int | None = None
+    findings: list[Finding] = field(default_factory=list)
+    unevaluated: list[Unevaluated] = field(default_factory=list)
+    deepspeed: Verdict | None = None
+    memory_plan: list[PlanRow] = field(default_factory=list)
+    recommendation: PlanRow | None = None
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """The config as a dict in file order; a bad file is a ConfigError saying ``file:line:col: what``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    try:
+        config = json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    except ValueError as exc:  # a duplicate key, which DeepSpeed refuses too
+        raise ConfigError(f"{path}: {exc}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}:1:1: a DeepSpeed config must be a JSON object, not {type(config).__name__}")
+    return config
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key '{key}' (JSON keeps only the last one)")
+        seen[key] = value
+    return seen
+
+
+def static_rules(rules: list[Rule]) -> list[Rule]:
+    return [r for r in rules if r.spec.static]
+
+
+def judge_config(config: dict[str, Any], rules: list[Rule], *, name: str, world_size: int,
+                 params: int | None = None, gpu_mem: int | None = None) -> tuple[list[Finding], list[Unevaluated]]:
+    """The static rules' findings on ``config`` as a run of ``world_size`` ranks would start it."""
+    start = events.new("run_start", t=time.time(), run=name, rank=0, world_size=world_size, config=config,
+                       params=params, device_memory_bytes=gpu_mem)
+    run = RunData(run_id=0, name=name, events={"run_start": [start]})
+    return evaluate(static_rules(rules), signals.compute(run), name, [0])
+
+
+def check(path: Path, rules: list[Rule], *, world_size: int = 1, params: int | None = None,
+          gpu_mem: int | None = None, use_deepspeed: bool = True) -> CheckReport:
+    config = load_config(path)
+    report = CheckReport(str(path), world_size, config, params, gpu_mem)
+    report.findings, report.unevaluated = judge_config(
+        config, rules, name=Path(path).name, world_size=world_size, params=params, gpu_mem=gpu_mem)
+    if use_deepspeed:
+        report.deepspeed = deepspeed_validate.validate(config, world_size)
+    if params:
+        report.memory_plan = plan(params, world_size, gpu_mem, estimators=use_deepspeed)
+        report.recommendation = recommend(report.memory_plan) if gpu_mem else None
+    return report

@@ -1,0 +1,134 @@
+"""Fixes: findings + a DeepSpeed config → the patched config, checked by DeepSpeed, written only where asked.
+
+Like ``ruff --fix``: each finding contributes its first fix that carries a config patch and
+is allowed (``safe`` by default, ``unsafe`` too with ``--unsafe``). Patches go through the
+same ``merge_patch`` that ``diagnose`` shows as a diff, in finding order; a patch touching a
+key an earlier one changed is skipped, not merged. The result is parsed by DeepSpeed at
+the run's world size and never written when DeepSpeed rejects it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from zerodoctor.config import deepspeed_validate
+from zerodoctor.config.deepspeed_validate import Verdict
+from zerodoctor.fixes.patch import merge_patch, patch_diff
+from zerodoctor.rulebook.finding import Finding, Fix
+from zerodoctor.rulebook.loader import Rule
+
+
+class FixError(ValueError):
+    """A fix that must not be written; the message says why."""
+
+
+@dataclass
+class FixResult:
+    before: dict[str, Any]
+    after: dict[str, Any]
+    applied: list[tuple[str, Fix]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    verdict: Verdict | None = None
+
+    def diff(self, name: str) -> str:
+        return patch_diff(self.before, self.after, name)
+
+
+def apply_fixes(config: dict[str, Any], findings: list[Finding], *, unsafe: bool = False,
+                world_size: int | None = None) -> FixResult:
+    """Patch ``config`` with the allowed fixes of ``findings``; validate when ``world_size`` is given."""
+    result = FixResult(before=config, after=config)
+    owner: dict[tuple[str, ...], str] = {}
+    for finding in findings:
+        patches = [fix for fix in finding.fixes if fix.config_patch]
+        allowed = [fix for fix in patches if unsafe or fix.safety == "safe"]
+        if not allowed:
+            if patches:
+                result.skipped.append((finding.rule, "its config fixes are unsafe (pass --unsafe)"))
+            continue
+        fix = allowed[0]
+        paths = list(_paths(fix.config_patch))
+        clash = next(((p, q) for p in paths for q in owner if p[:len(q)] == q or q[:len(p)] == p), None)
+        if clash:
+            result.skipped.append((finding.rule, f"changes {'.'.join(clash[0])}, already changed by {owner[clash[1]]}"))
+            continue
+        owner.update({p: finding.rule for p in paths})
+        result.after = merge_patch(result.after, fix.config_patch)
+        result.applied.append((finding.rule, fix))
+    if world_size is not None:
+        result.verdict = deepspeed_validate.validate(result.after, world_size)
+    return result
+
+
+def _paths(patch: dict[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Leaf paths a merge patch sets or deletes."""
+    for key, value in patch.items():
+        if isinstance(value, dict) and value:
+            yield from _paths(value, (*prefix, key))
+        else:
+            yield (*prefix, key)
+
+
+def write_config(result: FixResult, out: Path, *, source: Path, in_place: bool) -> None:
+    """Write the patched config to ``out`` atomically, in the source's indentation and key order."""
+    if out.resolve() == source.resolve() and not in_place:
+        raise FixError(f"{out}: refusing to overwrite the input config (pass --in-place to mean it)")
+    if result.verdict is not None and not result.verdict.accepted:
+        raise FixError(f"not written: DeepSpeed {result.verdict.version} rejects the patched config at world size "
+                       f"{result.verdict.world_size}: {result.verdict.error}")
+    text = json.dumps(result.after, indent=_indent(source), ensure_ascii=False) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=out.resolve().parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _indent(source: Path) -> int:
+    """The source's indentation when it is pretty-printed (``{`` alone on the first line), else 2."""
+    match = re.match(r"\s*\{[ \t]*\n( +)\"", source.read_text(encoding="utf-8"))
+    return len(match.group(1)) if match else 2
+
+
+def findings_from_run(paths: list[Path], rules: list[Rule]) -> tuple[list[Finding], int | None]:
+    """``diagnose`` on a run or log, and the run's world size (for DeepSpeed to validate the fix at)."""
+    from zerodoctor.diagnosis import diagnose
+    from zerodoctor.signals import run as run_facts
+    from zerodoctor.store.db import open_engine
+    from zerodoctor.store.runs import list_runs, load_run
+
+    with tempfile.TemporaryDirectory(prefix="zerodoctor-fix-") as scratch:
+        db = Path(scratch) / "fix.db"
+        report = diagnose(paths, db=str(db), rules=rules)
+        engine = open_engine(db, scratch=True)
+        try:
+            with engine.connect() as conn:
+                sizes = [run_facts.compute(load_run(conn, rid, name), {}).get("run.world_size")
+                         for rid, name in list_runs(conn)]
+        finally:
+            engine.dispose()
+    return report.findings, max((s for s in sizes if s), default=None)
+
+
+def summary_lines(result: FixResult) -> list[str]:
+    """What was applied, what was not and why, and DeepSpeed's verdict: one line each."""
+    lines = [f"applied {rule} ({fix.safety}): {fix.title}" for rule, fix in result.applied]
+    lines += [f"skipped {rule}: {why}" for rule, why in result.skipped]
+    verdict = result.verdict
+    if verdict is None:
+        lines.append("not validated: DeepSpeed is not installed")
+    elif verdict.accepted:
+        lines.append(f"DeepSpeed {verdict.version} accepts the patched config at world size {verdict.world_size}")
+    else:
+        lines.append(f"DeepSpeed {verdict.version} rejects the patched config at world size {verdict.world_size}: "
+                     f"{verdict.error}")
+    return lines

@@ -1,0 +1,264 @@
+"""Signals, config: the DeepSpeed config as written → what it gets wrong before a step runs.
+
+Everything here reads the config alone (plus world size and parameter count when known),
+so ``zerodoctor check`` judges it before launch and ``diagnose`` judges it after. The
+vocabulary of keys is DeepSpeed's own (``deepspeed.runtime.constants`` and the sections
+``DeepSpeedConfig`` reads); a test keeps it in step with the installed version. Sections
+DeepSpeed validates itself with pydantic (``zero_optimization``, ``fp16``…) are left to it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from typing import Any, Iterator
+
+from zerodoctor.signals.base import Signal, nested
+from zerodoctor.store.runs import RunData
+
+# Top-level keys DeepSpeed (0.14-0.19) reads; a misspelt one is ignored without a word.
+TOP_LEVEL_KEYS = frozenset("""
+    activation_checkpointing aio amp autotuning bf16 bfloat16 checkpoint comet comms_logger communication_data_type
+    compile compression_training csv_monitor curriculum_learning data_efficiency data_types dataloader_drop_last
+    datastates_ckpt disable_allgather disable_python_gc dump_state eigenvalue elasticity expert_parallel
+    flops_profiler fp16 gradient_accumulation_steps gradient_allreduce_op gradient_clipping
+    gradient_predivide_factor graph_harvesting hybrid_engine log_level managed_gradient_accumulation
+    memory_breakdown monitor_config nebula optimizer pipeline prescale_gradients progressive_layer_drop
+    quantize_training scheduler seq_parallel_communication_data_type sequence_parallel_size sparse_attention
+    sparse_gradients steps_per_print swap_tensor tensor_parallel tensorboard timers torch_autocast train_batch_size
+    train_micro_batch_size_per_gpu use_data_before_expert_parallelism vocabulary_size wall_clock_breakdown wandb
+    weight_quantization zero_allow_untested_optimizer zero_force_ds_cpu_optimizer zero_optimization
+""".split())
+# Sections DeepSpeed reads key by key with defaults, so their typos are silent too.
+SECTION_KEYS = {
+    "activation_checkpointing": frozenset({"partition_activations", "number_checkpoints", "cpu_checkpointing",
+                                           "contiguous_memory_optimization", "synchronize_checkpoint_boundary",
+                                           "profile"}),
+    "optimizer": frozenset({"type", "params", "legacy_fusion"}),
+    "scheduler": frozenset({"type", "params"}),
+}
+# Knobs of the activation_checkpointing block that change something when true.
+CHECKPOINTING_KNOBS = ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
+                       "synchronize_checkpoint_boundary", "profile")
+WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR")
+# (key, default elements, stages it applies to)
+BUCKETS = (("reduce_bucket_size", 5e8, (1, 2, 3)), ("allgather_bucket_size", 5e8, (1, 2)),
+           ("stage3_prefetch_bucket_size", 5e7, (3,)))
+BUCKET_MAX_COLLECTIVES = 10_000  # buckets per step beyond which collectives are latency-bound
+FP16_MAX = 65504.0
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+SIGNALS = [
+    Signal("config.string_numbers", "keys", "config values that are numbers written as JSON strings"),
+    Signal("config.string_numbers_text", "text", "those keys with their values, for messages"),
+    Signal("config.string_numbers_patch", "patch", "merge patch writing them as numbers"),
+    Signal("config.zero_stage", "stage", "zero_optimization.stage as written (DeepSpeed's default 0)"),
+    Signal("config.offload_param_ignored", "bool", "offload_param is set but ZeRO stage < 3, where it does nothing"),
+    Signal("config.checkpointing_knobs", "keys", "activation_checkpointing knobs set to true"),
+    Signal("config.checkpointing_knobs_text", "text", "those knobs, comma-separated"),
+    Signal("config.fp16_enabled", "bool", "fp16.enabled is true"),
+    Signal("config.bf16_enabled", "bool", "bf16.enabled (or bfloat16.enabled) is true"),
+    Signal("config.min_loss_scale", "scale", "fp16.min_loss_scale as written"),
+    Signal("config.min_loss_scale_integral", "bool", "fp16.min_loss_scale is an integer (DeepSpeed ≥ 0.17 insists)"),
+    Signal("config.min_loss_scale_ceil", "scale", "the nearest integer at or above min_loss_scale, at least 1"),
+    Signal("config.overflow_prone", "bool", "fp16 loss-scale settings that overflow or abort on the first bad steps"),
+    Signal("config.overflow_reason", "text", "why the loss-scale settings are overflow-prone"),
+    Signal("config.overflow_patch", "patch", "merge patch that makes the loss scale able to back off"),
+    Signal("config.scheduler", "name", "scheduler.type ('none' without a scheduler)"),
+    Signal("config.warmup_scheduler", "bool", "the scheduler warms up: WarmupLR or WarmupDecayLR"),
+    Signal("config.warmup_min_lr", "lr", "learning rate the warm-up starts from (WarmupLR default 0)"),
+    Signal("config.warmup_max_lr", "lr", "learning rate the warm-up ends at"),
+    Signal("config.warmup_min_lr_suggested", "lr", "warmup_max_lr / 100, a start that makes step 1 count"),
+    Signal("config.warmup_steps", "steps", "scheduler warmup_num_steps (WarmupLR default 1000)"),
+    Signal("config.total_steps", "steps", "scheduler total_num_steps, else the steps of a finished run"),
+    Signal("config.bucket_outliers", "keys", "ZeRO bucket sizes larger than the model or too small for it"),
+    Signal("config.bucket_outliers_text", "text", "those buckets with their sizes"),
+    Signal("config.bucket_patch", "patch", "merge patch setting them to a size that fits the model"),
+    Signal("config.unknown_keys", "keys", "keys DeepSpeed does not know (and ignores)"),
+    Signal("config.unknown_keys_text", "text", "those keys, with a did-you-mean where one is close"),
+    Signal("config.unknown_keys_patch", "patch", "merge patch renaming each misspelt key to its close match"),
+    Signal("config.auto_keys", "keys", "values written as \"auto\", for HF Trainer or Accelerate to fill"),
+    Signal("config.auto_keys_text", "text", "those keys, comma-separated"),
+    Signal("config.sequence_parallel_size", "ranks", "sequence_parallel_size (default 1)"),
+    Signal("config.accelerate_dp_size", "ranks", "world size / sequence_parallel_size: the ranks Accelerate fills for"),
+    Signal("config.auto_batch_checkable", "bool",
+           "train_batch_size is a number and the micro-batch or grad-accum is \"auto\""),
+    Signal("config.auto_batch_divisor", "samples", "data-parallel ranks × the micro-batch when written: "
+           "what an explicit train_batch_size must be a multiple of when the rest is \"auto\""),
+    Signal("config.auto_batch_remainder", "samples", "train_batch_size modulo that divisor"),
+]
+
+
+def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
+    config = run.first_start().get("config")
+    if not isinstance(config, dict) or not config:
+        return {}
+    out: dict[str, Any] = {}
+    out.update(_string_numbers(config))
+    out.update(_precision(config))
+    out.update(_checkpointing(config))
+    out.update(_warmup(config, values))
+    out.update(_unknown_keys(config))
+    out.update(_auto(config, values.get("run.world_size")))
+    stage = _number(nested(config, "zero_optimization.stage", 0))
+    offload_param = nested(config, "zero_optimization.offload_param.device")
+    out["config.zero_stage"] = stage
+    out["config.offload_param_ignored"] = offload_param in ("cpu", "nvme") and stage is not None and stage < 3
+    if values.get("run.params") and stage is not None:
+        out.update(_buckets(config, int(stage), int(values["run.params"])))
+    return out
+
+
+def _number(value: Any) -> float | int | None:
+    """A JSON number, or a string holding one, as a number; anything else is None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        number = float(value)
+        return int(number) if number.is_integer() and not re.search(r"[.eE]", value) else number
+    return None
+
+
+def _leaves(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, (*path, str(key)))
+    else:
+        yield path, node
+
+
+def _patch_at(patch: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        patch = patch.setdefault(key, {})
+    patch[path[-1]] = value
+
+
+def _string_numbers(config: dict[str, Any]) -> dict[str, Any]:
+    found = [(p, v) for p, v in _leaves(config) if isinstance(v, str) and _number(v) is not None]
+    patch: dict[str, Any] = {}
+    for path, value in found:
+        _patch_at(patch, path, _number(value))
+    return {
+        "config.string_numbers": [".".join(p) for p, _ in found],
+        "config.string_numbers_text": ", ".join(f'{".".join(p)}="{v}"' for p, v in found),
+        "config.string_numbers_patch": patch,
+    }
+
+
+def _precision(config: dict[str, Any]) -> dict[str, Any]:
+    bf16 = config.get("bf16", config.get("bfloat16"))
+    out: dict[str, Any] = {
+        "config.fp16_enabled": nested(config, "fp16.enabled") is True,
+        "config.bf16_enabled": isinstance(bf16, dict) and bf16.get("enabled") is True,
+    }
+    fp16 = config.get("fp16")
+    if not out["config.fp16_enabled"] or not isinstance(fp16, dict):
+        return out
+    floor = _number(fp16.get("min_loss_scale", 1))
+    if floor is not None:
+        out["config.min_loss_scale"] = floor
+        out["config.min_loss_scale_integral"] = float(floor).is_integer()
+        out["config.min_loss_scale_ceil"] = max(1, math.ceil(floor))
+    static = _number(fp16.get("loss_scale", 0)) or 0
+    start = 2.0 ** (_number(fp16.get("initial_scale_power", 16)) or 16)
+    reason, patch = "", {}
+    if static > FP16_MAX:
+        reason = (f"static loss_scale {static:g} is above fp16's largest value {FP16_MAX:g}: any loss ≥ 1 "
+                  "overflows and the step is skipped, every step")
+        patch = {"fp16": {"loss_scale": 0}}
+    elif not static and floor is not None and floor >= start:
+        reason = (f"min_loss_scale {floor:g} ≥ the initial scale 2^{math.log2(start):g}: the dynamic scale cannot "
+                  "back off, and DeepSpeed aborts the run at the first overflow it cannot absorb")
+        patch = {"fp16": {"min_loss_scale": 1}}
+    out["config.overflow_prone"] = bool(reason)
+    if reason:
+        out["config.overflow_reason"] = reason
+        out["config.overflow_patch"] = patch
+    return out
+
+
+def _checkpointing(config: dict[str, Any]) -> dict[str, Any]:
+    block = config.get("activation_checkpointing")
+    knobs = [k for k in CHECKPOINTING_KNOBS if isinstance(block, dict) and block.get(k) is True]
+    return {"config.checkpointing_knobs": knobs, "config.checkpointing_knobs_text": ", ".join(knobs)}
+
+
+def _warmup(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    kind = nested(config, "scheduler.type")
+    params = nested(config, "scheduler.params", {}) or {}
+    out: dict[str, Any] = {"config.scheduler": kind if isinstance(kind, str) else "none",
+                           "config.warmup_scheduler": kind in WARMUP_SCHEDULERS and isinstance(params, dict)}
+    if not out["config.warmup_scheduler"]:
+        return out
+    low, high = _number(params.get("warmup_min_lr", 0)), _number(params.get("warmup_max_lr"))
+    out["config.warmup_min_lr"] = low
+    out["config.warmup_max_lr"] = high
+    if high:
+        out["config.warmup_min_lr_suggested"] = float(f"{high / 100:.2g}")
+    out["config.warmup_steps"] = _number(params.get("warmup_num_steps", 1000))
+    total = _number(params.get("total_num_steps"))
+    finished = values.get("run.exit_code") is not None
+    out["config.total_steps"] = total if total is not None else (values.get("run.last_step") if finished else None)
+    return out
+
+
+def _buckets(config: dict[str, Any], stage: int, params: int) -> dict[str, Any]:
+    zero = config.get("zero_optimization") if isinstance(config.get("zero_optimization"), dict) else {}
+    outliers, text, patch = [], [], {}
+    for key, default, stages in BUCKETS:
+        size = _number(zero.get(key, default))
+        if stage not in stages or size is None:
+            continue
+        if size > params:
+            why = f"{key}={size:.3g} elements, more than the whole model ({params:.3g} parameters)"
+        elif size * BUCKET_MAX_COLLECTIVES < params:
+            why = f"{key}={size:.3g} elements, {params / size:,.0f} collectives per step for {params:.3g} parameters"
+        else:
+            continue
+        outliers.append(key)
+        text.append(why)
+        patch[key] = int(float(f"{min(default, params // 4):.2g}"))
+    return {"config.bucket_outliers": outliers, "config.bucket_outliers_text": "; ".join(text),
+            "config.bucket_patch": {"zero_optimization": patch} if patch else {}}
+
+
+def _unknown_keys(config: dict[str, Any]) -> dict[str, Any]:
+    found, patch = [], {}
+    scopes = [((), config, TOP_LEVEL_KEYS)] + [
+        ((name,), config[name], keys) for name, keys in SECTION_KEYS.items() if isinstance(config.get(name), dict)]
+    for path, node, known in scopes:
+        for key in node:
+            if key in known:
+                continue
+            hint = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+            dotted = ".".join((*path, key))
+            if hint and hint[0] not in node:
+                found.append(f"{dotted} (did you mean {hint[0]}?)")
+                _patch_at(patch, (*path, key), None)
+                _patch_at(patch, (*path, hint[0]), node[key])
+            else:
+                found.append(dotted)
+    return {"config.unknown_keys": found, "config.unknown_keys_text": ", ".join(found),
+            "config.unknown_keys_patch": patch}
+
+
+def _auto(config: dict[str, Any], world: int | None) -> dict[str, Any]:
+    auto = [".".join(p) for p, v in _leaves(config) if v == "auto"]
+    sp = _number(config.get("sequence_parallel_size", 1)) or 1
+    out: dict[str, Any] = {"config.auto_keys": auto, "config.auto_keys_text": ", ".join(auto),
+                           "config.sequence_parallel_size": sp}
+    if not world:
+        return out
+    out["config.accelerate_dp_size"] = world / sp
+    train, micro = config.get("train_batch_size"), config.get("train_micro_batch_size_per_gpu")
+    filled = (micro, config.get("gradient_accumulation_steps"))
+    out["config.auto_batch_checkable"] = isinstance(train, int) and not isinstance(train, bool) and "auto" in filled
+    if out["config.auto_batch_checkable"] and world % sp == 0:
+        # DeepSpeed asserts train == micro × grad-accum × (world / sp) whoever fills the rest.
+        divisor = int(world // sp) * (micro if isinstance(micro, int) else 1)
+        out["config.auto_batch_divisor"] = divisor
+        out["config.auto_batch_remainder"] = train % divisor
+    return out
