@@ -78,7 +78,7 @@ def judge_config(config: dict[str, Any], rules: list[Rule], *, name: str, world_
     start = events.new("run_start", t=time.time(), run=name, rank=0, world_size=world_size, config=config,
                        params=params, device_memory_bytes=gpu_mem)
     run = RunData(run_id=0, name=name, events={"run_start": [start]})
-    return evaluate(static_rules(rules), signals.compute(run), name, [0])
+    return evaluate(static_rules(rules), signals.compute(run), name, [])  # no ranks: nothing ran
 
 
 def check(path: Path, rules: list[Rule], *, world_size: int = 1, params: int | None = None,

@@ -1,0 +1,136 @@
+"""``check``: the issue's config at 2 and 4 ranks, typos, "auto" values, and what DeepSpeed itself rejects."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zerodoctor.config.static import ConfigError, check, judge_config, load_config
+from tests.config.conftest import ISSUE_CONFIG
+
+DEFECTS = {"ZD101", "ZD601", "ZD602", "ZD603"}  # batch arithmetic, string numbers, offload_param, checkpointing
+
+
+def _rules_fired(config: dict, rules, world_size: int = 2, **facts) -> dict:  # noqa: ANN001
+    found, _ = judge_config(config, rules, name="t", world_size=world_size, **facts)
+    return {f.rule: f for f in found}
+
+
+def test_issue_config_at_two_ranks_shows_every_defect_and_deepspeed_agrees(issue_config: Path, rules) -> None:
+    report = check(issue_config, rules, world_size=2)
+    fired = {f.rule: f for f in report.findings}
+    assert DEFECTS <= set(fired)
+    assert "128" in fired["ZD101"].message and "= 64" in fired["ZD101"].message
+    assert fired["ZD601"].evidence["config.string_numbers"] == [
+        "optimizer.params.lr", "optimizer.params.eps", "optimizer.params.weight_decay",
+        "scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr"]
+    assert report.deepspeed is not None and not report.deepspeed.accepted
+    assert "128 != 4 * 8 * 2" in report.deepspeed.error
+
+
+def test_issue_config_at_four_ranks_has_no_batch_finding(issue_config: Path, rules) -> None:
+    report = check(issue_config, rules, world_size=4)
+    assert not [f for f in report.findings if f.category == "batch_size"]
+    assert DEFECTS - {"ZD101"} <= {f.rule for f in report.findings}
+    assert report.deepspeed.accepted  # DeepSpeed passes it: the string numbers only crash later, in the optimizer
+    assert report.deepspeed.derived["gradient_accumulation_steps"] == 8
+
+
+def test_only_static_rules_are_asked(issue_config: Path, rules) -> None:
+    report = check(issue_config, rules, world_size=2)
+    judged = {f.rule for f in report.findings} | {u.rule for u in report.unevaluated}
+    static = {r.code for r in rules if r.spec.static}
+    assert judged <= static and "ZD201" not in judged
+
+
+def test_typos_get_a_did_you_mean_and_a_rename(rules) -> None:
+    config = {"train_batch_size": 8, "zero_optimisation": {"stage": 3}, "gradient_clip": 1.0,
+              "optimizer": {"type": "Adam", "parms": {"lr": 1e-4}}}
+    finding = _rules_fired(config, rules)["ZD610"]
+    assert "zero_optimisation (did you mean zero_optimization?)" in finding.message
+    assert "optimizer.parms (did you mean params?)" in finding.message
+    assert finding.fixes[0].config_patch == {"zero_optimisation": None, "zero_optimization": {"stage": 3},
+                                             "gradient_clip": None, "gradient_clipping": 1.0,
+                                             "optimizer": {"parms": None, "params": {"lr": 1e-4}}}
+    assert "ZD610" not in _rules_fired({"train_batch_size": 8, "zero_optimization": {"stage": 3}}, rules)
+
+
+def test_typo_inside_a_section_deepspeed_validates_is_named_by_deepspeed(tmp_path: Path, rules) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"train_batch_size": 8, "zero_optimization": {"stage": 2, "reduce_bucket_sise": 5e7}}))
+    verdict = check(path, rules, world_size=1).deepspeed
+    assert not verdict.accepted
+    assert "zero_optimization.reduce_bucket_sise" in verdict.error and "did you mean 'reduce_bucket_size'" in verdict.error
+
+
+def test_auto_values_name_both_fillers_and_their_world_sizes(tmp_path: Path, rules) -> None:
+    config = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+              "gradient_accumulation_steps": "auto", "sequence_parallel_size": 2}
+    finding = _rules_fired(config, rules, world_size=8)["ZD611"]
+    assert "× 8 total ranks" in finding.message and "× 4 = world / sequence_parallel_size 2" in finding.message
+    path = tmp_path / "auto.json"
+    path.write_text(json.dumps(config))
+    assert not check(path, rules, world_size=8).deepspeed.accepted  # as the message says: not without a filler
+
+
+@pytest.mark.parametrize(("train", "fires"), [(100, True), (128, False)])
+def test_explicit_batch_with_auto_parts_must_divide(train: int, fires: bool, rules) -> None:
+    config = {"train_batch_size": train, "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 2}
+    assert ("ZD612" in _rules_fired(config, rules, world_size=8)) is fires
+
+
+def test_what_deepspeed_rejects_is_found_before_it(tmp_path: Path, rules) -> None:
+    config = {"train_batch_size": 8, "fp16": {"enabled": True, "min_loss_scale": 0.5}, "bf16": {"enabled": True}}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(config))
+    report = check(path, rules)
+    assert {"ZD604", "ZD605"} <= {f.rule for f in report.findings}
+    assert not report.deepspeed.accepted
+    for alone in ({"fp16": {"enabled": True, "min_loss_scale": 0.5}}, {"fp16": {"enabled": True}, "bf16": {"enabled": True}}):
+        path.write_text(json.dumps({"train_batch_size": 8, **alone}))
+        assert not check(path, rules).deepspeed.accepted, alone
+
+
+def test_bucket_sizes_are_judged_against_the_model(rules) -> None:
+    config = {"train_batch_size": 8, "zero_optimization": {"stage": 2}}
+    small = _rules_fired(config, rules, params=125_000_000)["ZD609"]
+    assert small.fixes[0].config_patch == {"zero_optimization": {"reduce_bucket_size": 31_000_000,
+                                                                 "allgather_bucket_size": 31_000_000}}
+    assert "ZD609" not in _rules_fired(config, rules, params=7_000_000_000)
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ('{"train_batch_size": 8,\n "fp16": {enabled: true}}', ":2:11: not valid JSON"),
+    ('{"train_batch_size": 8, "train_batch_size": 16}', "duplicate key 'train_batch_size'"),
+    ("[1, 2]", ":1:1: a DeepSpeed config must be a JSON object"),
+])
+def test_a_bad_config_is_one_clear_error(tmp_path: Path, text: str, where: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=str(path)) as exc:
+        load_config(path)
+    assert where in str(exc.value)
+
+
+def test_config_keys_cover_what_deepspeed_reads() -> None:
+    """The typo check's vocabulary must know every top-level key the installed DeepSpeed reads."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    from zerodoctor.signals.config import TOP_LEVEL_KEYS
+
+    read: set[str] = set()
+
+    class Recording(dict):
+        def get(self, key, default=None):  # noqa: ANN001, ANN202
+            read.add(key)
+            return super().get(key, default)
+
+        def __contains__(self, key) -> bool:  # noqa: ANN001
+            read.add(key)
+            return super().__contains__(key)
+
+    DeepSpeedConfig(Recording(train_batch_size=8))
+    assert len(read) > 40 and read <= TOP_LEVEL_KEYS, read - TOP_LEVEL_KEYS
+    assert set(ISSUE_CONFIG) <= TOP_LEVEL_KEYS

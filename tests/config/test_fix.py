@@ -1,0 +1,89 @@
+"""``fix``: patches applied by safety, validated by DeepSpeed at the run's world size, written only where asked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.config.conftest import ISSUE_CONFIG
+from zerodoctor.config.static import judge_config
+from zerodoctor.fixes.apply import FixError, apply_fixes, write_config
+
+
+def _findings(config: dict, rules, world_size: int):  # noqa: ANN001, ANN202
+    return judge_config(config, rules, name="t", world_size=world_size)[0]
+
+
+def test_safe_fixes_round_trip_through_deepspeed_and_check(rules) -> None:
+    result = apply_fixes(ISSUE_CONFIG, _findings(ISSUE_CONFIG, rules, 4), world_size=4)
+    assert {rule for rule, _ in result.applied} == {"ZD601", "ZD602", "ZD603"}
+    assert all(fix.safety == "safe" for _, fix in result.applied)
+    assert result.verdict.accepted, result.verdict.error
+    assert result.after["optimizer"]["params"]["lr"] == 1e-4
+    assert list(result.after) == [k for k in ISSUE_CONFIG if k != "activation_checkpointing"]  # order kept
+    assert not {"ZD601", "ZD602", "ZD603"} & {f.rule for f in _findings(result.after, rules, 4)}
+
+
+def test_unsafe_fixes_wait_for_unsafe(rules) -> None:
+    findings = _findings(ISSUE_CONFIG, rules, 2)
+    safe = apply_fixes(ISSUE_CONFIG, findings, world_size=2)
+    assert ("ZD101", "its config fixes are unsafe (pass --unsafe)") in safe.skipped
+    assert not safe.verdict.accepted and "128 != 4 * 8 * 2" in safe.verdict.error
+    unsafe = apply_fixes(ISSUE_CONFIG, findings, unsafe=True, world_size=2)
+    assert unsafe.after["gradient_accumulation_steps"] == 16 and unsafe.verdict.accepted
+
+
+def test_a_config_deepspeed_rejects_is_not_written(tmp_path: Path, issue_config: Path, rules) -> None:
+    result = apply_fixes(ISSUE_CONFIG, _findings(ISSUE_CONFIG, rules, 2), world_size=2)
+    out = tmp_path / "fixed.json"
+    with pytest.raises(FixError, match="rejects the patched config at world size 2"):
+        write_config(result, out, source=issue_config, in_place=False)
+    assert not out.exists()
+
+
+def test_the_input_is_overwritten_only_in_place(issue_config: Path, rules) -> None:
+    result = apply_fixes(ISSUE_CONFIG, _findings(ISSUE_CONFIG, rules, 4), world_size=4)
+    with pytest.raises(FixError, match="--in-place"):
+        write_config(result, issue_config, source=issue_config, in_place=False)
+    assert json.loads(issue_config.read_text()) == ISSUE_CONFIG
+    write_config(result, issue_config, source=issue_config, in_place=True)
+    assert json.loads(issue_config.read_text()) == result.after
+
+
+def test_patches_touching_the_same_key_are_not_merged(rules) -> None:
+    findings = _findings(ISSUE_CONFIG, rules, 4)
+    result = apply_fixes(ISSUE_CONFIG, findings, unsafe=True)
+    assert ("ZD607", "changes scheduler.params.warmup_min_lr, already changed by ZD601") in result.skipped
+
+
+def test_fix_from_a_run_validates_at_the_runs_world_size(tmp_path: Path, issue_config: Path) -> None:
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    for rank in (0, 1):
+        (run / f"rank-{rank}.jsonl").write_text(json.dumps(
+            {"v": 1, "t": 1.0, "run": "r1", "rank": rank, "kind": "run_start", "world_size": 2,
+             "config": ISSUE_CONFIG}) + "\n")
+    out = tmp_path / "fixed.json"
+    refused = run_cli("fix", str(issue_config), "--from", str(run), "-o", str(out), timeout=120)
+    assert refused.returncode == 1 and not out.exists(), refused.stdout + refused.stderr
+    assert "rejects the patched config at world size 2" in refused.stderr
+    done = run_cli("fix", str(issue_config), "--from", str(run), "-o", str(out), "--unsafe", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '+  "gradient_accumulation_steps": 16,' in done.stdout  # the diff, as printed
+    fixed = json.loads(out.read_text())
+    assert fixed["gradient_accumulation_steps"] == 16 and "offload_param" not in fixed["zero_optimization"]
+    assert json.loads(issue_config.read_text()) == ISSUE_CONFIG
+
+
+def test_check_cli_on_the_issue_config(issue_config: Path) -> None:
+    proc = run_cli("check", str(issue_config), "--world-size", "2", "--params", "7.5e9", "--gpu-mem", "80GB")
+    assert proc.returncode == 1, proc.stderr
+    for code in ("ZD101", "ZD601", "ZD602", "ZD603"):
+        assert code in proc.stdout
+    assert "DeepSpeed 0.19" in proc.stdout and "rejects the config at world size 2" in proc.stdout
+    assert "Recommended: ZeRO stage 2, offload optimizer" in proc.stdout
+    bad = run_cli("check", str(issue_config), "--gpu-mem", "lots", "--no-deepspeed")
+    assert bad.returncode == 2 and bad.stderr.startswith("zerodoctor: error: --gpu-mem 'lots'")

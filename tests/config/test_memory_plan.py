@@ -1,0 +1,57 @@
+"""Memory plan: the ZeRO paper's figures, DeepSpeed's estimators and their units, the recommendation order."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import pytest
+
+from zerodoctor.config.memory_plan import parse_quantity, plan, recommend
+
+
+def test_the_papers_figures_for_7_5b_parameters_on_64_gpus() -> None:
+    """ZeRO (SC'20) Figure 1: 120 / 31.4 / 16.6 / 1.88 GB per GPU for stages 0-3."""
+    paper = {r.stage: r.model_states_bytes_per_gpu / 1e9 for r in plan(7_500_000_000, 64, estimators=False)
+             if r.offload == "none"}
+    assert [round(paper[0]), round(paper[1], 1), round(paper[2], 1), round(paper[3], 2)] == [120, 31.4, 16.6, 1.88]
+
+
+def test_deepspeed_estimators_print_gib_labelled_gb() -> None:
+    """Our rows hold DeepSpeed's bytes; its own printout divides them by 2^30 and says "GB"."""
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs_all_cold
+
+    rows = {(r.stage, r.offload): r for r in plan(7_500_000_000, 8) if r.source == "deepspeed-estimator"}
+    assert set(rows) == {(2, "none"), (2, "optimizer"), (3, "none"), (3, "optimizer"), (3, "optimizer+param")}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        estimate_zero2_model_states_mem_needs_all_cold(7_500_000_000, num_gpus_per_node=8)
+    per_gpu = [float(x) for x in re.findall(r"([\d.]+)GB \|\s*([\d.]+)GB \| offload_optimizer=none", printed.getvalue())[0]]
+    assert per_gpu[1] == pytest.approx(rows[(2, "none")].model_states_bytes_per_gpu / 2**30, abs=0.01)
+
+
+@pytest.mark.parametrize(("params", "world", "gpu", "pick"), [
+    (7_500_000_000, 64, "80GB", (1, "none")),        # stage 1 fits: no reason to shard gradients
+    (7_500_000_000, 2, "80GB", (2, "optimizer")),    # 67.5 GB of states under stage 2: offload the optimizer
+    (30_000_000_000, 8, "80GB", (3, "optimizer")),   # only ZeRO-3 with optimizer offload gets under 56 GB
+    (70_000_000_000, 16, "24GB", (3, "optimizer+param")),
+    (1_000_000_000_000, 8, "24GB", None),
+])
+def test_recommendation_is_the_fastest_option_that_fits(params: int, world: int, gpu: str, pick) -> None:  # noqa: ANN001
+    rows = plan(params, world, parse_quantity(gpu, "gpu"), estimators=False)
+    chosen = recommend(rows)
+    assert (chosen.stage, chosen.offload) == pick if pick else chosen is None
+    if chosen:
+        assert chosen.model_states_bytes_per_gpu <= 0.7 * parse_quantity(gpu, "gpu")
+
+
+@pytest.mark.parametrize(("text", "value"), [("80GiB", 80 * 2**30), ("80GB", 80 * 10**9), ("7.5e9", 7_500_000_000),
+                                             ("7B", 7 * 10**9), ("125M", 125 * 10**6)])
+def test_quantities(text: str, value: int) -> None:
+    assert parse_quantity(text, "--params") == value
+
+
+def test_a_bad_quantity_names_the_option() -> None:
+    with pytest.raises(ValueError, match="--gpu-mem '80 gigs'"):
+        parse_quantity("80 gigs", "--gpu-mem")
