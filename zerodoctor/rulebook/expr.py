@@ -13,7 +13,7 @@ import ast
 import string
 from typing import Any, Callable
 
-from simpleeval import SimpleEval
+from simpleeval import EvalWithCompoundTypes
 
 FUNCTIONS: dict[str, Callable] = {"abs": abs, "min": min, "max": max, "len": len}
 
@@ -61,7 +61,7 @@ class Condition:
     def __init__(self, text: str, known: set[str]) -> None:
         self.text = text
         self._resolve: Resolver = _unset
-        self._evaluator = SimpleEval(functions=FUNCTIONS, names=self._name)
+        self._evaluator = EvalWithCompoundTypes(functions=FUNCTIONS, names=self._name)
         try:
             self._tree = self._evaluator.parse(text)
         except SyntaxError as exc:
