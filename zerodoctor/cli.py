@@ -107,6 +107,22 @@ def diagnose(
         raise typer.Exit(1)
 
 
+@app.command(context_settings={"ignore_unknown_options": True})
+def run(
+    command: List[str] = typer.Argument(..., help="The training command, after '--': deepspeed/torchrun/python ..."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories are created."),
+    name: Optional[str] = typer.Option(None, "--name", help="Run id (default: time + random); reuse it on every node."),
+) -> None:
+    """Run a training command with the probe injected; exit with the command's own status."""
+    from zerodoctor.wrapper import RunError, run as run_command
+
+    try:
+        code = run_command(list(command), runs_dir, name)
+    except RunError as exc:
+        raise fail(str(exc)) from None
+    raise typer.Exit(code)
+
+
 @app.command()
 def watch(
     dirs: List[Path] = typer.Argument(..., help="Directories of runs (runs/) or run directories to tail."),

@@ -1,0 +1,45 @@
+"""Real DeepSpeed runs on CPU (gloo, 2 ranks) through ``zerodoctor run``, shared per module."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+TRAIN = ROOT / "samples" / "train.py"
+TEARDOWN_ABORT = "terminate called without an active exception"
+RUN_TIMEOUT_S = 240
+
+
+@dataclass
+class Recorded:
+    run_dir: Path
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    def events(self, rank: int) -> list[dict]:
+        return [json.loads(line) for line in (self.run_dir / f"rank-{rank}.jsonl").read_bytes().splitlines()]
+
+    def console(self) -> str:
+        return (self.run_dir / "console.log").read_text(errors="replace")
+
+    def finished_training(self) -> bool:
+        """Exit 0, or the known gloo abort in interpreter teardown after training finished."""
+        return self.returncode == 0 or TEARDOWN_ABORT in self.console()
+
+
+def record_run(tmp: Path, name: str, config: dict, *train_args: str, env: dict | None = None) -> Recorded:
+    config_path = tmp / f"{name}.json"
+    config_path.write_text(json.dumps(config))
+    command = [sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp), "--name", name, "--",
+               sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(TRAIN), "--config", str(config_path), *train_args]
+    done = subprocess.run(command, capture_output=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
+                          env={**os.environ, "DS_ACCELERATOR": "cpu", **(env or {})})
+    return Recorded(tmp / name, done.returncode, done.stdout, done.stderr)

@@ -1,0 +1,77 @@
+"""Probe parts on their own: the writer, the environment allow-list, OOM messages, collective timing."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import torch
+
+from zerodoctor.probe.comm import CommClock
+from zerodoctor.probe.crash import requested_bytes
+from zerodoctor.probe.runinfo import allowed_env
+from zerodoctor.probe.writer import EventWriter
+
+
+def test_writer_turns_tensors_into_numbers_and_keeps_non_finite(tmp_path):
+    writer = EventWriter(tmp_path, "r", 3)
+    writer.emit("step", step=1, loss=torch.tensor(float("inf")), grad_norm=torch.tensor(2.5), overflow=True)
+    writer.emit("step", step=2, grad_norm=None)
+    writer.close()
+    first, second = [json.loads(line) for line in (tmp_path / "rank-3.jsonl").read_text().splitlines()]
+    assert math.isinf(first["loss"]) and first["grad_norm"] == 2.5 and first["rank"] == 3
+    assert "grad_norm" not in second  # missing, not null
+
+
+def test_writer_drops_an_invalid_event_and_counts_it(tmp_path):
+    writer = EventWriter(tmp_path, "r", 0)
+    writer.emit("step", step="not a number")
+    writer.emit("step", step=2)
+    writer.close()
+    assert writer.dropped == 1
+    assert [json.loads(x)["step"] for x in (tmp_path / "rank-0.jsonl").read_text().splitlines()] == [2]
+
+
+def test_writer_flushes_on_its_own_within_a_second(tmp_path):
+    import time
+
+    writer = EventWriter(tmp_path, "r", 0)
+    writer.emit("step", step=1)
+    deadline = time.monotonic() + 3
+    while not (tmp_path / "rank-0.jsonl").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert time.monotonic() < deadline
+    writer.close()
+
+
+def test_environment_is_allow_listed():
+    env = allowed_env({"NCCL_SOCKET_IFNAME": "eth0", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                       "HF_TOKEN": "hf_x", "AWS_SECRET_ACCESS_KEY": "x", "NCCL_IB_KEY": "x", "HOME": "/root",
+                       "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert env == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_SOCKET_IFNAME": "eth0",
+                   "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_requested_bytes_from_the_allocator_message():
+    message = ("CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of 79.11 GiB of which "
+               "1.19 GiB is free.")
+    assert requested_bytes(message) == int(2.5 * 2**30)
+    assert requested_bytes("Tried to allocate 20.00 MiB") == 20 * 2**20
+    assert requested_bytes("some other error") is None
+
+
+def test_async_collective_counts_the_wait():
+    import time
+
+    class Work:
+        def wait(self):
+            time.sleep(0.02)
+            return True
+
+    clock = CommClock()
+    op = clock.wrap("all_gather_into_tensor", lambda out, inp, async_op=False: Work())
+    handle = op(torch.zeros(8), torch.zeros(4), async_op=True)
+    assert handle.wait() is True
+    count, nbytes, seconds = clock.take_ops()["all_gather_into_tensor"]
+    assert (count, nbytes) == (1, 32) and seconds >= 0.02
+    assert clock.take_step() >= 0.02 and clock.take_step() == 0.0

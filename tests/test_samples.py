@@ -1,0 +1,27 @@
+"""Every sample under ``samples/`` is diagnosed as its ``expected.json`` says (empty list: silent)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT, diagnose_json
+
+SAMPLES = sorted(p.parent for p in (ROOT / "samples").glob("*/expected.json"))
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[p.name for p in SAMPLES])
+def test_sample_findings_match_expected(sample):
+    expected = json.loads((sample / "expected.json").read_text())
+    assert expected["origin"] in ("recorded", "synthetic") and expected["note"]
+    found = sorted({f["rule"] for f in diagnose_json(sample)["findings"]})
+    assert found == expected["findings"]
+
+
+def test_each_sample_is_small_and_complete():
+    assert len(SAMPLES) >= 9
+    for sample in SAMPLES:
+        names = {p.name for p in sample.iterdir()}
+        assert {"rank-0.jsonl", "console.log", "meta.json", "ds_config.json"} <= names, sample.name
+        assert sum(p.stat().st_size for p in sample.iterdir()) < 512 * 1024, sample.name

@@ -1,0 +1,115 @@
+"""Probe, collectives: calls through DeepSpeed's comm backend → time and bytes per op.
+
+``comms_logger`` cannot be used: in 0.19.8 its latencies are running totals, and it
+synchronises the device after every op. Instead the methods of the backend object
+(``deepspeed.comm.comm.cdb``), which every ``deepspeed.comm`` call ends in, are wrapped
+once per process. An async call's handle is wrapped too, so the time a rank waits for
+the collective to finish counts, not only the time to launch it.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import Any
+
+OPS = ("all_reduce", "all_reduce_coalesced", "inference_all_reduce", "broadcast", "all_gather",
+       "all_gather_into_tensor", "all_gather_base", "all_gather_coalesced", "reduce_scatter_tensor",
+       "reduce_scatter", "reduce", "all_to_all_single", "all_to_all", "gather", "scatter", "barrier")
+
+
+class CommClock:
+    """Time in collectives: per optimizer step (``take_step``) and per op (``take_ops``)."""
+
+    def __init__(self) -> None:
+        self.step_s = 0.0
+        self.ops: dict[str, list[float]] = {}  # op -> [count, bytes, seconds]
+        self._depth = 0  # a backend op implemented with another one counts once
+
+    def add(self, op: str, seconds: float, nbytes: int, calls: int = 1) -> None:
+        self.step_s += seconds
+        acc = self.ops.get(op)
+        if acc is None:
+            self.ops[op] = [calls, nbytes, seconds]
+        else:
+            acc[0] += calls
+            acc[1] += nbytes
+            acc[2] += seconds
+
+    def take_step(self) -> float:
+        seconds, self.step_s = self.step_s, 0.0
+        return seconds
+
+    def take_ops(self) -> dict[str, list[float]]:
+        ops, self.ops = self.ops, {}
+        return ops
+
+    def wrap(self, op: str, fn: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self._depth:
+                return fn(*args, **kwargs)
+            self._depth += 1
+            start = perf_counter()
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                self.add(op, perf_counter() - start, _message_bytes(args, kwargs))
+            if result is not None and hasattr(result, "wait") and not hasattr(result, "dtype"):
+                return _TimedWork(result, self, op)
+            return result
+
+        timed.__wrapped__ = fn  # type: ignore[attr-defined]
+        return timed
+
+
+class _TimedWork:
+    """An async collective's handle whose ``wait`` adds the blocked time to the op."""
+
+    __slots__ = ("_work", "_clock", "_op")
+
+    def __init__(self, work: Any, clock: CommClock, op: str) -> None:
+        self._work, self._clock, self._op = work, clock, op
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        start = perf_counter()
+        try:
+            return self._work.wait(*args, **kwargs)
+        finally:
+            self._clock.add(self._op, perf_counter() - start, 0, calls=0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
+def _size(obj: Any) -> int:
+    if hasattr(obj, "element_size") and hasattr(obj, "numel"):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(_size(o) for o in obj)
+    return 0
+
+
+def _message_bytes(args: tuple, kwargs: dict) -> int:
+    """The larger of the first two buffers (output/input): the size that crosses the wire."""
+    candidates = list(args[:2]) + [kwargs[k] for k in ("tensor", "output_tensor", "input_tensor", "tensors",
+                                                        "output", "input", "tensor_list") if k in kwargs]
+    return max((_size(c) for c in candidates), default=0)
+
+
+def instrument_backend() -> CommClock | None:
+    """Wrap the live backend's collectives once per process; the clock they report to, if any."""
+    from deepspeed.comm import comm as ds_comm
+
+    backend = ds_comm.cdb
+    if backend is None:
+        return None
+    clock = getattr(backend, "_zerodoctor_clock", None)
+    if clock is not None:
+        return clock
+    clock = CommClock()
+    for op in OPS:
+        fn = getattr(backend, op, None)
+        if callable(fn):
+            setattr(backend, op, clock.wrap(op, fn))
+    backend._zerodoctor_clock = clock
+    return clock

@@ -1,0 +1,218 @@
+"""Probe, engine: a ``DeepSpeedEngine``'s forward/backward/step calls → one ``step`` event per optimizer step.
+
+The engine's own methods are wrapped on the instance. Values are read from the engine,
+not from DeepSpeed's logger (WARNING by default since 0.17.6, so its lines never print):
+the loss scale before the scaler updates it, ``skipped_steps`` for overflow, the grad norm
+as DeepSpeed cached it. Nothing here synchronises the device: loss and grad norm stay
+0-dim tensors until the writer's thread turns them into numbers.
+
+A probe that raises is switched off after recording the failure once; the call it
+wrapped still runs, so training never notices.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+from zerodoctor.probe import RUN_DIR_ENV, RUN_ID_ENV
+from zerodoctor.probe.comm import CommClock, instrument_backend
+from zerodoctor.probe.crash import CrashRecorder
+from zerodoctor.probe.runinfo import run_start_fields, user_config
+from zerodoctor.probe.writer import EventWriter
+
+COMM_INTERVAL_S = 1.0  # how often per-op collective totals become ``comm`` events
+_RECORDERS: dict[str, CrashRecorder] = {}  # one writer and crash recorder per process and run dir
+
+
+class EngineProbe:
+    def __init__(self, engine: Any, writer: EventWriter, crash: CrashRecorder, comm: CommClock | None) -> None:
+        self.engine, self.writer, self.crash, self.comm = engine, writer, crash, comm
+        self.enabled = True
+        self._cuda = _cuda_memory()
+        self._reset()
+        self._last_step_t: float | None = None
+        self._comm_t = perf_counter()
+
+    def _reset(self) -> None:
+        self.micro_batches = 0
+        self.samples: int | None = None
+        self.fwd_s = self.bwd_s = 0.0
+        self.loss: Any = None
+
+    # -- wrappers -------------------------------------------------------------------------
+    def install(self) -> None:
+        engine = self.engine
+        forward, backward, step = engine.forward, engine.backward, engine.step
+
+        def probed_forward(*args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:
+                return forward(*args, **kwargs)
+            start = perf_counter()
+            out = self._call(forward, args, kwargs)
+            self._safely(self._after_forward, args, kwargs, start)
+            return out
+
+        def probed_backward(loss: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:
+                return backward(loss, *args, **kwargs)
+            start = perf_counter()
+            out = self._call(backward, (loss, *args), kwargs)
+            self._safely(self._after_backward, loss, start)
+            return out
+
+        def probed_step(*args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:
+                return step(*args, **kwargs)
+            before = self._safely(self._before_step)
+            start = perf_counter()
+            out = self._call(step, args, kwargs)
+            if before is not None:
+                self._safely(self._after_step, before, start)
+            return out
+
+        # Instance attributes shadow the class methods; nn.Module.__call__ finds forward here too.
+        object.__setattr__(engine, "forward", probed_forward)
+        object.__setattr__(engine, "backward", probed_backward)
+        object.__setattr__(engine, "step", probed_step)
+
+    def _call(self, fn: Any, args: tuple, kwargs: dict) -> Any:
+        if self._last_step_t is None:
+            self._last_step_t = perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:
+            self._safely(self.crash.record, exc)
+            raise
+
+    def _safely(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the probe's own failure: record once, switch off
+            self.enabled = False
+            self._report_failure(exc)
+            return None
+
+    def _report_failure(self, exc: Exception) -> None:
+        message = f"{type(exc).__name__}: {exc}"
+        try:
+            self.writer.emit("log", message=f"probe disabled: {message}", source="probe", level="error",
+                             what="probe_error")
+            self.writer.flush()
+        finally:
+            print(f"zerodoctor: probe disabled on rank {self.writer.rank}, training continues: {message}",
+                  file=sys.stderr, flush=True)
+
+    # -- accounting -----------------------------------------------------------------------
+    def _after_forward(self, args: tuple, kwargs: dict, start: float) -> None:
+        self.fwd_s += perf_counter() - start
+        n = _batch_dim(args, kwargs)
+        if n is not None:
+            self.samples = (self.samples or 0) + n
+
+    def _after_backward(self, loss: Any, start: float) -> None:
+        self.bwd_s += perf_counter() - start
+        self.micro_batches += 1
+        self.loss = loss.detach() if hasattr(loss, "detach") else loss
+
+    def _before_step(self) -> tuple | None:
+        engine = self.engine
+        if not engine.is_gradient_accumulation_boundary():
+            return None
+        scale = engine._get_optimizer_loss_scale() if engine.fp16_enabled() else None
+        return engine.global_steps, engine.skipped_steps, scale, engine.get_lr()[0]
+
+    def _after_step(self, before: tuple, start: float) -> None:
+        engine = self.engine
+        steps, skipped, scale, lr = before
+        if engine.global_steps == steps:
+            return
+        now = perf_counter()
+        fields: dict[str, Any] = {
+            "step": engine.global_steps,
+            "micro_batches": self.micro_batches,
+            "samples": self.samples,
+            "loss": self.loss,
+            "lr": lr,
+            "loss_scale": scale,
+            "overflow": engine.skipped_steps > skipped,
+            "grad_norm": engine.get_global_grad_norm(),
+            "step_time_s": now - self._last_step_t if self._last_step_t is not None else None,
+            "fwd_s": self.fwd_s,
+            "bwd_s": self.bwd_s,
+            "optim_s": now - start,
+        }
+        if self.comm is not None:
+            fields["comm_s"] = self.comm.take_step()
+        if self._cuda is not None:
+            fields.update(self._cuda())
+        self.writer.emit("step", **fields)
+        self.crash.step = engine.global_steps + 1  # failures from here on belong to the next step
+        self._last_step_t = now
+        self._reset()
+        if self.comm is not None and now - self._comm_t >= COMM_INTERVAL_S:
+            self.flush_comm(now)
+
+    def flush_comm(self, now: float | None = None) -> None:
+        now = perf_counter() if now is None else now
+        for op, (count, nbytes, seconds) in sorted(self.comm.take_ops().items()):
+            self.writer.emit("comm", op=op, step=self.engine.global_steps, count=int(count), bytes=int(nbytes),
+                             total_s=seconds, interval_s=now - self._comm_t)
+        self._comm_t = now
+
+
+def _batch_dim(args: tuple, kwargs: dict) -> int | None:
+    """Leading dimension of the first tensor the model received (positional, then keyword)."""
+    for value in (*args, *kwargs.values()):
+        shape = getattr(value, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+    return None
+
+
+def _cuda_memory() -> Any:
+    """Reader of the caching allocator's counters (host-side bookkeeping, no device sync), or None."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    cuda = torch.cuda
+
+    def read() -> dict[str, Any]:
+        stats = cuda.memory_stats()
+        cuda.reset_peak_memory_stats()
+        return {"mem_allocated_bytes": stats.get("allocated_bytes.all.current"),
+                "mem_reserved_bytes": stats.get("reserved_bytes.all.current"),
+                "mem_peak_bytes": stats.get("allocated_bytes.all.peak"),
+                "alloc_retries": stats.get("num_alloc_retries"),
+                "inactive_split_bytes": stats.get("inactive_split_bytes.all.current")}
+
+    return read
+
+
+def attach_engine(engine: Any, run_dir: str | os.PathLike | None, *, config: Any = None,
+                  run_id: str | None = None) -> EngineProbe:
+    run_dir = Path(run_dir or os.environ[RUN_DIR_ENV])
+    run_id = run_id or os.environ.get(RUN_ID_ENV) or run_dir.name
+    crash = _RECORDERS.get(str(run_dir))
+    if crash is None:
+        crash = CrashRecorder(EventWriter(run_dir, run_id, engine.global_rank))
+        crash.install()
+        _RECORDERS[str(run_dir)] = crash
+    snapshot = user_config(config) if config is not None else None
+    if snapshot is None:
+        snapshot = user_config(getattr(engine, "_config", None) and engine._config._param_dict)
+    crash.writer.emit("run_start", t=time.time(), **run_start_fields(engine, snapshot))
+    crash.writer.flush()
+    crash.step = engine.global_steps + 1
+    probe = EngineProbe(engine, crash.writer, crash, instrument_backend())
+    probe.install()
+    if probe.comm is not None:
+        import atexit
+
+        atexit.register(probe.flush_comm)
+    return probe

@@ -1,0 +1,213 @@
+"""Wrapper: ``zerodoctor run -- CMD`` → CMD running untouched, its output teed to ``console.log``.
+
+The command gets its own process group, so SIGINT/SIGTERM/SIGHUP/SIGQUIT reach every
+process of the job (launcher and ranks) through one ``killpg``. Its stdout and stderr
+reach ours byte for byte as they are written: through a raw pseudo-terminal when ours is
+a terminal (so progress bars and colours draw as before), through a pipe otherwise. The
+exit status is the command's, 128+N when a signal N killed it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import termios
+import threading
+import time
+import tty
+from pathlib import Path
+from typing import BinaryIO
+
+from zerodoctor.probe import RUN_DIR_ENV, RUN_ID_ENV
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+SITE_DIR = ".probe"  # inside the run directory: the generated sitecustomize.py
+CONFIG_COPY = "ds_config.json"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def exit_status(returncode: int) -> int:
+    """Popen's -N (killed by signal N) → the shell's 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Tee:
+    """Copies one output stream of the child to our fd and to the shared console log."""
+
+    def __init__(self, target_fd: int, log: BinaryIO, lock: threading.Lock) -> None:
+        self.target_fd, self.log, self.lock = target_fd, log, lock
+        if os.isatty(target_fd):
+            self.read_fd, self.child_fd = pty.openpty()
+            tty.setraw(self.child_fd)  # no newline translation, no echo: bytes pass as written
+            try:
+                fcntl.ioctl(self.child_fd, termios.TIOCSWINSZ, fcntl.ioctl(target_fd, termios.TIOCGWINSZ, b"\0" * 8))
+            except OSError:
+                pass
+        else:
+            self.read_fd, self.child_fd = os.pipe()
+        self.thread = threading.Thread(target=self._copy, daemon=True)
+
+    def start(self) -> None:
+        os.close(self.child_fd)  # the child holds its copy; EOF comes when it (and its children) exit
+        self.thread.start()
+
+    def _copy(self) -> None:
+        target_ok = True
+        while True:
+            try:
+                data = os.read(self.read_fd, 65536)
+            except OSError:  # EIO: the pty's last writer is gone
+                break
+            if not data:
+                break
+            if target_ok:
+                target_ok = _write_all(self.target_fd, data)
+            with self.lock:
+                self.log.write(data)
+                self.log.flush()
+        os.close(self.read_fd)
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write everything; False once our own output is gone (e.g. piped into ``head``)."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        return False
+    return True
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def child_env(run_dir: Path, run_id: str, site_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    # PYTHONPATH is the one channel DeepSpeed's multi-node runner forwards (EXPORT_ENVS has
+    # 'PYTHON'), and the generated sitecustomize carries the run dir itself.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site_dir), env.get("PYTHONPATH")) if p)
+    env[RUN_DIR_ENV], env[RUN_ID_ENV] = str(run_dir), run_id
+    env.setdefault("PYTHONUNBUFFERED", "1")  # a pipe would otherwise make Python buffer 8 KiB
+    return env
+
+
+def run(command: list[str], runs_dir: Path, name: str | None = None) -> int:
+    """Run ``command`` with the probe injected; return its exit status (128+N for signal N)."""
+    from zerodoctor import __version__
+    from zerodoctor.probe.bootstrap import write_site
+
+    run_id = name or new_run_id()
+    run_dir = (runs_dir / run_id).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    site_dir = write_site(run_dir / SITE_DIR, run_dir, run_id)
+    meta = {"run": run_id, "argv": command, "cwd": os.getcwd(), "host": socket.gethostname(),
+            "zerodoctor": __version__, "started": time.time()}
+    _write_json(run_dir / "meta.json", meta)
+    lock = threading.Lock()
+    with open(run_dir / "console.log", "ab") as log:
+        tees = [_Tee(sys.stdout.fileno(), log, lock), _Tee(sys.stderr.fileno(), log, lock)]
+        try:
+            proc = subprocess.Popen(command, stdout=tees[0].child_fd, stderr=tees[1].child_fd,
+                                    env=child_env(run_dir, run_id, site_dir), process_group=0)
+        except OSError as exc:
+            for tee in tees:
+                os.close(tee.child_fd)
+                os.close(tee.read_fd)
+            raise RunError(f"{command[0]}: {exc.strerror}") from None
+        for tee in tees:
+            tee.start()
+        previous = _forward_signals(proc.pid)
+        try:
+            returncode = _wait(proc)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        for tee in tees:
+            tee.thread.join(timeout=5)  # a daemon left behind by the job may hold the pipe open
+    meta.update(ended=time.time(), exit_code=exit_status(returncode),
+                signal=-returncode if returncode < 0 else None)
+    meta["duration_s"] = meta["ended"] - meta["started"]
+    _write_json(run_dir / "meta.json", meta)
+    finish_run_dir(run_dir, run_id, returncode)
+    return exit_status(returncode)
+
+
+def finish_run_dir(run_dir: Path, run_id: str, returncode: int) -> None:
+    """After the job: close rank files of ranks that died hard, copy the config, count missing ranks."""
+    from zerodoctor import events
+
+    starts = []
+    for path in sorted(run_dir.glob("rank-*.jsonl")):
+        first, last = _first_and_last(path)
+        if first.get("kind") == "run_start":
+            starts.append(first)
+        if last.get("kind") != "run_end":  # SIGKILL, OOM killer, abort: the rank could not say it ended
+            rank = int(path.stem.split("-", 1)[1])
+            end = events.new("run_end", t=time.time(), run=run_id, rank=rank,
+                             exit_code=exit_status(returncode) if returncode >= 0 else None,
+                             signal=-returncode if returncode < 0 else None)
+            with open(path, "ab") as f:
+                f.write(json.dumps(end).encode() + b"\n")
+    if not starts:
+        return
+    first = min(starts, key=lambda e: e.get("rank", 0))
+    if first.get("config") and not (run_dir / CONFIG_COPY).exists():
+        _write_json(run_dir / CONFIG_COPY, first["config"])
+    world = first.get("world_size") or 0
+    if len(starts) < world:
+        print(f"zerodoctor: only {len(starts)} of {world} ranks wrote events to {run_dir}; on several nodes "
+              "that directory must be on a filesystem every node shares (see docs/run.md)",
+              file=sys.stderr, flush=True)
+
+
+def _first_and_last(path: Path, tail_bytes: int = 1 << 20) -> tuple[dict, dict]:
+    """The first and last complete event of a rank file ({} where unreadable)."""
+    with open(path, "rb") as f:
+        head = f.readline()
+        f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
+        lines = [line for line in f.read().split(b"\n") if line.strip()]
+    return _loads(head), _loads(lines[-1]) if lines else {}
+
+
+def _loads(line: bytes) -> dict:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class RunError(RuntimeError):
+    """The command could not be started; the message names it."""
+
+
+def _forward_signals(pgid: int) -> dict[int, object]:
+    def forward(signum: int, frame: object) -> None:
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            pass  # the job already ended
+
+    return {sig: signal.signal(sig, forward) for sig in FORWARDED}
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    while True:
+        try:
+            return proc.wait()
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for odd platforms
+            continue
