@@ -29,6 +29,7 @@ from zerodoctor.store.runs import list_runs, load_run
 from zerodoctor.store.schema import quarantine
 
 RUN_FILE_GLOB = "rank-*.jsonl"
+CONSOLE_LOG = "console.log"
 
 
 class InputError(ValueError):
@@ -62,9 +63,13 @@ def expand_inputs(paths: list[Path], input_format: str | None = None) -> list[tu
     for path in paths:
         if path.is_dir():
             files = sorted(path.glob(RUN_FILE_GLOB))
-            if not files:
-                raise InputError(f"{path}: no {RUN_FILE_GLOB} files in this directory")
-            out += [(f, input_format or "jsonl") for f in files]
+            if files:
+                out += [(f, input_format or "jsonl") for f in files]
+            elif (path / CONSOLE_LOG).is_file():
+                # No events (the run was not under `zerodoctor run`): its console is the next best evidence.
+                out.append((path / CONSOLE_LOG, input_format or detect_format(path / CONSOLE_LOG)))
+            else:
+                raise InputError(f"{path}: no {RUN_FILE_GLOB} files and no {CONSOLE_LOG} in this directory")
         elif path.is_file():
             out.append((path, input_format or detect_format(path)))
         else:
@@ -87,7 +92,8 @@ def _gc_paused() -> Iterator[None]:
 def ingest_file(engine: Engine, ingestor: Ingestor, path: Path, fmt: str, *, final: bool = True) -> dict:
     """Read ``path`` from its stored offset to the end, one transaction per batch."""
     try:
-        parser = make_parser(fmt, run_id=path.parent.name if path.name.startswith("rank-") else path.stem)
+        parser = make_parser(fmt, run_id=path.parent.name if path.name.startswith("rank-") or path.name == CONSOLE_LOG
+                             else path.stem)
     except UnsupportedFormat as exc:
         raise InputError(f"{path}: {exc}") from None
     with engine.begin() as conn:

@@ -35,6 +35,8 @@ def finding_block(f: Finding, config: dict | None) -> str:
         f"  {escape(f.message)}",
         f"  [dim]evidence: {escape(evidence_text(f.evidence))}[/]",
     ]
+    if f.evidence_strength:
+        out.append(f"  [dim]evidence strength: {escape(f.evidence_strength)}[/]")
     for fix in f.fixes:
         out.append(f"  [green]fix[/] ({fix.safety}): {escape(fix.title)}")
         for line in fix_lines(fix, config):
@@ -57,7 +59,8 @@ def render(report: Report, console: Console) -> None:
     if report.unevaluated:
         console.print("[dim]not judged (signal missing):[/]")
         for u in report.unevaluated:
-            console.print(f"  [dim]{u.rule} in run {escape(u.run)}: needs {', '.join(u.missing)}[/]")
+            console.print(f"  [dim]{u.rule} in run {escape(u.run)}: needs {', '.join(u.missing)}[/]"
+                          + (f"\n    [dim]to see it: {escape(u.hint)}[/]" if u.hint else ""))
     counts = Counter(f.severity for f in report.findings)
     events = sum(i.events for i in report.inputs)
     summary = ", ".join(f"{counts[s]} {s}" for s in ("error", "warning", "info") if counts[s]) or "no findings"

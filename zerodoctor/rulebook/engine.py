@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from zerodoctor.rulebook.expr import Condition, MissingSignal, render
 from zerodoctor.rulebook.finding import Finding, Fix, Unevaluated
+from zerodoctor.rulebook.hints import hint_for
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.signals import StepSeries
 
@@ -35,7 +36,8 @@ def evaluate(rules: list[Rule], values: dict[str, Any], run: str, ranks: list[in
                 steps = None
         except MissingSignal:
             missing = tuple(s for s in rule.condition.signals if s not in values)
-            unevaluated.append(Unevaluated(rule.code, run, missing or (rule.condition.signals[0],)))
+            missing = missing or (rule.condition.signals[0],)
+            unevaluated.append(Unevaluated(rule.code, run, missing, hint_for(missing)))
             continue
         findings.append(_finding(rule, values, run, ranks, steps, summary))
     return findings, unevaluated
@@ -116,6 +118,8 @@ def _finding(rule: Rule, values: dict[str, Any], run: str, ranks: list[int],
         rule=spec.code, name=spec.name, category=spec.category, severity=spec.severity,
         message=rule.message.render(resolve), run=run, evidence=evidence, steps=steps,
         ranks=list(implicated) if implicated else ranks, fixes=fixes,
+        evidence_strength=next((values[f"evidence.{name.split('.')[0]}"] for name in shown
+                                if values.get(f"evidence.{name.split('.')[0]}")), None),
     )
 
 

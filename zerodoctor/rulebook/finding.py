@@ -32,10 +32,13 @@ class Finding:
     steps: list[int] | None = None
     ranks: list[int] = field(default_factory=list)
     fixes: list[Fix] = field(default_factory=list)
+    evidence_strength: str | None = None  # set for console-log runs: what the log could and could not show
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body["fixes"] = [f.to_json() for f in self.fixes]
+        if self.evidence_strength is None:
+            del body["evidence_strength"]
         return body
 
 
@@ -44,6 +47,10 @@ class Unevaluated:
     rule: str
     run: str
     missing: tuple[str, ...]
+    hint: str | None = None  # the switch that would show the missing signals
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "run": self.run, "missing": list(self.missing)}
+        body = {"rule": self.rule, "run": self.run, "missing": list(self.missing)}
+        if self.hint:
+            body["hint"] = self.hint
+        return body

@@ -11,11 +11,11 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from zerodoctor.signals import batch, comms, config, memory, numerics, offload, run
+from zerodoctor.signals import batch, comms, config, evidence, hang, memory, numerics, offload, run, trainer
 from zerodoctor.signals.base import Signal, StepSeries
 from zerodoctor.store.runs import RunData
 
-MODULES: list[ModuleType] = [run, batch, numerics, comms, memory, offload, config]
+MODULES: list[ModuleType] = [run, batch, numerics, comms, memory, offload, config, hang, trainer, evidence]
 
 
 def catalog(modules: list[ModuleType] | None = None) -> dict[str, Signal]:

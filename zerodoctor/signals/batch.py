@@ -41,6 +41,8 @@ def _configured(run: RunData) -> tuple[dict[str, Any], dict[str, Any]]:
     for log in run.events.get("log", []):
         if log.get("what") == "batch_assertion":
             written.update({k: v for k, v in (log.get("data") or {}).items() if k in _KEYS})
+        elif log.get("what") == "trainer_batch":  # what HF Trainer resolved and used, printed in its header
+            resolved.update({k: v for k, v in (log.get("data") or {}).items() if k in _KEYS and resolved[k] is None})
     for k in _KEYS:
         if not isinstance(written[k], int) or isinstance(written[k], bool):
             written[k] = None  # "auto" or a string: not a number DeepSpeed used

@@ -52,7 +52,9 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
     out["fp16.hit_min_scale"] = hit_min
     out.update(_nonfinite(run))
     precision = values.get("run.precision")
-    scaled = hit_min or any(s is not None for s in run.steps.get("loss_scale", []))
+    # Only DeepSpeed's static LossScaler prints "Gradients are non-finite" (sources/deepspeed.py).
+    static_seen = any(e.get("what") == "static_loss_scaler" for e in run.events.get("log", []))
+    scaled = hit_min or static_seen or any(s is not None for s in run.steps.get("loss_scale", []))
     fp16 = precision == "fp16" if precision else (True if scaled else None)
     out["fp16.enabled"] = fp16
     if not fp16:
@@ -61,7 +63,7 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
     if not config and not hit_min:
         scales_seen = {s for s in run.steps.get("loss_scale", []) if s is not None}
         static = scales_seen.pop() if len(scales_seen) == 1 and any(run.steps.get("overflow", [])) else 0
-    out["fp16.dynamic"] = not static
+    out["fp16.dynamic"] = not (static or static_seen)
     out["fp16.static_scale"] = static or None
     min_scale = nested(config, "fp16.min_loss_scale", 1)
     out["fp16.min_loss_scale"] = min_scale

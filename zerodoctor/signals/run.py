@@ -34,7 +34,7 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
     codes = [e["exit_code"] for e in run.events.get("run_end", []) if e.get("exit_code") is not None]
     mem = start.get("device_memory_bytes")
     return {
-        "run.world_size": start.get("world_size") or (len(ranks) or None),
+        "run.world_size": start.get("world_size") or _logged_world_size(run) or (len(ranks) or None),
         "run.ranks_seen": len(ranks) or None,
         "run.zero_stage": stage,
         "run.precision": precision,
@@ -47,3 +47,12 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
         "run.device_name": start.get("device_name"),
         "run.exit_code": max(codes, key=abs) if codes else None,
     }
+
+
+def _logged_world_size(run: RunData) -> int | None:
+    """The world size a console message printed (the batch assertion's D, Trainer's header), when no run_start said."""
+    for log in run.events.get("log", []):
+        world = (log.get("data") or {}).get("world_size")
+        if isinstance(world, int) and world > 0:
+            return world
+    return None

@@ -16,6 +16,7 @@ from zerodoctor.events import Event
 from zerodoctor.sources.jsonl import JsonlParser
 from zerodoctor.sources.lines import MAX_LINE_BYTES, read_lines
 from zerodoctor.sources.rejects import BadLine, Rejected
+from zerodoctor.sources.text import TextParser
 
 SNIFF_BYTES = 64 * 1024
 
@@ -28,7 +29,7 @@ class Parser(Protocol):
     def finish(self) -> tuple[Event, ...] | list[Event]: ...
 
 
-PARSERS: dict[str, Callable[[str | None], Parser]] = {"jsonl": JsonlParser}
+PARSERS: dict[str, Callable[[str | None], Parser]] = {"jsonl": JsonlParser, "text": TextParser}
 
 
 class UnsupportedFormat(ValueError):

@@ -1,0 +1,60 @@
+"""The text parser never raises: random text, binary, keyword soup, and a 20 MB line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.lines import MAX_LINE_BYTES
+
+# Fragments of every dialect's messages, so random lines reach the dialects, not just the prefilter.
+FRAGMENTS = [
+    "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: ", "Grad overflow on iteration ",
+    "Reducing dynamic loss scale from ", "Current loss scale already at minimum", "Exiting run.", " != ",
+    "has to be greater than 0", "step=", ", skipped=", "time (ms) | fwd: ", "| step: ", "RunningAvgSamplesPerSec=",
+    "cache flushes", "MA 1 GB Max_MA 2 GB CA 3 GB Max_CA 4 GB", "DeepSpeedEngine configuration:", "  json = {",
+    "Comm. Op            Message Size        Count", "CUDA out of memory. Tried to allocate ", " GiB", "(GPU ",
+    "is reserved by PyTorch but unallocated", "Failures:", "  rank      : ", "  exitcode  : -", "Root Cause (first",
+    "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=", "{'loss': ", "'grad_norm': nan",
+    "Updating DeepSpeed's gradient accumulation steps to ", "Please correct the following DeepSpeed",
+    "- ds a=1 vs hf b=2", "***** Running training", "  Total train batch size = ", " iteration ",
+    "number of skipped iterations: ", "[rank1]:", "\r", "{", "}", "[", "]", "│", "0", "65536", "-1", "1e309", "nan",
+]
+lines = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=20)), max_size=12).map("".join)
+
+
+def _parse_all(path: Path) -> int:
+    parser = make_parser("text", "fuzz")
+    return sum(len(b.events) + len(b.rejected) for b in read_batches(path, parser))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(lines, max_size=30))
+def test_random_text_never_raises(tmp_path_factory, text_lines: list[str]) -> None:
+    path = tmp_path_factory.mktemp("fuzz") / "console.log"
+    path.write_text("\n".join(text_lines), encoding="utf-8", errors="replace")
+    _parse_all(path)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=4096))
+def test_binary_never_raises(tmp_path_factory, data: bytes) -> None:
+    path = tmp_path_factory.mktemp("bin") / "console.log"
+    path.write_bytes(data)
+    _parse_all(path)
+
+
+def test_a_20_mb_line_is_quarantined_and_parsing_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "console.log"
+    with open(path, "wb") as f:
+        f.write(b"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768 " * 1)
+        f.write(b"x" * (20 * 1024 * 1024) + b"\n")
+        f.write(b"[Rank 0] time (ms) | fwd: 1.00 | bwd: 2.00 | step: 3.00\n")
+    batches = list(read_batches(path, make_parser("text", "big")))
+    rejected = [r for b in batches for r in b.rejected]
+    events = [e for b in batches for e in b.events]
+    assert len(rejected) == 1 and rejected[0].size > MAX_LINE_BYTES
+    assert [e["kind"] for e in events if e["kind"] == "step"] == ["step"]

@@ -1,0 +1,59 @@
+"""Signals, hangs: collective timeouts (NCCL watchdog) and how the ranks ended → which collective, which ranks.
+
+When one rank never enters a collective, every other rank waits in it until the watchdog's
+timeout and reports the same SeqNum; the rank that reports an older SeqNum, or none at all,
+is the one to look at. Exit codes come from ``run_end`` (the probe, or torchrun's summary).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from zerodoctor.signals.base import Signal
+from zerodoctor.store.runs import RunData
+
+SIGNALS = [
+    Signal("hang.collective_timeouts", "events", "collective operations the NCCL watchdog timed out (one per rank)"),
+    Signal("hang.collective", "name", "the collective that timed out (OpType of the most reported SeqNum)"),
+    Signal("hang.seq", "SeqNum", "sequence number of that collective on its process group"),
+    Signal("hang.timeout_s", "s", "the process group's timeout"),
+    Signal("hang.timeout_ranks", "ranks", "ranks whose watchdog reported the timeout"),
+    Signal("hang.timeout_ranks_text", "text", "those ranks, for messages"),
+    Signal("hang.suspect_ranks", "ranks", "ranks stuck on an older collective, or that reported none while others did"),
+    Signal("hang.suspects_text", "text", "the suspects, in words"),
+    Signal("hang.failed_ranks", "ranks", "ranks that exited non-zero or by a signal"),
+]
+
+
+def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
+    timeouts = [e for e in run.events.get("log", []) if e.get("what") == "collective_timeout"]
+    out: dict[str, Any] = {"hang.collective_timeouts": len(timeouts)}
+    ends = run.events.get("run_end", [])
+    failed = sorted({e["rank"] for e in ends if e.get("exit_code") or e.get("signal")})
+    out["hang.failed_ranks"] = failed or None
+    if not timeouts:
+        return out
+    data = [(e["rank"], e.get("data") or {}) for e in timeouts]
+    seq_votes = Counter((d.get("seq"), d.get("op")) for _, d in data)
+    (seq, op), _ = seq_votes.most_common(1)[0]
+    ranks = sorted({r for r, _ in data})
+    out.update({"hang.collective": op, "hang.seq": seq, "hang.timeout_ranks": ranks,
+                "hang.timeout_ranks_text": ", ".join(map(str, ranks))})
+    out["hang.timeout_s"] = next((d["timeout_s"] for _, d in data if d.get("timeout_s") is not None), None)
+    behind = sorted({r for r, d in data if seq is not None and d.get("seq") is not None and d["seq"] < seq})
+    world = values.get("run.world_size")
+    silent = sorted(set(range(world)) - set(ranks)) if isinstance(world, int) and world > len(ranks) else []
+    suspects = sorted(set(behind) | set(silent))
+    out["hang.suspect_ranks"] = suspects or None
+    if suspects:
+        parts = []
+        if behind:
+            parts.append(f"rank(s) {', '.join(map(str, behind))} stuck on an earlier collective")
+        if silent:
+            parts.append(f"rank(s) {', '.join(map(str, silent))} never reported it (not in the collective)")
+        out["hang.suspects_text"] = "; ".join(parts)
+    else:
+        out["hang.suspects_text"] = ("every rank that logged timed out on the same collective: the missing "
+                                     "rank's log, or a rank-dependent branch before it, shows which one did not join")
+    return out

@@ -1,0 +1,43 @@
+"""Signals, trainer: what Hugging Face Trainer and Accelerate refused or silently changed in the DeepSpeed config.
+
+Accelerate overwrites ``gradient_accumulation_steps`` with its own value and says so only at
+INFO; Trainer refuses a config whose values contradict its ``TrainingArguments``. Both come
+from console logs (``sources/hf.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zerodoctor.signals.base import Signal
+from zerodoctor.store.runs import RunData
+
+SIGNALS = [
+    Signal("trainer.grad_accum_changed", "bool", "Accelerate replaced the config's gradient_accumulation_steps"),
+    Signal("trainer.grad_accum_from", "micro-batches", "gradient_accumulation_steps the DeepSpeed config said"),
+    Signal("trainer.grad_accum_to", "micro-batches", "gradient_accumulation_steps Accelerate used instead"),
+    Signal("trainer.batch_ratio", "ratio", "effective batch / the batch the DeepSpeed config describes"),
+    Signal("trainer.config_mismatches", "keys", "DeepSpeed config values that contradict TrainingArguments"),
+    Signal("trainer.mismatch_text", "text", "each contradiction as 'ds key=value vs hf key=value'"),
+    Signal("trainer.mismatch_keys", "text", "the DeepSpeed keys to set to \"auto\""),
+]
+
+
+def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
+    logs = run.events.get("log", [])
+    out: dict[str, Any] = {}
+    updates = [e["data"] for e in logs if e.get("what") == "grad_accum_update" and e.get("data")]
+    out["trainer.grad_accum_changed"] = bool(updates)
+    if updates:
+        was, now = updates[0].get("from"), updates[-1].get("to")
+        out["trainer.grad_accum_from"], out["trainer.grad_accum_to"] = was, now
+        if was and now:
+            out["trainer.batch_ratio"] = now / was
+    rows = [row for e in logs if e.get("what") == "hf_config_mismatch"
+            for row in (e.get("data") or {}).get("mismatches", [])]
+    out["trainer.config_mismatches"] = len(rows)
+    if rows:
+        out["trainer.mismatch_text"] = "; ".join(
+            f"ds {r['ds_key']}={r['ds_value']} vs hf {r['hf_key']}={r['hf_value']}" for r in rows)
+        out["trainer.mismatch_keys"] = ", ".join(dict.fromkeys(r["ds_key"] for r in rows))
+    return out

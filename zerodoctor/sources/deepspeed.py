@@ -1,0 +1,246 @@
+"""Sources, text: DeepSpeed's console messages, every generation → step, log and exception events.
+
+Message templates (DeepSpeed 0.19.8 unless said): ``runtime/fp16/loss_scaler.py`` (OVERFLOW
+lines, the static scaler's "Gradients are non-finite", "Current loss scale already at
+minimum"), ``runtime/fp16/fused_optimizer.py`` / ``unfused_optimizer.py`` ("Grad overflow on
+iteration", "Reducing dynamic loss scale", older "Overflow detected" and "fp16 dynamic loss
+scale overflow!"), pre-0.4 ZeRO's ``[deepscale] OVERFLOW!``, ``runtime/config.py`` (batch
+assertion, "has to be greater than 0"), ``runtime/engine.py`` (``step=N, skipped=K``),
+``utils/timer.py`` (``time (ms) | …``, ``RunningAvgSamplesPerSec``), ``runtime/zero/stage3.py``
+(allocator cache flushes), ``runtime/utils.py`` (``see_memory_usage``). Log prefixes and their
+line numbers move between versions, so nothing here is anchored on them. The config dump and
+the comms table are multi-line blocks, read by ``dsblocks``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from zerodoctor.events import Event
+from zerodoctor.sources.dsblocks import CommsTable, ConfigDump
+from zerodoctor.sources.stepclock import StepClock
+from zerodoctor.sources.text import Context, Line, strip_prefix
+
+NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+GIB = 1 << 30
+MIN_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
+
+_OVERFLOW = re.compile(
+    rf"\[deep(?:speed|scale)\] OVERFLOW!(?: Rank (\d+))? Skipping step\.(?: Attempted loss scale: ({NUM}))?")
+_GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:? (\d+)")
+_REDUCING = re.compile(rf"Reducing dynamic loss scale from ({NUM}) to ({NUM})")
+_STATIC = re.compile(rf"Using static loss scale of: ({NUM})")
+_DETECTED = re.compile(rf"(?:Overflow detected\.|fp16 dynamic loss scale overflow!)(?: Skipping step\.)?"
+                       rf"(?: Attempted loss scale: ({NUM}))?")
+_PROGRESS = re.compile(rf"step=(\d+), skipped=(\d+), lr=\[\s*({NUM})?")
+_TIMERS = re.compile(r"time \(ms\) \|")
+_TIMER = re.compile(rf"\| (\w+): ({NUM})")
+_TPUT = re.compile(rf"global_step=(\d+), RunningAvgSamplesPerSec=({NUM}), CurrSamplesPerSec=({NUM}), "
+                   rf"MemAllocated=({NUM})GB, MaxMemAllocated=({NUM})GB")
+_FLUSHES = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
+_SEE_MEMORY = re.compile(rf"\bMA ({NUM}) GB\s+Max_MA ({NUM}) GB\s+CA ({NUM}) GB\s+Max_CA ({NUM}) GB")
+_NONPOSITIVE = re.compile(r"(Train batch size|Micro batch size per gpu|Gradient accumulation steps): "
+                          r"(-?\d+) has to be greater than 0")
+# Matched on whitespace-free text so hard wraps, rich boxes and the pre-2022 form (no space
+# after "world_size") all read the same.
+_BATCH = re.compile(r"train_batch_sizeisnotequaltomicro_batch_per_gpu\*gradient_acc_step\*world_size"
+                    r"(\d+)!=(\d+)\*(\d+)\*(\d+)")
+_MIN_SCALE = "lossscalealreadyatminimum"
+_SQUEEZE = re.compile(r"[\s│┃|╭╮╰╯─━]+")
+
+# Timer names of every generation → the step field they feed.
+_GLOBAL_TIMERS = {"fwd": "fwd_s", "forward": "fwd_s", "bwd": "bwd_s", "backward": "bwd_s",
+                  "step": "optim_s", "bwd_allreduce": "comm_s", "backward_allreduce": "comm_s"}
+_MICRO_TIMERS = {f"{name}_microstep": key for name, key in _GLOBAL_TIMERS.items()}
+_OPTIM_TIMERS = {"optimizer_allgather": "comm_s", "optimizer_step": "optim_s", "update_optims": "optim_s"}
+_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "world_size")
+_NONPOSITIVE_KEYS = {"Train batch size": "train_batch_size", "Micro batch size per gpu": "train_micro_batch_size_per_gpu",
+                     "Gradient accumulation steps": "gradient_accumulation_steps"}
+
+
+class DeepSpeedDialect:
+    name = "deepspeed"
+    keywords = (b"OVERFLOW!", b"Grad overflow", b"Overflow detected", b"Reducing dynamic loss", b"Using static loss",
+                b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size: ",
+                b"Micro batch size per gpu: ", b"Gradient accumulation steps: ", b", skipped=", b"(ms) |",
+                b"SamplesPerSec", b"pytorch allocator", b"Max_MA", *ConfigDump.keywords, *CommsTable.keywords)
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.clock = StepClock(context)
+        self.config = ConfigDump(context)
+        self.comms = CommsTable(context)
+        self._reported: set[tuple] = set()
+        self._flushes = 0
+
+    @property
+    def holding(self) -> bool:
+        return self.config.holding or self.comms.holding
+
+    def feed(self, line: Line) -> list[Event]:
+        if self.holding:
+            held = self.config.feed(line) if self.config.holding else self.comms.feed(line)
+            if held is not None:
+                return held
+        text = line.text
+        if "verflow" in text or "OVERFLOW" in text or "loss scale" in text:
+            out = self._overflow(line, text)
+            if out is not None:
+                return out
+        if "Exiting run" in text or "Current loss" in text:
+            return self._min_scale(line)
+        if "!=" in text:
+            return self._batch_assertion(line)
+        if "has to be greater" in text:
+            return self._nonpositive(line, text)
+        if ", skipped=" in text:
+            return self._progress(line, text)
+        if "(ms) |" in text:
+            return self._timers(line, text)
+        if "SamplesPerSec" in text:
+            return self._throughput(line, text)
+        if "cache flushes" in text:
+            return self._cache_flushes(line, text)
+        if "Max_MA" in text:
+            return self._memory_usage(line, text)
+        started = self.config.feed(line)
+        if started is not None:
+            return started
+        return self.comms.feed(line) or []
+
+    def finish(self) -> list[Event]:
+        return self.config.finish() + self.clock.flush()
+
+    def _rank(self, line: Line, said: str | None = None) -> int:
+        if said is not None:
+            return int(said)
+        return line.rank if line.rank is not None else 0
+
+    def _overflow(self, line: Line, text: str) -> list[Event] | None:
+        match = _OVERFLOW.search(text)
+        if match:
+            scale = float(match.group(2)) if match.group(2) else None
+            rank = self._rank(line, match.group(1))
+            out = self.clock.add(line, rank, "overflow", {"overflow": True, "loss_scale": scale})
+            if "Gradients are non-finite" in text and self._once(("static",)):
+                # loss_scaler.py LossScaler: the static scaler's own message, whatever the config says
+                out.append(self.context.event("log", line, rank=rank, message=match.group(0), source=self.name,
+                                              level="WARNING", what="static_loss_scaler"))
+            return out
+        match = _GRAD_OVERFLOW.search(text)
+        if match:
+            # cur_iter counts update_scale calls from 0: the optimizer step, 0-based
+            return self.clock.add(line, self._rank(line), "grad_overflow", {"overflow": True},
+                                  step=int(match.group(1)) + 1)
+        match = _REDUCING.search(text)
+        if match:
+            return self.clock.add(line, self._rank(line), "reducing",
+                                  {"overflow": True, "loss_scale": float(match.group(1))})
+        match = _STATIC.search(text)
+        if match:
+            return self.clock.add(line, self._rank(line), "static",
+                                  {"overflow": True, "loss_scale": float(match.group(1))})
+        match = _DETECTED.search(text)
+        if match:
+            scale = float(match.group(1)) if match.group(1) else None
+            return self.clock.add(line, self._rank(line), "detected", {"overflow": True, "loss_scale": scale})
+        return None
+
+    def _same_rank_window(self, line: Line) -> str:
+        """This line and the ones before it from the same rank, without whitespace or box drawing."""
+        parts = []
+        for raw in list(self.context.recent)[:-1]:
+            rank, text = strip_prefix(raw)
+            if rank == line.rank:
+                parts.append(text)
+        parts.append(line.text)
+        return _SQUEEZE.sub("", "".join(parts))
+
+    def _once(self, key: tuple) -> bool:
+        if key in self._reported:
+            return False
+        self._reported.add(key)
+        return True
+
+    def _min_scale(self, line: Line) -> list[Event]:
+        if _MIN_SCALE not in self._same_rank_window(line) or not self._once(("min_scale", line.rank)):
+            return []
+        return self.clock.flush() + [self.context.event("exception", line, type="Exception", message=MIN_SCALE_MESSAGE,
+                                                        step=self.context.step or None)]
+
+    def _batch_assertion(self, line: Line) -> list[Event]:
+        found = _BATCH.findall(self._same_rank_window(line))
+        if not found:
+            return []
+        values = tuple(int(v) for v in found[-1])
+        if not self._once(("batch", line.rank, values)):
+            return []
+        data = dict(zip(_BATCH_KEYS, values))
+        message = "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size " \
+                  "{} != {} * {} * {}".format(*values)
+        return [self.context.event("log", line, message=message, source=self.name, level="ERROR",
+                                   what="batch_assertion", data=data)]
+
+    def _nonpositive(self, line: Line, text: str) -> list[Event]:
+        match = _NONPOSITIVE.search(text)
+        if not match:
+            return []
+        data = {_NONPOSITIVE_KEYS[match.group(1)]: int(match.group(2))}
+        return [self.context.event("log", line, message=match.group(0), source=self.name, level="ERROR",
+                                   what="batch_nonpositive", data=data)]
+
+    def _progress(self, line: Line, text: str) -> list[Event]:
+        match = _PROGRESS.search(text)
+        if not match:
+            return []
+        step, skipped = int(match.group(1)), int(match.group(2))
+        if step == 0:  # printed by deepspeed.initialize: the log starts with the run
+            self.context.anchored = True
+            return []
+        lr = float(match.group(3)) if match.group(3) else None
+        return self.clock.add(line, self._rank(line), "progress", {"lr": lr}, step=step, skipped=skipped)
+
+    def _timers(self, line: Line, text: str) -> list[Event]:
+        if not _TIMERS.search(text) or "fwd_moe" in text:
+            return []  # the MoE forward breakdown repeats fwd; the global line follows it
+        named = {name: float(ms) / 1000.0 for name, ms in _TIMER.findall(text)}
+        for table, tag in ((_GLOBAL_TIMERS, "timers"), (_MICRO_TIMERS, "micro_timers"), (_OPTIM_TIMERS, "optim_timers")):
+            fields = _fields(named, table)
+            if fields:
+                return self.clock.add(line, self._rank(line), tag, fields, closes=tag == "timers")
+        return []
+
+    def _throughput(self, line: Line, text: str) -> list[Event]:
+        match = _TPUT.search(text)
+        if not match:
+            return []
+        step, _, _, allocated, peak = match.groups()
+        return self.clock.add(line, self._rank(line), "tput", {
+            "mem_allocated_bytes": int(float(allocated) * GIB), "mem_peak_bytes": int(float(peak) * GIB)},
+            step=int(step))
+
+    def _cache_flushes(self, line: Line, text: str) -> list[Event]:
+        match = _FLUSHES.search(text)
+        if not match:
+            return []
+        self._flushes += int(match.group(1))  # the warning counts since the last step; the field is cumulative
+        return self.clock.add(line, self._rank(line), "flushes", {"alloc_retries": self._flushes})
+
+    def _memory_usage(self, line: Line, text: str) -> list[Event]:
+        match = _SEE_MEMORY.search(text)
+        if not match:
+            return []
+        keys = ("allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved_bytes")
+        data = {k: int(float(v) * GIB) for k, v in zip(keys, match.groups())}
+        return [self.context.event("log", line, message=match.group(0), source=self.name, what="memory_usage",
+                                   data=data, step=self.context.step or None)]
+
+
+def _fields(named: dict[str, float], table: dict[str, str]) -> dict[str, Any]:
+    fields: dict[str, float] = {}
+    for name, seconds in named.items():
+        key = table.get(name)
+        if key is not None:
+            fields[key] = fields.get(key, 0.0) + seconds
+    return fields

@@ -1,0 +1,155 @@
+"""Sources, text: DeepSpeed's multi-line console blocks → ``run_start`` and ``comm`` events.
+
+The engine's config dump (``runtime/config.py`` ``DeepSpeedConfig.print``: one
+``name ...... value`` line per attribute, then ``json = {`` and the user's config as indented
+JSON over many unprefixed lines) and the comms logger summary (``utils/comms_logging.py``
+``log_all``: 20-character columns, each op name on its own line above its rows). Each block
+holds the parser open until it ends; ``feed`` returns ``None`` for a line it does not take, so
+the line is read as an ordinary one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from zerodoctor.events import Event
+from zerodoctor.sources.text import Context, Line
+
+NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+MAX_BLOCK_LINES = 2000  # a dump that never closes (a truncated log) is let go, not held forever
+_ATTR = re.compile(r"(?:^|\s)(\w+) \.{2,} (.*?)\s*$")
+_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40, "PB": 1 << 50}
+_ROW = re.compile(rf"^\s+({NUM}) ([KMGTP]?B)\s+(\d+)\s+({NUM})\s+({NUM})")
+_OP = re.compile(r"^([A-Za-z_][\w.]*)\s*$")
+_DERIVED = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+class ConfigDump:
+    """``DeepSpeedEngine configuration:`` … ``json = {…}`` → one ``run_start`` (rank 0 prints it)."""
+
+    keywords = (b"DeepSpeedEngine configuration",)
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.holding = False
+        self._attrs: dict[str, str] = {}
+        self._json: list[str] | None = None
+        self._depth = 0
+        self._lines = 0
+        self._line: Line | None = None
+
+    def feed(self, line: Line) -> list[Event] | None:
+        text = line.text
+        if not self.holding:
+            if "DeepSpeedEngine configuration" in text:
+                self._open(line)
+                return []
+            if "json = {" not in text:
+                return None
+            self._open(line)
+        self._lines += 1
+        if self._json is None:
+            at = text.find("json = {")
+            if at >= 0:
+                self._json = []
+                return self._take_json(text[at + len("json = "):])
+            match = _ATTR.search(text)
+            if match:
+                self._attrs[match.group(1)] = match.group(2)
+                return []
+        else:
+            return self._take_json(text)
+        return self._give_up()
+
+    def finish(self) -> list[Event]:
+        return self._emit(None) if self.holding else []
+
+    def _open(self, line: Line) -> None:
+        self.holding, self._attrs, self._json, self._depth, self._lines, self._line = True, {}, None, 0, 0, line
+
+    def _take_json(self, text: str) -> list[Event]:
+        assert self._json is not None
+        self._json.append(text)
+        self._depth += text.count("{") + text.count("[") - text.count("}") - text.count("]")
+        if self._depth <= 0:
+            try:
+                config = json.loads("\n".join(self._json))
+            except ValueError:
+                config = None
+            return self._emit(config if isinstance(config, dict) else None)
+        return self._give_up()
+
+    def _give_up(self) -> list[Event]:
+        return self._emit(None) if self._lines > MAX_BLOCK_LINES else []
+
+    def _emit(self, config: dict[str, Any] | None) -> list[Event]:
+        self.holding = False
+        attrs, line = self._attrs, self._line
+        assert line is not None
+        if config is None and not attrs:
+            return []
+        config = config or {}
+        facts: dict[str, Any] = {"config": config or None, "derived": {k: _int(attrs.get(k)) for k in _DERIVED
+                                                                       if _int(attrs.get(k)) is not None} or None}
+        facts["world_size"] = _int(attrs.get("world_size"))
+        stage = (config.get("zero_optimization") or {}).get("stage", _int(attrs.get("zero_optimization_stage")))
+        facts["zero_stage"] = stage if isinstance(stage, int) else None
+        facts["precision"] = _precision(config, attrs)
+        self.context.facts.update({k: v for k, v in facts.items() if v is not None})
+        return [self.context.event("run_start", line, **facts)]
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _precision(config: dict[str, Any], attrs: dict[str, str]) -> str | None:
+    def on(section: str, attr: str) -> bool:
+        return (config.get(section) or {}).get("enabled") is True or attrs.get(attr, "").startswith(("True", "enabled=True"))
+
+    if on("fp16", "fp16_enabled") or on("fp16", "float16_config"):
+        return "fp16"
+    if on("bf16", "bfloat16_enabled") or on("bfloat16", "bfloat16_config"):
+        return "bf16"
+    return "fp32" if config or attrs else None
+
+
+class CommsTable:
+    """The comms logger summary → one ``comm`` event per (op, message size) row."""
+
+    keywords = (b"Comm. Op",)
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.holding = False
+        self._op: str | None = None
+
+    def feed(self, line: Line) -> list[Event] | None:
+        text = line.text
+        if not self.holding:
+            if "Comm. Op" in text and "Message Size" in text and "Count" in text:
+                self.holding, self._op = True, None
+                return []
+            return None
+        row = _ROW.match(text)
+        if row and self._op:
+            size, unit, count, total_ms, _ = row.groups()
+            calls = int(count)
+            return [self.context.event("comm", line, op=self._op, count=calls,
+                                       bytes=int(float(size) * _UNITS[unit]) * calls, total_s=float(total_ms) / 1000.0,
+                                       step=self.context.step or None)]
+        op = _OP.match(text)
+        if op and not text.startswith(" "):
+            self._op = op.group(1)
+            return []
+        self.holding = False  # a blank line, the straggler section or anything else ends the table
+        return None
+
+    def finish(self) -> list[Event]:
+        self.holding = False
+        return []

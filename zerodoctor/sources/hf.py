@@ -1,0 +1,121 @@
+"""Sources, text: Hugging Face Trainer and Accelerate messages → ``step`` and ``log`` events.
+
+Templates: ``transformers/trainer.py`` (the log dicts ``{'loss': …, 'grad_norm': …,
+'learning_rate': …, 'epoch': …}`` and the ``***** Running training *****`` header),
+``transformers/integrations/deepspeed.py`` (``Please correct the following DeepSpeed config
+values that mismatch TrainingArguments values:`` with ``- ds X=A vs hf Y=B`` lines) and
+``accelerate/accelerator.py`` (``Updating DeepSpeed's gradient accumulation steps to X from Y.``,
+logged at INFO while the effective batch silently changes).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from zerodoctor.events import Event
+from zerodoctor.sources.text import Context, Line
+
+NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_PAIR = re.compile(rf"'(\w+)': (nan|-?inf|{NUM})")
+_TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
+_ACCUM = re.compile(r"Updating DeepSpeed's gradient accumulation steps to (\d+) from (\d+)")
+_MISMATCH = re.compile(r"^\W*- ds (\S+?)=(.*?) vs hf (\S+?)=(.*?)\s*$")
+_HEADER_ROW = re.compile(r"\s{2}([A-Z][\w .&(),-]*?) = ([\d,]+)\s*$")
+_HEADER = {"Instantaneous batch size per device": "train_micro_batch_size_per_gpu",
+           "Total train batch size (w. parallel, distributed & accumulation)": "train_batch_size",
+           "Gradient Accumulation steps": "gradient_accumulation_steps",
+           "Total optimization steps": "max_steps", "Number of trainable parameters": "params"}
+MAX_BLOCK_LINES = 64
+
+
+class HuggingFaceDialect:
+    name = "hf"
+    keywords = (b"{'", b"Updating DeepSpeed's", b"Please correct the following DeepSpeed", b"***** Running training")
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self._block: str | None = None  # "mismatch" or "header" while one is open
+        self._block_line: Line | None = None
+        self._rows: list[Any] = []
+        self._block_lines = 0
+
+    @property
+    def holding(self) -> bool:
+        return self._block is not None
+
+    def feed(self, line: Line) -> list[Event]:
+        text = line.text
+        if self._block is not None:
+            taken = self._block_row(text)
+            if taken:
+                return []
+            out = self._close()
+            return out + self.feed(line)
+        if "{'" in text:
+            return self._log_dict(line, text)
+        if "Updating DeepSpeed's" in text:
+            match = _ACCUM.search(text)
+            if match:
+                to, was = int(match.group(1)), int(match.group(2))
+                return [self.context.event("log", line, message=match.group(0), source=self.name, level="INFO",
+                                           what="grad_accum_update", data={"from": was, "to": to})]
+        if "Please correct the following DeepSpeed" in text:
+            self._open("mismatch", line)
+        elif "***** Running training" in text:
+            self._open("header", line)
+        return []
+
+    def finish(self) -> list[Event]:
+        return self._close() if self._block else []
+
+    def _open(self, block: str, line: Line) -> None:
+        self._block, self._block_line, self._rows, self._block_lines = block, line, [], 0
+
+    def _block_row(self, text: str) -> bool:
+        self._block_lines += 1
+        if self._block_lines > MAX_BLOCK_LINES:
+            return False
+        match = _MISMATCH.match(text) if self._block == "mismatch" else _HEADER_ROW.search(text)
+        if match:
+            self._rows.append(match.groups())
+            return True
+        return self._block == "header" and not self._rows  # the header's first rows may be other settings
+
+    def _close(self) -> list[Event]:
+        block, line, rows = self._block, self._block_line, self._rows
+        self._block = None
+        assert line is not None
+        if block == "mismatch" and rows:
+            data = {"mismatches": [{"ds_key": d, "ds_value": dv, "hf_key": h, "hf_value": hv} for d, dv, h, hv in rows]}
+            message = "DeepSpeed config values mismatch TrainingArguments: " + "; ".join(
+                f"ds {d}={dv} vs hf {h}={hv}" for d, dv, h, hv in rows)
+            return [self.context.event("log", line, message=message, source=self.name, level="ERROR",
+                                       what="hf_config_mismatch", data=data)]
+        if block == "header":
+            data = {_HEADER[k]: int(v.replace(",", "")) for k, v in rows if k in _HEADER}
+            micro, accum, total = (data.get(k) for k in (
+                "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size"))
+            if micro and accum and total and total % (micro * accum) == 0:
+                data["world_size"] = total // (micro * accum)
+            if data:
+                return [self.context.event("log", line, message="***** Running training *****", source=self.name,
+                                           level="INFO", what="trainer_batch", data=data)]
+        return []
+
+    def _log_dict(self, line: Line, text: str) -> list[Event]:
+        at = text.rfind("{'")
+        pairs = dict(_PAIR.findall(text, at))
+        if "loss" not in pairs or any(k.startswith(("eval_", "train_")) for k in pairs):
+            return []
+        # Trainer's tqdm bar, when glued to the dict, says which optimizer step this is.
+        bars = _TQDM_STEP.findall(text, 0, at)
+        step = int(bars[-1][0]) if bars else self.context.step + 1
+        self.context.step = max(self.context.step, step)
+        fields = {"loss": float(pairs["loss"]), "grad_norm": _float(pairs.get("grad_norm")),
+                  "lr": _float(pairs.get("learning_rate"))}
+        return [self.context.event("step", line, step=step, **fields)]
+
+
+def _float(value: str | None) -> float | None:
+    return float(value) if value is not None else None

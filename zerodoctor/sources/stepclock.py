@@ -1,0 +1,124 @@
+"""Sources, text: the facts of one optimizer step, spread over several console lines → one ``step`` event.
+
+DeepSpeed prints a step's facts in a fixed order — the OVERFLOW line(s) inside
+``optimizer.step()``, then ``step=N, skipped=K``, then the throughput line, then the timers —
+and most of them only at some steps or log levels. The clock gathers the lines of one step and
+numbers it: by the number the line prints when it prints one, else by counting. When a line
+reveals steps that printed nothing (``step=50`` after step 40), the gap is filled from the
+``skipped`` count: the missing overflows first, then clean steps, so counts and rates are
+right even where the exact positions inside the gap are not knowable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerodoctor.events import Event
+from zerodoctor.sources.text import Context, Line
+
+# Where in a step each kind of line is printed; a line from earlier in the order than what is
+# already gathered starts the next step.
+ORDER = {"overflow": 0, "grad_overflow": 0, "reducing": 0, "detected": 0, "static": 0, "flushes": 0,
+         "progress": 1, "tput": 2, "optim_timers": 3, "micro_timers": 3, "timers": 4}
+_MICRO = {"fwd_s", "bwd_s", "optim_s", "comm_s"}
+
+
+@dataclass
+class _Pending:
+    line: Line
+    rank: int
+    fields: dict[str, Any] = field(default_factory=dict)
+    micro: dict[str, float] = field(default_factory=dict)
+    tags: set[str] = field(default_factory=set)
+    step: int | None = None
+    skipped: int | None = None
+    order: int = -1
+
+
+class StepClock:
+    """Gathers the lines of one optimizer step and emits its ``step`` event when the step is over."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.pending: _Pending | None = None
+        self.overflows = 0  # overflow steps emitted so far, to compare with DeepSpeed's skipped count
+
+    def add(self, line: Line, rank: int, tag: str, fields: dict[str, Any], *, step: int | None = None,
+            skipped: int | None = None, closes: bool = False) -> list[Event]:
+        """Add one line's facts under ``tag``; returns the events of any step this completes."""
+        out: list[Event] = []
+        p = self.pending
+        if p is not None and self._starts_next(p, tag, fields, step):
+            out += self.flush()
+            p = None
+        if p is None:
+            p = self.pending = _Pending(line, rank)
+        if tag == "micro_timers":
+            for k, v in fields.items():
+                p.micro[k] = p.micro.get(k, 0.0) + v
+        else:
+            p.fields.update({k: v for k, v in fields.items() if v is not None})
+        p.tags.add(tag)
+        p.order = max(p.order, ORDER[tag])
+        p.step = step if step is not None else p.step
+        p.skipped = skipped if skipped is not None else p.skipped
+        if closes:
+            out += self.flush()
+        return out
+
+    def flush(self) -> list[Event]:
+        p, self.pending = self.pending, None
+        if p is None:
+            return []
+        for k, v in p.micro.items():
+            p.fields.setdefault(k, v)
+        if {"fwd_s", "bwd_s", "optim_s"} <= p.fields.keys():
+            p.fields.setdefault("step_time_s", p.fields["fwd_s"] + p.fields["bwd_s"] + p.fields["optim_s"])
+        out: list[Event] = []
+        number = p.step if p.step is not None else self.context.step + 1
+        if p.step is not None and number > self.context.step + 1 and (self.context.anchored or self.context.step):
+            out += self._fill_gap(p, number)
+        elif p.skipped is not None and not p.fields.get("overflow"):
+            p.fields["overflow"] = p.skipped > self.overflows
+        elif "overflow" not in p.fields and self.overflows:
+            p.fields["overflow"] = False  # this log shows overflow lines, and this step printed none
+        if p.fields.get("overflow"):
+            self.overflows += 1
+        if p.skipped is not None:
+            self.overflows = max(self.overflows, p.skipped)
+        if number > self.context.step:
+            self.context.step = number
+        self.context.anchored = True
+        out.append(self.context.event("step", p.line, rank=p.rank, step=number, **p.fields))
+        return out
+
+    def _starts_next(self, p: _Pending, tag: str, fields: dict[str, Any], step: int | None) -> bool:
+        if tag in p.tags and tag != "micro_timers":
+            return True
+        if ORDER[tag] < p.order:
+            return True
+        if step is not None and p.step is not None and step != p.step:
+            return True
+        scale, seen = fields.get("loss_scale"), p.fields.get("loss_scale")
+        return scale is not None and seen is not None and scale != seen
+
+    def _fill_gap(self, p: _Pending, number: int) -> list[Event]:
+        """Steps between the last one seen and ``number`` that printed nothing."""
+        gap = number - self.context.step - 1
+        missing = 0
+        if p.skipped is not None:
+            missing = max(p.skipped - self.overflows - (1 if p.fields.get("overflow") else 0), 0)
+            if missing > gap:
+                p.fields["overflow"] = True
+            elif "overflow" not in p.fields:
+                p.fields["overflow"] = False
+        out = []
+        if p.skipped is None:
+            return out  # nothing says whether they overflowed: leave them unknown, not clean
+        for i in range(gap):
+            flagged = i < missing
+            self.overflows += flagged
+            out.append(self.context.event("step", p.line, rank=p.rank, step=self.context.step + 1 + i,
+                                          overflow=flagged))
+        return out

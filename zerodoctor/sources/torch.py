@@ -1,0 +1,138 @@
+"""Sources, text: PyTorch's console messages → ``oom`` and ``run_end`` events.
+
+CUDA OOM, every generation of ``c10/cuda/CUDACachingAllocator.cpp``'s message: the old
+parenthesis ``(GPU N; X total capacity; X already allocated; X free; X reserved in total by
+PyTorch)`` with or without the ``max_split_size_mb`` hint (as ``RuntimeError`` and as
+``torch.cuda.OutOfMemoryError``), the 2.1 form ("total capacty", sic), and the 2.2+ form
+("GPU N has a total capacity of X of which X is free … Of the allocated memory X is allocated
+by PyTorch, [with X allocated in private pools (e.g., CUDA Graphs),] and X is reserved by
+PyTorch but unallocated"), raised as ``torch.OutOfMemoryError`` since 2.4. Messages wrapped
+over several lines are held per rank until complete; two ranks' glued on one line are split.
+torchrun's failure summary (``torch/distributed/elastic/multiprocessing/errors/__init__.py``,
+``_FAILURE_FORMAT_TEMPLATE``) gives each failed rank's exit code or signal.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from zerodoctor.events import Event
+from zerodoctor.sources.text import Context, Line
+
+NUM = r"\d+(?:\.\d+)?"
+SIZE = rf"({NUM}) ?(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB)"
+_UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "KB": 1 << 10, "MiB": 1 << 20, "MB": 1 << 20,
+          "GiB": 1 << 30, "GB": 1 << 30, "TiB": 1 << 40}
+_START = re.compile(r"(?:\[rank(\d+)\]:\s?)?(?:[\w.]*OutOfMemoryError: )?CUDA out of memory\.")
+_FIELDS = {
+    "requested_bytes": re.compile(rf"Tried to allocate {SIZE}"),
+    "capacity_bytes": re.compile(rf"{SIZE} total capacity|total capaci?ty of {SIZE}"),
+    "free_bytes": re.compile(rf"{SIZE} free\b|of which {SIZE} is free"),
+    "allocated_bytes": re.compile(rf"{SIZE} already allocated|Of the allocated memory {SIZE} is allocated by PyTorch"),
+    "reserved_bytes": re.compile(rf"{SIZE} reserved in total by PyTorch"),
+    "_unallocated": re.compile(rf"and {SIZE} is reserved by PyTorch but unallocated"),
+}
+_DEVICE = re.compile(r"\(GPU (\d+);|GPU (\d+) has a total")
+# Where each generation's numbers end: past these the message is complete.
+_END = re.compile(r"reserved in total by PyTorch\)|is reserved by PyTorch but unallocated")
+MAX_WRAPPED_LINES = 8
+MAX_MESSAGE = 2000
+
+_SUMMARY_START = ("Root Cause (first observed failure)", "Failures:")
+_SUMMARY_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
+_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (-?\d+) \(pid: (\d+)\)")
+_SUMMARY_END = re.compile(r"^\s*={10,}\s*$")
+MAX_SUMMARY_LINES = 400
+
+
+class TorchDialect:
+    name = "torch"
+    keywords = (b"CUDA out of memory", b"Root Cause (first", b"Failures:")
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self._open: dict[int | None, tuple[Line, list[str]]] = {}  # rank → first line, wrapped parts
+        self._summary_lines = -1  # -1: not in a failure summary
+        self._summary_rank: int | None = None
+        self._exited: set[int] = set()
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._open) or self._summary_lines >= 0
+
+    def feed(self, line: Line) -> list[Event]:
+        text = line.text
+        if self._summary_lines >= 0 or any(s in text for s in _SUMMARY_START):
+            return self._summary(line, text)
+        out: list[Event] = []
+        if line.rank in self._open:
+            first, parts = self._open[line.rank]
+            if "CUDA out of memory" in text:  # a new message starts before the last one completed
+                out += self._emit(line.rank)
+            else:
+                parts.append(text)
+                if _END.search(text) or len(parts) >= MAX_WRAPPED_LINES:
+                    out += self._emit(line.rank)
+                return out
+        if "CUDA out of memory" not in text:
+            return out
+        for rank, message in _split(text, line.rank):
+            self._open[rank] = (line, [message])
+            if _END.search(message):
+                out += self._emit(rank)
+        return out
+
+    def finish(self) -> list[Event]:
+        out: list[Event] = []
+        for rank in list(self._open):
+            out += self._emit(rank)
+        self._summary_lines = -1
+        return out
+
+    def _emit(self, rank: int | None) -> list[Event]:
+        line, parts = self._open.pop(rank)
+        message = re.sub(r"\s+", " ", " ".join(p.strip() for p in parts))[:MAX_MESSAGE]
+        fields: dict[str, Any] = {}
+        for name, pattern in _FIELDS.items():
+            match = pattern.search(message)
+            if match:
+                number, unit = [g for g in match.groups() if g is not None][:2]
+                fields[name] = int(float(number) * _UNITS[unit])
+        unallocated = fields.pop("_unallocated", None)
+        if unallocated is not None and "allocated_bytes" in fields:
+            fields["reserved_bytes"] = fields["allocated_bytes"] + unallocated
+        device = _DEVICE.search(message)
+        if device:
+            fields["device"] = int(device.group(1) or device.group(2))
+        return [self.context.event("oom", line, rank=rank, message=message, step=self.context.step or None, **fields)]
+
+    def _summary(self, line: Line, text: str) -> list[Event]:
+        """torchrun's ``ChildFailedError`` box → one ``run_end`` per failed rank."""
+        self._summary_lines += 1
+        if _SUMMARY_END.match(text) and self._summary_lines > 0 or self._summary_lines > MAX_SUMMARY_LINES:
+            self._summary_lines, self._summary_rank = -1, None
+            return []
+        match = _SUMMARY_RANK.match(text)
+        if match:
+            self._summary_rank = int(match.group(1))
+            return []
+        match = _SUMMARY_EXIT.match(text)
+        if not match or self._summary_rank is None or self._summary_rank in self._exited:
+            return []
+        rank, code = self._summary_rank, int(match.group(1))
+        self._exited.add(rank)
+        # A negative exitcode is the signal that killed the rank (-6: SIGABRT from the NCCL watchdog).
+        return [self.context.event("run_end", line, rank=rank, exit_code=code,
+                                   signal=-code if code < 0 else None)]
+
+
+def _split(text: str, rank: int | None) -> list[tuple[int | None, str]]:
+    """Each OOM message on the line with its rank: two ranks' messages are often glued together."""
+    starts = list(_START.finditer(text))
+    out = []
+    for i, match in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+        said = match.group(1)
+        out.append((int(said) if said is not None else rank, text[match.start():end]))
+    return out
