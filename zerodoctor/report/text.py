@@ -13,6 +13,7 @@ from zerodoctor.rulebook.finding import Finding
 
 STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold blue"}
 SHOW_REJECTED = 5
+SHOW_MISSING = 4
 
 
 def finding_line(body: dict) -> str:
@@ -58,9 +59,19 @@ def render(report: Report, console: Console) -> None:
             console.print(f"  … and {len(report.rejected) - SHOW_REJECTED} more")
     if report.unevaluated:
         console.print("[dim]not judged (signal missing):[/]")
+        # one line per remedy, not per rule: a log without a config leaves a dozen config rules
+        # unjudged for the same reason, and one switch shows what several rules need
+        groups: dict[tuple, tuple[list[str], dict[str, None]]] = {}
         for u in report.unevaluated:
-            console.print(f"  [dim]{u.rule} in run {escape(u.run)}: needs {', '.join(u.missing)}[/]"
-                          + (f"\n    [dim]to see it: {escape(u.hint)}[/]" if u.hint else ""))
+            codes, missing = groups.setdefault((u.run, u.hint), ([], {}))
+            codes.append(u.rule)
+            missing.update(dict.fromkeys(u.missing))
+        for (run, hint), (codes, missing) in groups.items():
+            names = list(missing)
+            needs = ", ".join(names[:SHOW_MISSING]) + (f", … {len(names) - SHOW_MISSING} more"
+                                                        if len(names) > SHOW_MISSING else "")
+            console.print(f"  [dim]{', '.join(codes)} in run {escape(run)}: needs {needs}[/]"
+                          + (f"\n    [dim]to see it: {escape(hint)}[/]" if hint else ""))
     counts = Counter(f.severity for f in report.findings)
     events = sum(i.events for i in report.inputs)
     summary = ", ".join(f"{counts[s]} {s}" for s in ("error", "warning", "info") if counts[s]) or "no findings"
