@@ -87,7 +87,10 @@ class Watcher:
             return
         with self.engine.begin() as conn:
             for path, fmt in fresh:
-                self.tails[path] = FileTail(conn, self.ingestor, path, fmt)
+                try:
+                    self.tails[path] = FileTail(conn, self.ingestor, path, fmt)
+                except FileNotFoundError:
+                    continue  # gone between the scan and now; a later scan sees what replaces it
         for run_dir in sorted({path.parent for path, _ in fresh}):
             names = [p.name for p, _ in fresh if p.parent == run_dir]
             log.info("tailing %s: %s", run_dir, ", ".join(names))
@@ -138,7 +141,10 @@ class Watcher:
                 continue
             self._changed.discard(name)
             started = time.monotonic()
-            self._judge_run(name)
+            try:
+                self._judge_run(name)
+            except Exception:  # noqa: BLE001 - one run's failure must not stop a days-long watch
+                log.exception("judging run %s failed; it is judged again when its next events arrive", name)
             cost = time.monotonic() - started
             self._judged_at[name] = time.monotonic()
             self._interval[name] = max(self.judge_every_s, 4 * cost)

@@ -1,0 +1,218 @@
+"""Benchmark: ``zerodoctor watch`` live — ingest from 64 writers, event-to-finding latency, RSS over a soak.
+
+Baseline, measured in the same run on the same lines: the store's single-threaded ingest
+(``diagnosis.ingest_file``, what ``diagnose --db`` does) of the 64 finished files into a
+WAL store like watch's. Then a real ``zerodoctor watch`` subprocess:
+
+1. sustained ingest: 4 writer processes append to 64 rank files as fast as they can;
+   events/s = events / (first write → last event committed). Target ≥ 100k events/s.
+2. latency: with 64 ranks writing at a training-like pace in the background, a NaN step
+   is appended to a probe run every half second; latency = append → ZD204 line printed.
+   Target p95 ≤ 1 s.
+3. soak: the background writers keep going for ``--soak`` seconds; watch's RSS is read at
+   the start and at the end. It must stay flat.
+
+    python bench/watch.py [--events-per-file 20000] [--probes 20] [--soak 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+FILES = 64
+WRITERS = 4
+STEP = ('{"v":1,"t":%.3f,"run":"%s","rank":%d,"kind":"step","step":%d,"micro_batches":4,"samples":8,'
+        '"loss":%.5f,"lr":0.0001,"loss_scale":65536.0,"overflow":false,"grad_norm":1.1,"step_time_s":0.5,'
+        '"fwd_s":0.1,"bwd_s":0.2,"optim_s":0.05,"comm_s":0.15,"mem_allocated_bytes":10000000000,'
+        '"mem_reserved_bytes":12000000000,"mem_peak_bytes":11000000000,"alloc_retries":0}\n')
+NAN_STEP = '{"v":1,"t":%.3f,"run":"%s","rank":0,"kind":"step","step":%d,"loss":NaN,"samples":8}\n'
+
+
+# -- writers (this file run with --writer) ---------------------------------------------
+
+def writer(run_dir: Path, ranks: range, steps: int, steps_per_s: float, first_step: int) -> None:
+    """Append ``steps`` step lines to each rank file; 0 steps/s means as fast as possible."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    outs = {r: open(run_dir / f"rank-{r}.jsonl", "a") for r in ranks}
+    started = time.monotonic()
+    chunk = 200 if steps_per_s == 0 else 1
+    for base in range(first_step, first_step + steps, chunk):
+        now = time.time()
+        for rank, out in outs.items():
+            out.write("".join(STEP % (now, run_dir.name, rank, s, 2.5 - s * 1e-6)
+                              for s in range(base, min(base + chunk, first_step + steps))))
+            out.flush()
+        if steps_per_s:
+            ahead = started + (base - first_step + 1) / steps_per_s - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+    for out in outs.values():
+        out.close()
+
+
+def start_writers(run_dir: Path, steps: int, steps_per_s: float, first_step: int = 1) -> list[subprocess.Popen]:
+    per = FILES // WRITERS
+    return [subprocess.Popen([sys.executable, __file__, "--writer", str(run_dir), str(w * per), str(per), str(steps),
+                              str(steps_per_s), str(first_step)]) for w in range(WRITERS)]
+
+
+# -- measurements ----------------------------------------------------------------------
+
+def baseline(folder: Path) -> float:
+    """events/s of single-threaded ingest of the finished files into a WAL store."""
+    from zerodoctor.diagnosis import ingest_file
+    from zerodoctor.store.db import open_engine
+    from zerodoctor.store.ingest import Ingestor
+
+    engine = open_engine(folder / "baseline.db")
+    ingestor = Ingestor()
+    paths = sorted((folder / "runs" / "load").glob("rank-*.jsonl"))
+    started = time.perf_counter()
+    events = sum(ingest_file(engine, ingestor, p, "jsonl")["events"] for p in paths)
+    elapsed = time.perf_counter() - started
+    engine.dispose()
+    return events / elapsed
+
+
+def stored_events(db: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+        return conn.execute("SELECT COALESCE(SUM(events), 0) FROM files").fetchone()[0]
+
+
+class Watch:
+    """A ``zerodoctor watch`` subprocess whose stdout lines are time-stamped as they arrive."""
+
+    def __init__(self, runs: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "zerodoctor", "watch", "-q", str(runs)],
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.lines: list[tuple[float, str]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.ps = psutil.Process(self.proc.pid)
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append((time.time(), line))
+
+    def rss_mib(self) -> float:
+        return self.ps.memory_info().rss / 2**20
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        return self.proc.wait(timeout=60)
+
+
+def wait_until(check, timeout: float, every: float = 0.05) -> float:  # noqa: ANN001 - a callable
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"benchmark: timed out after {timeout}s")
+        time.sleep(every)
+    return time.monotonic()
+
+
+def sustained(runs: Path, db: Path, steps: int) -> tuple[float, float, float]:
+    """(events/s, writers' own events/s, seconds) for 64 files written flat out while watched."""
+    total = FILES * steps
+    started = time.monotonic()
+    writers = start_writers(runs / "load", steps, 0)
+    for w in writers:
+        w.wait()
+    written = time.monotonic()
+    done = wait_until(lambda: stored_events(db) >= total, timeout=600)
+    return total / (done - started), total / (written - started), done - started
+
+
+def latency(runs: Path, watch: Watch, probes: int) -> list[float]:
+    """Seconds from a NaN step appended to its finding printed, one probe run each."""
+    for i in range(probes):
+        (runs / f"probe-{i}").mkdir()
+        with open(runs / f"probe-{i}" / "rank-0.jsonl", "a") as f:
+            f.writelines(STEP % (time.time(), f"probe-{i}", 0, s, 2.0) for s in range(1, 11))
+    time.sleep(1.5)  # the probe runs are discovered and judged healthy
+    written: dict[str, float] = {}
+    for i in range(probes):
+        name = f"probe-{i}"
+        with open(runs / name / "rank-0.jsonl", "a") as f:
+            written[name] = time.time()
+            f.write(NAN_STEP % (written[name], name, 11))
+        time.sleep(0.5)
+    wait_until(lambda: sum("ZD204" in line for _, line in watch.lines) >= probes, timeout=30)
+    printed = {}
+    for t, line in watch.lines:
+        for name in written:
+            if f"run {name} " in line and name not in printed:
+                printed[name] = t
+    return [printed[n] - written[n] for n in written]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events-per-file", type=int, default=20_000, help="step lines per file in the ingest phase")
+    ap.add_argument("--probes", type=int, default=20, help="NaN steps timed in the latency phase")
+    ap.add_argument("--pace", type=float, default=10.0, help="steps/s per rank of the background writers")
+    ap.add_argument("--soak", type=float, default=60.0, help="seconds of the soak")
+    args = ap.parse_args()
+
+    folder = Path(tempfile.mkdtemp(prefix="zd-bench-watch-"))
+    runs, db = folder / "runs", folder / "runs" / "zerodoctor.db"
+    runs.mkdir()
+    watch = Watch(runs)
+    background: list[subprocess.Popen] = []
+    try:
+        wait_until(db.exists, timeout=60)
+        rate, write_rate, seconds = sustained(runs, db, args.events_per_file)
+        base = baseline(folder)
+
+        background = start_writers(runs / "live", int(args.pace * (args.soak + 30)), args.pace)
+        time.sleep(2)
+        rss_start = watch.rss_mib()
+        soak_start = time.monotonic()
+        lat = sorted(latency(runs, watch, args.probes))
+        remaining = args.soak - (time.monotonic() - soak_start)
+        if remaining > 0:
+            time.sleep(remaining)
+        rss_end = watch.rss_mib()
+        soaked = time.monotonic() - soak_start
+    finally:
+        for w in background:
+            w.kill()
+        code = watch.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))]
+    total = FILES * args.events_per_file
+    print(f"\nzerodoctor watch, {FILES} files, {os.cpu_count()} CPUs, exit code on SIGTERM {code}\n")
+    print(f"{'measure':<44} {'value':>12} {'baseline':>12} {'ratio':>7} {'target':>10}")
+    print(f"{'ingest events/s (' + str(total) + ' events, 64 writers)':<44} {rate:>12,.0f} {base:>12,.0f} "
+          f"{rate / base:>7.2f} {'>= 100k':>10}")
+    print(f"{'  writers alone, events/s':<44} {write_rate:>12,.0f} {'':>12} {'':>7} {'':>10}")
+    print(f"{'  first write -> all committed, s':<44} {seconds:>12.2f} {total / base:>12.2f} "
+          f"{seconds / (total / base):>7.2f} {'':>10}")
+    print(f"{'latency p50 s (' + str(len(lat)) + ' probes, 64 ranks @ ' + str(args.pace) + ' steps/s)':<44} "
+          f"{statistics.median(lat):>12.3f} {'':>12} {'':>7} {'':>10}")
+    print(f"{'latency p95 s':<44} {p95:>12.3f} {'':>12} {'':>7} {'<= 1':>10}")
+    print(f"{'latency max s':<44} {lat[-1]:>12.3f} {'':>12} {'':>7} {'':>10}")
+    print(f"{'RSS MiB, soak start':<44} {rss_start:>12.1f} {'':>12} {'':>7} {'':>10}")
+    print(f"{'RSS MiB, soak end (' + f'{soaked:.0f}' + ' s)':<44} {rss_end:>12.1f} {rss_start:>12.1f} "
+          f"{rss_end / rss_start:>7.2f} {'flat':>10}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--writer":
+        run_dir, first_rank, count, steps, pace, first = sys.argv[2:8]
+        writer(Path(run_dir), range(int(first_rank), int(first_rank) + int(count)), int(steps), float(pace), int(first))
+    else:
+        main()

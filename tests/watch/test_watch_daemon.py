@@ -1,0 +1,168 @@
+"""Watch as a user runs it: a real subprocess, the real observer, SIGKILL, SIGTERM/SIGINT, two watchers."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.watch.conftest import (
+    ENV,
+    append,
+    checksum,
+    start_watch,
+    step_line,
+    stop,
+    stored_steps,
+    wait_for,
+)
+
+WRITER = Path(__file__).with_name("writer.py")
+
+
+def start_writer(run_dir: Path, files: int, lines: int, seconds: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(WRITER), str(run_dir), str(files), str(lines), str(seconds)],
+                            env=ENV)
+
+
+def status_json(db: Path) -> dict:
+    proc = run_cli("status", "--db", str(db), "--format", "json", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def stored_count(db: Path) -> int:
+    if not db.exists():
+        return 0
+    return sum(f["events"] for run in status_json(db)["runs"] for f in run["files"])
+
+
+def written(runs: Path) -> list[tuple[str, int, int]]:
+    """(run, rank, step) of every complete line on disk."""
+    out = []
+    for path in sorted(runs.glob("*/rank-*.jsonl")):
+        for line in path.read_text().splitlines(keepends=True):
+            if line.endswith("\n"):
+                event = json.loads(line)
+                out.append((event["run"], event["rank"], event["step"]))
+    return out
+
+
+def test_sigkill_repeatedly_while_ranks_write_stores_every_line_once(tmp_path):
+    runs, db = tmp_path / "runs", tmp_path / "runs" / "zerodoctor.db"
+    runs.mkdir()
+    writers = [start_writer(runs / name, 4, 1500, 5.0) for name in ("a", "b")]
+    rng = random.Random(7)
+    kills = 0
+    try:
+        while any(w.poll() is None for w in writers) and kills < 8:
+            watch = start_watch(str(runs))
+            time.sleep(rng.uniform(0.3, 1.0))  # some kills land during start-up, most during ingest
+            watch.kill()
+            watch.communicate(timeout=10)
+            assert watch.returncode == -signal.SIGKILL
+            kills += 1
+    finally:
+        for w in writers:
+            assert w.wait(timeout=30) == 0
+    assert kills >= 5
+    final = run_cli("watch", "--once", "-q", str(runs), timeout=60)
+    assert final.returncode == 0, final.stderr
+
+    lines = written(runs)
+    assert len(lines) == 2 * 4 * 1500
+    report = status_json(db)
+    assert sorted(r["run"] for r in report["runs"]) == ["a", "b"]
+    assert sum(f["events"] for r in report["runs"] for f in r["files"]) == len(lines)
+    assert all(f["offset"] == Path(f["path"]).stat().st_size for r in report["runs"] for f in r["files"])
+    rows = stored_steps(db)
+    assert [row for row, n in Counter(rows).items() if n > 1] == []
+    assert checksum(rows) == checksum(lines)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_cleanly_mid_ingest_with_offsets_matching_rows(tmp_path, sig):
+    runs, db = tmp_path / "runs", tmp_path / "runs" / "zerodoctor.db"
+    for rank in range(4):
+        append(runs / "big" / f"rank-{rank}.jsonl", "big", rank, range(1, 40_001))
+    watch = start_watch("-q", str(runs))
+    wait_for(lambda: stored_count(db) > 0, timeout=30)
+    started = time.monotonic()
+    code, _, err = stop(watch, sig)
+    assert code == 0, err
+    assert time.monotonic() - started < 10
+    # Whatever was committed is whole: each file's stored events are exactly the lines before its offset.
+    by_file = Counter()
+    for _, rank, _ in stored_steps(db):
+        by_file[rank] += 1
+    for f in status_json(db)["runs"][0]["files"]:
+        with open(f["path"], "rb") as fh:
+            lines_before_offset = fh.read(f["offset"]).count(b"\n")
+        rank = int(Path(f["path"]).stem.split("-")[1])
+        assert f["events"] == by_file[rank] == lines_before_offset
+    assert stored_count(db) < 4 * 40_000, "stopped before the end, or the test proves nothing"
+
+
+def test_two_watchers_on_one_store_second_refuses(tmp_path):
+    runs = tmp_path / "runs"
+    append(runs / "r" / "rank-0.jsonl", "r", 0, range(1, 50))
+    first = start_watch(str(runs))
+    try:
+        wait_for(lambda: stored_count(runs / "zerodoctor.db") == 49)
+        for extra in ((), ("--once",)):
+            second = run_cli("watch", *extra, str(runs), timeout=30)
+            assert second.returncode == 2
+            assert f"pid {first.pid}" in second.stderr and "already writing" in second.stderr
+        assert stored_count(runs / "zerodoctor.db") == 49
+    finally:
+        code, _, err = stop(first)
+    assert code == 0, err
+
+
+def test_64_files_written_at_once_and_a_finding_printed_once(tmp_path):
+    runs, db = tmp_path / "runs", tmp_path / "runs" / "zerodoctor.db"
+    runs.mkdir()
+    watch = start_watch(str(runs))
+    try:
+        wait_for(lambda: db.exists())
+        writer = start_writer(runs / "wide", 64, 200, 1.0)  # directory and files created while watched
+        assert writer.wait(timeout=30) == 0
+        wait_for(lambda: stored_count(db) == 64 * 200, timeout=30)
+        with open(runs / "wide" / "rank-5.jsonl", "a") as f:
+            f.write(step_line("wide", 5, 201, loss=float("nan")))
+        wait_for(lambda: status_json(db)["runs"][0]["findings"], timeout=10)
+        append(runs / "wide" / "rank-5.jsonl", "wide", 5, range(202, 205))
+        wait_for(lambda: stored_count(db) == 64 * 200 + 4, timeout=10)
+    finally:
+        code, out, err = stop(watch)
+    assert code == 0, err
+    assert out.count("ZD204") == 1 and "run wide" in out
+    rows = stored_steps(db)
+    assert len(set(rows)) == len(rows) == 64 * 200 + 4
+
+
+def test_run_directory_removed_while_watched_by_the_observer(tmp_path):
+    runs, db = tmp_path / "runs", tmp_path / "runs" / "zerodoctor.db"
+    append(runs / "gone" / "rank-0.jsonl", "gone", 0, range(1, 11))
+    append(runs / "stays" / "rank-0.jsonl", "stays", 0, range(1, 11))
+    watch = start_watch(str(runs))
+    try:
+        wait_for(lambda: stored_count(db) == 20)
+        shutil.rmtree(runs / "gone")
+        append(runs / "stays" / "rank-0.jsonl", "stays", 0, range(11, 16))
+        append(runs / "new" / "rank-0.jsonl", "new", 0, range(1, 4))
+        wait_for(lambda: stored_count(db) == 28)
+    finally:
+        code, _, err = stop(watch)
+    assert code == 0, err
+    assert "gone/rank-0.jsonl is gone" in err
+    assert {r["run"] for r in status_json(db)["runs"]} == {"gone", "stays", "new"}
