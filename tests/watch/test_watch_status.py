@@ -1,0 +1,50 @@
+"""Status: what the store holds per run and file, as text for people and as the JSON contract."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import run_cli
+from tests.watch.conftest import append, step_line
+
+
+def test_status_json_contract_and_text_reasons(tmp_path):
+    runs = tmp_path / "runs"
+    log = runs / "r1" / "rank-0.jsonl"
+    append(log, "r1", 0, range(1, 6))
+    with open(log, "a") as f:
+        f.write("not json\n" + '{"v": 1, "t": 1, "run": "r1", "rank": 0, "kind": "teleport"}\n'
+                + step_line("r1", 0, 6, loss=float("nan")))
+    append(runs / "r2" / "rank-0.jsonl", "r2", 0, range(1, 3))
+    assert run_cli("watch", "--once", "-q", str(runs)).returncode == 0
+
+    shown = run_cli("status", "--db", str(runs / "zerodoctor.db"), "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert [r["run"] for r in report["runs"]] == ["r1", "r2"]
+    r1 = report["runs"][0]
+    assert set(r1) == {"run", "files", "findings", "last_event_t"}
+    assert r1["files"] == [{"path": str(log.resolve()), "events": 6, "quarantined": 2, "offset": log.stat().st_size}]
+    assert [f["rule"] for f in r1["findings"]] == ["ZD204"] and r1["findings"][0]["severity"] == "error"
+    assert r1["last_event_t"] == 1006.0
+    assert report["runs"][1]["findings"] == []
+
+    text = run_cli("status", "--db", str(runs / "zerodoctor.db")).stdout
+    assert "1 error" in text and "no findings" in text
+    assert "line 6: invalid JSON" in text and "line 7: unknown kind 'teleport'" in text
+
+
+def test_file_outside_a_run_directory_belongs_to_the_runs_it_holds(tmp_path):
+    loose = tmp_path / "copied-from-cluster.jsonl"
+    loose.write_text("".join(step_line("abc", 0, s) for s in range(1, 4)))
+    db = tmp_path / "store.db"
+    assert run_cli("diagnose", "--db", str(db), "--fail-on", "never", str(loose)).returncode == 0
+    report = json.loads(run_cli("status", "--db", str(db), "--format", "json").stdout)
+    assert [(r["run"], [f["events"] for f in r["files"]]) for r in report["runs"]] == [("abc", [3])]
+
+
+def test_status_without_a_store_is_a_usage_error(tmp_path):
+    proc = run_cli("status", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "runs/zerodoctor.db: no store there" in proc.stderr
+    assert not (tmp_path / "runs").exists()
