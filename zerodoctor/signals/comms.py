@@ -14,7 +14,7 @@ from zerodoctor.store.runs import RunData
 SIGNALS = [
     Signal("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
     Signal("comm.step_s", "s", "time in collectives per step (median)"),
-    Signal("comm.compute_s", "s", "forward + backward + optimizer time per step (median)"),
+    Signal("comm.compute_s", "s", "forward + backward + optimizer time outside collectives, per step (median)"),
     Signal("comm.top_op", "name", "collective with the most time"),
     Signal("comm.top_op_share", "ratio", "share of collective time spent in comm.top_op"),
     Signal("comm.prefetch_bucket_size", "elements", "stage3_prefetch_bucket_size in effect (default 5e7)"),
@@ -32,9 +32,12 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
     out["comm.fraction"] = fraction
     present = StepSeries.of(steps, comm)
     out["comm.step_s"] = present.summary if present else None
+    # Collectives run inside forward (ZeRO-3 all-gathers) and backward (reductions), so the
+    # compute that comm competes with is the phases' time minus the time in collectives.
     compute_s = [
-        sum(x for x in parts if x is not None) if any(x is not None for x in parts) else None
-        for parts in zip(run.steps.get("fwd_s", []), run.steps.get("bwd_s", []), run.steps.get("optim_s", []))
+        max(sum(x for x in parts if x is not None) - (c or 0.0), 0.0) if any(x is not None for x in parts) else None
+        for *parts, c in zip(run.steps.get("fwd_s", []), run.steps.get("bwd_s", []), run.steps.get("optim_s", []),
+                             comm or [None] * len(steps))
     ]
     compute_series = StepSeries.of(steps, compute_s)
     out["comm.compute_s"] = compute_series.summary if compute_series else None
