@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 rules_app = typer.Typer(help="List and explain the rules.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
+plugins_app = typer.Typer(help="Show the plugins zerodoctor loaded.", no_args_is_help=True)
+app.add_typer(plugins_app, name="plugins")
 
 
 class Format(str, Enum):
@@ -132,6 +134,7 @@ def watch(
     poll: bool = typer.Option(False, "--poll", help="Poll instead of inotify (network filesystems; keep --db local)."),
     full: bool = typer.Option(False, "--full", help="Print each new finding as diagnose's full block, not one line."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Log only problems (quarantined lines, errors)."),
+    table: bool = typer.Option(False, "--table", help="On a terminal, keep a live table of runs below the findings."),
 ) -> None:
     """Tail run directories into the store; print each new finding once, as the run goes."""
     import logging
@@ -158,7 +161,22 @@ def watch(
         with writer_lock(url):
             watcher = Watcher(open_engine(url), [d.absolute() for d in dirs], loaded, announce)
             stop_on_signals(watcher)
-            watcher.once() if once else watcher.serve(polling=poll)
+            if once:
+                watcher.once()
+            elif table and console.is_terminal:
+                from rich.live import Live
+
+                from zerodoctor.report.status import collect, table as runs_table
+
+                with Live(console=console, auto_refresh=False) as live:
+
+                    def redraw() -> None:
+                        with watcher.engine.connect() as conn:
+                            live.update(runs_table(collect(conn)), refresh=True)
+
+                    watcher.serve(polling=poll, every_tick=redraw)
+            else:
+                watcher.serve(polling=poll)
     except StoreBusy as exc:
         raise fail(str(exc)) from None
 
@@ -327,7 +345,25 @@ def rules_show(
     typer.echo(r.spec.doc.rstrip())
 
 
+@plugins_app.command("list")
+def plugins_list(
+    fmt: Format = typer.Option(Format.text, "--format", help="Output format (text or json)."),
+) -> None:
+    """List loaded plugins (built-ins first), where each comes from and the hooks it implements."""
+    from zerodoctor import plugins
+
+    infos = plugins.listing()
+    if fmt is Format.json:
+        typer.echo(json.dumps([{"name": i.name, "origin": i.origin, "hooks": list(i.hooks)} for i in infos], indent=2))
+        return
+    for i in infos:
+        typer.echo(f"{i.name:<28} {i.origin:<32} {', '.join(i.hooks)}")
+
+
 def main() -> None:
+    from zerodoctor import plugins
+
+    plugins.hook().register_commands(app=app)
     app(prog_name="zerodoctor")
 
 

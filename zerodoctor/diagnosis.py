@@ -16,21 +16,17 @@ from typing import Any, Iterator
 
 from sqlalchemy import Engine, select
 
-from zerodoctor import signals
+from zerodoctor import plugins, signals
 from zerodoctor.rulebook.engine import evaluate
 from zerodoctor.rulebook.finding import Finding, Unevaluated
-from zerodoctor.rulebook.loader import Rule, builtin_rules_dir, load_rules
-from zerodoctor.sources import UnsupportedFormat, detect_format, make_parser, read_batches
+from zerodoctor.rulebook.loader import Rule, load_rules
+from zerodoctor.sources import UnsupportedFormat, detect_format, make_parser, read_batches, run_files, run_id_for, source_patterns
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.runs import list_runs, load_run
 from zerodoctor.store.schema import quarantine
-
-RUN_FILE_GLOB = "rank-*.jsonl"
-CONSOLE_LOG = "console.log"
-
 
 class InputError(ValueError):
     """An input path that cannot be diagnosed; the message names it."""
@@ -54,22 +50,21 @@ class Report:
 
 
 def rules_from(extra_dirs: list[Path] | None = None) -> list[Rule]:
-    return load_rules([builtin_rules_dir(), *(extra_dirs or [])], signals.catalog())
+    """The core's and plugins' rules (``register_rules``), plus ``extra_dirs``, all checked the same way."""
+    dirs = plugins.collected(plugins.hook().register_rules())
+    return load_rules([*dirs, *(extra_dirs or [])], signals.catalog())
 
 
 def expand_inputs(paths: list[Path], input_format: str | None = None) -> list[tuple[Path, str]]:
-    """Run directories become their rank files; each file gets its format (detected or forced)."""
+    """Run directories become their files (``sources.run_files``); each file gets its format (detected or forced)."""
     out: list[tuple[Path, str]] = []
     for path in paths:
         if path.is_dir():
-            files = sorted(path.glob(RUN_FILE_GLOB))
-            if files:
-                out += [(f, input_format or "jsonl") for f in files]
-            elif (path / CONSOLE_LOG).is_file():
-                # No events (the run was not under `zerodoctor run`): its console is the next best evidence.
-                out.append((path / CONSOLE_LOG, input_format or detect_format(path / CONSOLE_LOG)))
-            else:
-                raise InputError(f"{path}: no {RUN_FILE_GLOB} files and no {CONSOLE_LOG} in this directory")
+            files = run_files(path)
+            if not files:
+                patterns = ", ".join(p for p, _ in source_patterns())
+                raise InputError(f"{path}: none of {patterns} in this directory")
+            out += [(f, input_format or fmt) for f, fmt in files]
         elif path.is_file():
             out.append((path, input_format or detect_format(path)))
         else:
@@ -92,8 +87,7 @@ def _gc_paused() -> Iterator[None]:
 def ingest_file(engine: Engine, ingestor: Ingestor, path: Path, fmt: str, *, final: bool = True) -> dict:
     """Read ``path`` from its stored offset to the end, one transaction per batch."""
     try:
-        parser = make_parser(fmt, run_id=path.parent.name if path.name.startswith("rank-") or path.name == CONSOLE_LOG
-                             else path.stem)
+        parser = make_parser(fmt, run_id=run_id_for(path))
     except UnsupportedFormat as exc:
         raise InputError(f"{path}: {exc}") from None
     with engine.begin() as conn:

@@ -48,3 +48,20 @@ def test_status_without_a_store_is_a_usage_error(tmp_path):
     assert proc.returncode == 2
     assert "runs/zerodoctor.db: no store there" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_live_table_has_one_row_per_run_with_its_counts(tmp_path):
+    from rich.console import Console
+
+    from zerodoctor.report.status import FileStatus, RunStatus, table
+
+    statuses = [RunStatus("r1", [FileStatus("a", 5, 2, 10), FileStatus("b", 7, 0, 10)],
+                          [{"severity": "error"}, {"severity": "warning"}, {"severity": "error"}], 100.0),
+                RunStatus("r2")]
+    console = Console(record=True, width=120)
+    console.print(table(statuses, now=160.0))
+    rows = [line.split("│")[1:-1] for line in console.export_text().splitlines() if line.startswith("│")]
+    assert [[cell.strip() for cell in row] for row in rows] == [
+        ["r1", "2", "12", "2", "2", "1", "1 min ago"],
+        ["r2", "0", "0", "0", "0", "0", "-"],
+    ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 from sqlalchemy import Connection, func, select, union
 
 from zerodoctor.report.text import finding_line
@@ -115,6 +116,18 @@ def render(statuses: list[RunStatus], console: Console, now: float | None = None
                 console.print(f"      [dim]line {line}: {escape(reason)}[/]")
         for body in s.findings:
             console.print("  " + finding_line(body))
+
+
+def table(statuses: list[RunStatus], now: float | None = None) -> Table:
+    """One row per run, for ``watch --table``'s live display."""
+    now = time.time() if now is None else now
+    out = Table("run", "files", "events", "quarantined", "errors", "warnings", "last event", title="zerodoctor watch")
+    for s in statuses:
+        counts = Counter(f["severity"] for f in s.findings)
+        out.add_row(escape(s.run), str(len(s.files)), str(sum(f.events for f in s.files)),
+                    str(sum(f.quarantined for f in s.files)), str(counts["error"]), str(counts["warning"]),
+                    "-" if s.last_event_t is None else f"{_ago(now - s.last_event_t)} ago")
+    return out
 
 
 def _ago(seconds: float) -> str:

@@ -2,21 +2,22 @@
 
 A parser turns one line into zero or more events (``feed``) and may hold state across
 lines (a wrapped message, a traceback), released by ``finish`` at end of input. Parsers
-are registered by format name; ``detect_format`` picks one from the content.
+come from the ``register_parsers`` hook by format name; ``detect_format`` picks one from
+the content, ``run_files`` the files of a run directory (``register_sources``).
 """
 
 from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Protocol
 
+from zerodoctor import plugins
 from zerodoctor.events import Event
-from zerodoctor.sources.jsonl import JsonlParser
 from zerodoctor.sources.lines import MAX_LINE_BYTES, read_lines
 from zerodoctor.sources.rejects import BadLine, Rejected
-from zerodoctor.sources.text import TextParser
 
 SNIFF_BYTES = 64 * 1024
 
@@ -29,7 +30,32 @@ class Parser(Protocol):
     def finish(self) -> tuple[Event, ...] | list[Event]: ...
 
 
-PARSERS: dict[str, Callable[[str | None], Parser]] = {"jsonl": JsonlParser, "text": TextParser}
+def parsers() -> dict[str, Callable[[str | None], Parser]]:
+    """Parser factories by format name, the core's and every plugin's."""
+    return plugins.merged(plugins.hook().register_parsers())
+
+
+def run_files(directory: Path) -> list[tuple[Path, str]]:
+    """The files of a run directory to read: those of the first source pattern that matches any.
+
+    Rank event files win over ``console.log``: reading both would count every step twice.
+    """
+    known = parsers()
+    for pattern, fmt in source_patterns():
+        found = sorted(directory.glob(pattern))
+        if found and fmt in known:
+            return [(path, fmt) for path in found]
+    return []
+
+
+def source_patterns() -> list[tuple[str, str]]:
+    """``(glob, format)`` of the files a run directory may hold, preferred first."""
+    return plugins.collected(plugins.hook().register_sources())
+
+
+def run_id_for(path: Path) -> str:
+    """A run directory's file belongs to the run the directory names; a loose file names its own."""
+    return path.parent.name if any(fnmatch(path.name, p) for p, _ in source_patterns()) else path.stem
 
 
 class UnsupportedFormat(ValueError):
@@ -58,11 +84,11 @@ def detect_format(path: Path) -> str:
 
 
 def make_parser(fmt: str, run_id: str | None = None) -> Parser:
+    known = parsers()
     try:
-        factory = PARSERS[fmt]
+        factory = known[fmt]
     except KeyError:
-        known = ", ".join(sorted(PARSERS))
-        raise UnsupportedFormat(f"no parser for format '{fmt}' (known: {known})") from None
+        raise UnsupportedFormat(f"no parser for format '{fmt}' (known: {', '.join(sorted(known))})") from None
     return factory(run_id)
 
 

@@ -3,9 +3,10 @@
 A console log is mostly noise (progress bars, prints, warnings). One combined regex of every
 dialect's keywords is searched on the raw bytes first; a line it misses is not even decoded,
 unless a dialect is holding a multi-line message open (a wrapped OOM, a traceback box), in
-which case the holders see every line until they let go. Dialects are registered in
-``DIALECTS`` so a plugin can add one; all of them share one ``Context`` per file: the run id,
-the rank and time of each line, and the optimizer-step counter text logs rarely print.
+which case the holders see every line until they let go. Dialects come from the
+``register_dialects`` hook, so a plugin can add one; all of them share one ``Context`` per
+file: the run id, the rank and time of each line, and the optimizer-step counter text logs
+rarely print.
 """
 
 from __future__ import annotations
@@ -81,19 +82,11 @@ class Dialect(Protocol):
     def finish(self) -> list[Event]: ...
 
 
-def _dialects() -> list[type]:
-    # Imported here: the dialect modules import ``Line``/``Context`` from this one.
-    from zerodoctor.sources.deepspeed import DeepSpeedDialect
-    from zerodoctor.sources.hf import HuggingFaceDialect
-    from zerodoctor.sources.megatron import MegatronDialect
-    from zerodoctor.sources.nccl import NcclDialect
-    from zerodoctor.sources.torch import TorchDialect
+def dialects() -> list[type]:
+    """Dialect classes from the ``register_dialects`` hook, the core's first."""
+    from zerodoctor import plugins
 
-    return [DeepSpeedDialect, TorchDialect, NcclDialect, HuggingFaceDialect, MegatronDialect]
-
-
-DIALECTS: list[type] = []
-"""Dialect classes, each built as ``cls(context)``; filled on first use, extendable by plugins."""
+    return plugins.collected(plugins.hook().register_dialects())
 
 
 class TextParser:
@@ -102,10 +95,8 @@ class TextParser:
     format = "text"
 
     def __init__(self, run_id: str | None = None) -> None:
-        if not DIALECTS:
-            DIALECTS.extend(_dialects())
         self.context = Context(run=run_id or "console")
-        self.dialects: list[Dialect] = [cls(self.context) for cls in DIALECTS]
+        self.dialects: list[Dialect] = [cls(self.context) for cls in dialects()]
         # The regex engine tries its alternatives only where a line holds one of their first
         # characters: keywords that start with an upper-case letter or a symbol keep it cheap
         # (measured: 390 ns per ordinary 110-byte line; each common lower-case start adds ~60).

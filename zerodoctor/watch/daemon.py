@@ -33,16 +33,13 @@ from watchdog.events import (
 from zerodoctor.diagnosis import judge_run
 from zerodoctor.rulebook.finding import Finding
 from zerodoctor.rulebook.loader import Rule
-from zerodoctor.sources import PARSERS, Batch
+from zerodoctor.sources import Batch, run_files, source_patterns
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import files, findings
 from zerodoctor.watch.tail import FileTail
 
 log = logging.getLogger("zerodoctor.watch")
 
-# File pattern in a run directory → source format. A pattern whose parser is not
-# registered is skipped, so a new dialect is one line here.
-RUN_FILES: dict[str, str] = {"rank-*.jsonl": "jsonl"}
 
 _WAKING = [FileModifiedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
            DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
@@ -79,9 +76,8 @@ class Watcher:
 
     def discover(self) -> None:
         """Start tailing run files that appeared under the roots (a root may itself be a run directory)."""
-        patterns = [(p, fmt) for p, fmt in RUN_FILES.items() if fmt in PARSERS]
-        found = sorted({path.absolute(): fmt for root in self.roots for pattern, fmt in patterns
-                        for path in (*root.glob(pattern), *root.glob(f"*/{pattern}"))}.items())
+        run_dirs = [d for root in self.roots for d in (root, *sorted(root.glob("*/")))]
+        found = sorted({path.absolute(): fmt for d in run_dirs for path, fmt in run_files(d)}.items())
         fresh = [(path, fmt) for path, fmt in found if path not in self.tails]
         if not fresh:
             return
@@ -183,8 +179,11 @@ class Watcher:
         self.judge(force=True)
         self.close()
 
-    def serve(self, *, polling: bool = False) -> None:
-        """Run until ``stop`` is set (SIGINT/SIGTERM via ``stop_on_signals``); every commit is whole."""
+    def serve(self, *, polling: bool = False, every_tick: Callable[[], None] | None = None) -> None:
+        """Run until ``stop`` is set (SIGINT/SIGTERM via ``stop_on_signals``); every commit is whole.
+
+        ``every_tick`` (a live display) is called after a pass, at most once per ``tick_s``.
+        """
         if polling:
             from watchdog.observers.polling import PollingObserver as ObserverClass
         else:
@@ -195,7 +194,7 @@ class Watcher:
             observer.schedule(handler, str(root), recursive=True, event_filter=_WAKING)
         observer.start()
         log.info("watching %s (%s)", ", ".join(map(str, self.roots)), type(observer).__name__)
-        next_scan = 0.0
+        next_scan = next_tick = 0.0
         try:
             while not self.stop.is_set():
                 self.wake.clear()
@@ -206,6 +205,9 @@ class Watcher:
                 if self.ingest():
                     self.wake.set()
                 wait = self.judge()
+                if every_tick is not None and time.monotonic() >= next_tick:
+                    every_tick()
+                    next_tick = time.monotonic() + self.tick_s
                 self.wake.wait(min(self.tick_s, wait if wait is not None else self.tick_s))
         finally:
             observer.stop()
@@ -224,11 +226,12 @@ class _Wakeup(FileSystemEventHandler):
 
     def __init__(self, watcher: Watcher) -> None:
         self.watcher = watcher
+        self.patterns = [pattern for pattern, _ in source_patterns()]  # once: events come by the thousand
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         paths = [event.src_path, getattr(event, "dest_path", "")]
         names = [str(p).rsplit("/", 1)[-1] for p in paths if p]
-        if not event.is_directory and not any(fnmatch.fnmatchcase(n, pat) for n in names for pat in RUN_FILES):
+        if not event.is_directory and not any(fnmatch.fnmatchcase(n, pat) for n in names for pat in self.patterns):
             return
         if event.is_directory or event.event_type != "modified":
             self.watcher.rescan.set()

@@ -1,0 +1,51 @@
+"""Plugins: the core's own parts, registered through the same hooks a plugin uses.
+
+Imports happen inside the hooks so that loading the plugin manager (``zerodoctor --help``)
+does not load pydantic or SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zerodoctor.hookspecs import hookimpl
+
+
+@hookimpl
+def register_sources() -> list[tuple[str, str]]:
+    # Events written by the probe are the better evidence; the console is the fallback.
+    return [("rank-*.jsonl", "jsonl"), ("console.log", "text")]
+
+
+@hookimpl
+def register_parsers() -> dict:
+    from zerodoctor.sources.jsonl import JsonlParser
+    from zerodoctor.sources.text import TextParser
+
+    return {"jsonl": JsonlParser, "text": TextParser}
+
+
+@hookimpl
+def register_dialects() -> list[type]:
+    from zerodoctor.sources.deepspeed import DeepSpeedDialect
+    from zerodoctor.sources.hf import HuggingFaceDialect
+    from zerodoctor.sources.megatron import MegatronDialect
+    from zerodoctor.sources.nccl import NcclDialect
+    from zerodoctor.sources.torch import TorchDialect
+
+    return [DeepSpeedDialect, TorchDialect, NcclDialect, HuggingFaceDialect, MegatronDialect]
+
+
+@hookimpl
+def register_signals() -> list:
+    from zerodoctor.signals import batch, comms, config, evidence, hang, memory, numerics, offload, run, trainer
+
+    # Order matters: a module may read what earlier ones computed; evidence sums up last.
+    return [run, batch, numerics, comms, memory, offload, config, hang, trainer, evidence]
+
+
+@hookimpl
+def register_rules() -> list[Path]:
+    from zerodoctor.rulebook.loader import builtin_rules_dir
+
+    return [builtin_rules_dir()]
