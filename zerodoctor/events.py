@@ -52,6 +52,7 @@ class Step(_Envelope):
     step: int = Field(description="optimizer step number (counts skipped steps too)")
     micro_batches: int | None = Field(None, description="backward calls since the previous optimizer step")
     samples: int | None = Field(None, description="samples fed to the model since the previous optimizer step")
+    tokens: int | None = Field(None, description="token ids fed since the previous optimizer step (integer inputs only)")
     loss: float | None = Field(None, description="loss of the last micro-batch (NaN/Infinity allowed)")
     lr: float | None = Field(None, description="learning rate of the first param group")
     loss_scale: float | None = Field(None, description="fp16 loss scale used for this step")

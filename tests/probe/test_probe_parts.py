@@ -75,3 +75,15 @@ def test_async_collective_counts_the_wait():
     count, nbytes, seconds = clock.take_ops()["all_gather_into_tensor"]
     assert (count, nbytes) == (1, 32) and seconds >= 0.02
     assert clock.take_step() >= 0.02 and clock.take_step() == 0.0
+
+
+def test_batch_shape_counts_samples_and_token_ids_but_not_float_features():
+    import torch
+
+    from zerodoctor.probe.engine import _batch_shape
+
+    assert _batch_shape((torch.zeros(4, 128, dtype=torch.long),), {}) == (4, 512)
+    assert _batch_shape((), {"input_ids": torch.ones(2, 7, dtype=torch.int32)}) == (2, 14)
+    assert _batch_shape((torch.randn(16, 32),), {}) == (16, None)
+    assert _batch_shape((torch.arange(5),), {}) == (5, None)  # a 1-d label vector is no sequence
+    assert _batch_shape(("no tensors",), {}) == (None, None)

@@ -41,6 +41,7 @@ class EngineProbe:
     def _reset(self) -> None:
         self.micro_batches = 0
         self.samples: int | None = None
+        self.tokens: int | None = None
         self.fwd_s = self.bwd_s = 0.0
         self.loss: Any = None
 
@@ -110,9 +111,11 @@ class EngineProbe:
     # -- accounting -----------------------------------------------------------------------
     def _after_forward(self, args: tuple, kwargs: dict, start: float) -> None:
         self.fwd_s += perf_counter() - start
-        n = _batch_dim(args, kwargs)
-        if n is not None:
-            self.samples = (self.samples or 0) + n
+        samples, tokens = _batch_shape(args, kwargs)
+        if samples is not None:
+            self.samples = (self.samples or 0) + samples
+        if tokens is not None:
+            self.tokens = (self.tokens or 0) + tokens
 
     def _after_backward(self, loss: Any, start: float) -> None:
         self.bwd_s += perf_counter() - start
@@ -136,6 +139,7 @@ class EngineProbe:
             "step": engine.global_steps,
             "micro_batches": self.micro_batches,
             "samples": self.samples,
+            "tokens": self.tokens,
             "loss": self.loss,
             "lr": lr,
             "loss_scale": scale,
@@ -165,13 +169,18 @@ class EngineProbe:
         self._comm_t = now
 
 
-def _batch_dim(args: tuple, kwargs: dict) -> int | None:
-    """Leading dimension of the first tensor the model received (positional, then keyword)."""
+def _batch_shape(args: tuple, kwargs: dict) -> tuple[int | None, int | None]:
+    """(samples, tokens) of the first tensor the model received (positional, then keyword).
+
+    Samples are its leading dimension; tokens its element count when it holds integer token
+    ids of shape (batch, sequence, …), which is what "tokens seen" means for a language model.
+    """
     for value in (*args, *kwargs.values()):
         shape = getattr(value, "shape", None)
         if shape is not None and len(shape) > 0:
-            return int(shape[0])
-    return None
+            ids = len(shape) >= 2 and not value.is_floating_point() and not value.is_complex()
+            return int(shape[0]), (int(value.numel()) if ids else None)
+    return None, None
 
 
 def _cuda_memory() -> Any:

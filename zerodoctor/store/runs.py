@@ -43,6 +43,7 @@ _PER_RANK = (
     ("first_step", func.min(steps.c.step)),
     ("last_step", func.max(steps.c.step)),
     ("samples", func.sum(steps.c.samples)),
+    ("tokens", func.sum(steps.c.tokens)),
     ("micro_batches", func.sum(steps.c.micro_batches)),
     ("step_time_s", func.avg(steps.c.step_time_s)),
     ("mem_peak_bytes", func.max(steps.c.mem_peak_bytes)),

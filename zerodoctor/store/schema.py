@@ -52,6 +52,7 @@ files = Table(
 STEP_METRICS = (
     "micro_batches",
     "samples",
+    "tokens",
     "loss",
     "lr",
     "loss_scale",
@@ -68,7 +69,7 @@ STEP_METRICS = (
     "alloc_retries",
     "inactive_split_bytes",
 )
-_INT_METRICS = {"micro_batches", "samples", "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes",
+_INT_METRICS = {"micro_batches", "samples", "tokens", "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes",
                 "alloc_retries", "inactive_split_bytes"}
 
 steps = Table(
