@@ -178,3 +178,16 @@ def test_new_finding_announced_once(tmp_path, make_watcher):
     one_pass(again)
     again.judge(force=True)
     assert restarted == []
+
+
+def test_rank_files_appearing_beside_console_log_replace_it(tmp_path, make_watcher):
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / "console.log").write_text("[INFO] starting\n")
+    watcher = make_watcher()
+    one_pass(watcher)
+    assert [p.name for p in watcher.tails] == ["console.log"]
+    append(run_dir / "rank-0.jsonl", "r", 0, range(1, 4))
+    one_pass(watcher)
+    assert [p.name for p in watcher.tails] == ["rank-0.jsonl"]
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 4))

@@ -78,6 +78,14 @@ class Watcher:
         """Start tailing run files that appeared under the roots (a root may itself be a run directory)."""
         run_dirs = [d for root in self.roots for d in (root, *sorted(root.glob("*/")))]
         found = sorted({path.absolute(): fmt for d in run_dirs for path, fmt in run_files(d)}.items())
+        formats = {path.parent: fmt for path, fmt in found}
+        for path, tail in list(self.tails.items()):
+            if formats.get(path.parent, tail.fmt) != tail.fmt:
+                # Rank files appeared beside the console.log read so far: they carry the same
+                # steps, and reading both would count each twice.
+                log.info("%s: now reading the %s files of this run instead", path, formats[path.parent])
+                tail.close()
+                del self.tails[path]
         fresh = [(path, fmt) for path, fmt in found if path not in self.tails]
         if not fresh:
             return
