@@ -159,7 +159,9 @@ def watch(
 
     try:
         with writer_lock(url):
-            watcher = Watcher(open_engine(url), [d.absolute() for d in dirs], loaded, announce)
+            from zerodoctor.watch.notify import notifiers
+
+            watcher = Watcher(open_engine(url), [d.absolute() for d in dirs], loaded, announce, notifiers=notifiers())
             stop_on_signals(watcher)
             if once:
                 watcher.once()

@@ -128,3 +128,15 @@ findings = Table(
     Column("notified", Boolean, nullable=False, default=False),
     UniqueConstraint("run_id", "rule"),
 )
+
+# One row per (finding, notifier) once the notifier accepted it: a finding a notifier could
+# not deliver stays pending and is retried on a later pass, and is never sent twice.
+deliveries = Table(
+    "deliveries",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("finding_id", Integer, ForeignKey("findings.id"), nullable=False),
+    Column("notifier", String(255), nullable=False),
+    Column("delivered_t", Float, nullable=False),
+    UniqueConstraint("finding_id", "notifier"),
+)

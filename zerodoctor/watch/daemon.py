@@ -36,6 +36,7 @@ from zerodoctor.rulebook.loader import Rule
 from zerodoctor.sources import Batch, run_files, source_patterns
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import files, findings
+from zerodoctor.watch.notify import Notifier, deliver_pending
 from zerodoctor.watch.tail import FileTail
 
 log = logging.getLogger("zerodoctor.watch")
@@ -60,8 +61,11 @@ class Watcher:
     """
 
     def __init__(self, engine: Engine, roots: list[Path], rules: list[Rule], announce: Announce, *,
-                 judge_every_s: float = 0.2, tick_s: float = 1.0, rescan_s: float = 5.0) -> None:
+                 notifiers: list[Notifier] | None = None, judge_every_s: float = 0.2, tick_s: float = 1.0,
+                 rescan_s: float = 5.0, notify_retry_s: float = 30.0) -> None:
         self.engine, self.roots, self.rules, self.announce = engine, roots, rules, announce
+        self.notifiers, self.notify_retry_s = notifiers or [], notify_retry_s
+        self._notify_after = 0.0
         self.judge_every_s, self.tick_s, self.rescan_s = judge_every_s, tick_s, rescan_s
         self.ingestor = Ingestor()
         self.tails: dict[Path, FileTail] = {}
@@ -171,6 +175,13 @@ class Watcher:
                 conn.execute(update(findings).where(findings.c.id.in_([unannounced[f.rule] for f in fresh]))
                              .values(notified=True))
 
+    def notify(self, *, force: bool = False) -> None:
+        """Hand pending findings to the notifiers; after a failure, wait ``notify_retry_s`` before retrying."""
+        if not self.notifiers or (not force and time.monotonic() < self._notify_after):
+            return
+        _, failed = deliver_pending(self.engine, self.notifiers)
+        self._notify_after = time.monotonic() + self.notify_retry_s if failed else 0.0
+
     def _resync(self, conn) -> None:  # noqa: ANN001 - SQLAlchemy Connection
         self.ingestor = Ingestor()  # its run-id cache may name runs the rollback removed
         rows = {r["id"]: dict(r) for r in conn.execute(select(files)).mappings()}
@@ -185,6 +196,7 @@ class Watcher:
         while self.ingest() and not self.stop.is_set():
             pass
         self.judge(force=True)
+        self.notify(force=True)
         self.close()
 
     def serve(self, *, polling: bool = False, every_tick: Callable[[], None] | None = None) -> None:
@@ -213,6 +225,7 @@ class Watcher:
                 if self.ingest():
                     self.wake.set()
                 wait = self.judge()
+                self.notify()
                 if every_tick is not None and time.monotonic() >= next_tick:
                     every_tick()
                     next_tick = time.monotonic() + self.tick_s

@@ -1,0 +1,136 @@
+"""The webhook notifier against a real HTTP server on localhost that fails on purpose."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from zerodoctor_webhook.notifier import DeliveryError, WebhookNotifier, slack_message
+
+ROOT = Path(__file__).resolve().parents[3]
+FINDING = {"rule": "ZD203", "name": "fp16-static-scale-skips-steps", "severity": "error", "run": "r1",
+           "message": "static loss_scale 65536: 50 of the steps (100%) overflowed", "steps": [1, 50],
+           "fixes": [{"title": "Use dynamic loss scaling (loss_scale 0)", "safety": "unsafe"}]}
+
+
+class Endpoint:
+    """An HTTP server that answers ``fail`` requests with ``status`` (or a stall), then 200."""
+
+    def __init__(self, fail: int = 0, status: int = 500, stall_s: float = 0.0) -> None:
+        self.bodies: list[dict] = []
+        self.attempts = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                outer.attempts += 1
+                if outer.attempts <= fail:
+                    if stall_s:
+                        time.sleep(stall_s)
+                    self.send_response(status)
+                else:
+                    outer.bodies.append(json.loads(body))
+                    self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def endpoint():  # noqa: ANN201
+    made: list[Endpoint] = []
+
+    def make(**kw: object) -> Endpoint:
+        made.append(Endpoint(**kw))
+        return made[-1]
+
+    yield make
+    for e in made:
+        e.close()
+
+
+def test_retries_with_exponential_backoff_until_accepted(endpoint) -> None:  # noqa: ANN001
+    server = endpoint(fail=2, status=503)
+    waits: list[float] = []
+    WebhookNotifier(server.url, retries=3, backoff_s=0.5, sleep=waits.append).send(FINDING)
+    assert server.attempts == 3 and waits == [0.5, 1.0]
+    assert server.bodies == [FINDING]
+
+
+def test_gives_up_after_bounded_retries_and_raises(endpoint) -> None:  # noqa: ANN001
+    server = endpoint(fail=99, status=500)
+    with pytest.raises(DeliveryError, match="HTTP 500 after 3 attempt"):
+        WebhookNotifier(server.url, retries=2, sleep=lambda s: None).send(FINDING)
+    assert server.attempts == 3 and not server.bodies
+
+
+def test_a_client_error_is_not_retried(endpoint) -> None:  # noqa: ANN001
+    server = endpoint(fail=99, status=400)
+    with pytest.raises(DeliveryError, match="HTTP 400 after 1 attempt"):
+        WebhookNotifier(server.url, retries=5, sleep=lambda s: None).send(FINDING)
+
+
+def test_a_stalled_endpoint_times_out(endpoint) -> None:  # noqa: ANN001
+    server = endpoint(fail=1, stall_s=2.0)
+    started = time.monotonic()
+    with pytest.raises(DeliveryError):
+        WebhookNotifier(server.url, retries=0, timeout_s=0.3).send(FINDING)
+    assert time.monotonic() - started < 1.5
+
+
+def test_slack_payload_is_one_text_with_the_fault_and_the_fix() -> None:
+    text = slack_message(FINDING)["text"]
+    assert text.startswith("*ERROR ZD203 fp16-static-scale-skips-steps* (run `r1`, steps 1–50)")
+    assert "fix (unsafe): Use dynamic loss scaling" in text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _watch_once(runs: Path, db: Path, url: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ZERODOCTOR_WEBHOOK_URL": url, "ZERODOCTOR_WEBHOOK_RETRIES": "1"}
+    return subprocess.run([sys.executable, "-m", "zerodoctor", "watch", "--once", "--db", str(db), str(runs)],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_watch_keeps_findings_while_the_endpoint_is_down_and_sends_each_once(tmp_path: Path, endpoint) -> None:  # noqa: ANN001
+    runs = tmp_path / "runs" / "r1"
+    runs.mkdir(parents=True)
+    shutil.copy(ROOT / "tests/fixtures/rules/ZD203/fires.jsonl", runs / "rank-0.jsonl")
+    db = tmp_path / "zd.db"
+    port = _free_port()  # nothing listens here yet: the endpoint is down
+
+    down = _watch_once(runs.parent, db, f"http://127.0.0.1:{port}/hook")
+    assert down.returncode == 0, down.stderr
+    assert "stay pending" in down.stderr
+
+    server = endpoint()
+    for _ in range(2):  # the first pass sends the backlog; the second must send nothing again
+        up = _watch_once(runs.parent, db, server.url)
+        assert up.returncode == 0, up.stderr
+    sent = [b["rule"] for b in server.bodies]
+    assert "ZD203" in sent and len(sent) == len(set(sent)), sent  # every finding, each once
+    assert all(b["run"] == "fixture" for b in server.bodies)  # the run named in the events

@@ -1,0 +1,62 @@
+"""Notifier: one finding → one HTTP POST, with a timeout and bounded retries with backoff.
+
+Only a 2xx answer counts as delivered; anything else raises ``DeliveryError`` after the last
+retry, and ``watch`` keeps the finding pending for a later pass.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable
+
+STYLES = ("json", "slack")
+
+
+class DeliveryError(RuntimeError):
+    """The endpoint did not accept the finding after every retry."""
+
+
+class WebhookNotifier:
+    def __init__(self, url: str, *, style: str = "json", timeout_s: float = 5.0, retries: int = 3,
+                 backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> None:
+        if style not in STYLES:
+            raise ValueError(f"webhook format must be one of {STYLES}, not {style!r}")
+        self.name = f"webhook:{url}"
+        self.url, self.style, self.timeout_s = url, style, timeout_s
+        self.retries, self.backoff_s, self._sleep = retries, backoff_s, sleep
+
+    def send(self, finding: dict[str, Any]) -> None:
+        body = json.dumps(slack_message(finding) if self.style == "slack" else finding).encode()
+        request = urllib.request.Request(self.url, data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self._sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
+                    if 200 <= answer.status < 300:
+                        return
+                    last = f"HTTP {answer.status}"
+            except urllib.error.HTTPError as exc:
+                last = f"HTTP {exc.code}"
+                if 400 <= exc.code < 500 and exc.code not in (408, 429):
+                    break  # the request itself is wrong: retrying cannot help
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                last = str(getattr(exc, "reason", exc))
+        raise DeliveryError(f"{self.url}: {last} after {attempt + 1} attempt(s)")
+
+
+def slack_message(finding: dict[str, Any]) -> dict[str, str]:
+    """A Slack incoming-webhook payload: the fault, where, and the first fix, in plain mrkdwn."""
+    where = f"run `{finding.get('run', '?')}`"
+    if finding.get("steps"):
+        where += f", steps {finding['steps'][0]}–{finding['steps'][1]}"
+    lines = [f"*{finding['severity'].upper()} {finding['rule']} {finding['name']}* ({where})", finding["message"]]
+    if finding.get("fixes"):
+        fix = finding["fixes"][0]
+        lines.append(f"fix ({fix['safety']}): {fix['title']}")
+    return {"text": "\n".join(lines)}

@@ -1,0 +1,83 @@
+"""Plugins: built-ins load through the hooks, the docs' hello-world works, a broken plugin is contained."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from zerodoctor import hookspecs
+
+DOC = (ROOT / "docs" / "plugins.md").read_text()
+
+
+def _install_fake_dist(site: Path, dist: str, module: str, source: str) -> None:
+    """A module plus a ``.dist-info`` with its entry point: what ``pip install`` leaves behind."""
+    (site / f"{module}.py").write_text(source)
+    info = site / f"{dist}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[zerodoctor]\n{dist} = {module}\n")
+
+
+def _zerodoctor(*args: str, site: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if site is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "zerodoctor", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_builtins_are_listed_with_the_hooks_they_implement() -> None:
+    listed = {p["name"]: p for p in json.loads(_zerodoctor("plugins", "list", "--format", "json").stdout)}
+    assert listed["zerodoctor.builtins"]["origin"] == "built-in"
+    assert set(listed["zerodoctor.builtins"]["hooks"]) == {
+        "register_sources", "register_parsers", "register_dialects", "register_signals", "register_rules"}
+
+
+def test_the_hello_world_of_the_docs_runs(tmp_path: Path) -> None:
+    code = re.search(r"```python\n(# zerodoctor_hello.py\n.*?)```", DOC, re.S).group(1)
+    assert len(code.splitlines()) < 30
+    _install_fake_dist(tmp_path, "hello", "zerodoctor_hello", code)
+    assert _zerodoctor("hello", "--name", "you", site=tmp_path).stdout == "hello, you\n"
+    listed = {p["name"]: p for p in json.loads(_zerodoctor("plugins", "list", "--format", "json", site=tmp_path).stdout)}
+    assert listed["hello"]["hooks"] == ["register_commands", "register_signals"]
+    rule_dir = tmp_path / "rules"
+    rule_dir.mkdir()
+    rule = (ROOT / "rules/batch_size/ZD103-micro-batches-per-step-mismatch.yaml").read_text()
+    (rule_dir / "ZD990-two-ranks.yaml").write_text(
+        rule.replace("ZD103", "ZD990").replace("micro-batches-per-step-mismatch", "two-ranks")
+        .replace("when: batch.micro_batches_per_step != batch.grad_accum", "when: hello.ranks == 2"))
+    out = _zerodoctor("diagnose", "--format", "json", "--fail-on", "never", "--rules", str(rule_dir),
+                      str(ROOT / "tests/fixtures/rules/ZD102/fires.jsonl"), site=tmp_path)
+    assert "ZD990" in {f["rule"] for f in json.loads(out.stdout)["findings"]}, out.stderr
+
+
+def test_a_plugin_that_fails_to_import_is_reported_once_and_the_rest_works(tmp_path: Path) -> None:
+    _install_fake_dist(tmp_path, "broken", "zerodoctor_broken", "raise ImportError('no module named cuda_magic')\n")
+    proc = _zerodoctor("diagnose", "--fail-on", "never", str(ROOT / "tests/fixtures/rules/ZD203/fires.jsonl"),
+                       site=tmp_path)
+    assert proc.returncode == 0
+    assert "ZD203" in proc.stdout
+    warnings = [line for line in proc.stderr.splitlines() if "plugin 'broken'" in line]
+    assert len(warnings) == 1 and "no module named cuda_magic" in warnings[0]
+    listed = {p["name"]: p for p in json.loads(_zerodoctor("plugins", "list", "--format", "json", site=tmp_path).stdout)}
+    assert listed["broken"]["origin"].startswith("failed: ImportError")
+
+
+def test_hook_tracing_is_switched_on_by_the_environment() -> None:
+    env = {**os.environ, "ZERODOCTOR_TRACE_HOOKS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "zerodoctor", "rules", "list"], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert "register_rules" in proc.stderr and "register_signals" in proc.stderr
+
+
+@pytest.mark.parametrize("name", [n for n in dir(hookspecs) if n.startswith("register_")])
+def test_every_hook_is_documented(name: str) -> None:
+    assert f"`{name}(" in DOC
