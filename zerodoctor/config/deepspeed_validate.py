@@ -35,6 +35,11 @@ class Verdict:
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if v is not None}
 
+    def sentence(self, what: str = "the config") -> str:
+        """``DeepSpeed 0.19.8 accepts the config at world size 4`` (or rejects it, with the error)."""
+        head = f"DeepSpeed {self.version} {'accepts' if self.accepted else 'rejects'} {what} at world size {self.world_size}"
+        return head if self.accepted else f"{head}: {self.error or ''}"
+
 
 def available() -> bool:
     return importlib.util.find_spec("deepspeed") is not None

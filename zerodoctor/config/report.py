@@ -36,11 +36,8 @@ def render(report: CheckReport, console: Console) -> None:
     verdict = report.deepspeed
     if verdict is None:
         console.print("[dim]DeepSpeed is not installed: its own config parser was not run[/]")
-    elif verdict.accepted:
-        console.print(f"DeepSpeed {verdict.version} accepts the config at world size {verdict.world_size}")
     else:
-        console.print(f"[bold red]DeepSpeed {verdict.version} rejects the config at world size "
-                      f"{verdict.world_size}:[/] {escape(verdict.error or '')}")
+        console.print(escape(verdict.sentence()), style=None if verdict.accepted else "bold red")
     if report.memory_plan:
         console.print()
         _plan(report, console)

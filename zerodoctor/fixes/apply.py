@@ -126,9 +126,6 @@ def summary_lines(result: FixResult) -> list[str]:
     verdict = result.verdict
     if verdict is None:
         lines.append("not validated: DeepSpeed is not installed")
-    elif verdict.accepted:
-        lines.append(f"DeepSpeed {verdict.version} accepts the patched config at world size {verdict.world_size}")
     else:
-        lines.append(f"DeepSpeed {verdict.version} rejects the patched config at world size {verdict.world_size}: "
-                     f"{verdict.error}")
+        lines.append(verdict.sentence("the patched config"))
     return lines
