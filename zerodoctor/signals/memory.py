@@ -20,11 +20,12 @@ SIGNALS = [
     Signal("memory.oom_ranks", "ranks", "ranks that hit an OOM"),
     Signal("memory.oom_step", "step", "step of the first OOM"),
     Signal("memory.oom_requested_bytes", "bytes", "size of the failed allocation (first OOM)"),
-    Signal("memory.oom_requested_gb", "GB", "size of the failed allocation, 10^9 bytes"),
+    Signal("memory.oom_requested", "text", "size of the failed allocation in PyTorch's units (MiB/GiB)"),
     Signal("memory.oom_free_unallocated_bytes", "bytes", "reserved but unallocated at the first OOM"),
-    Signal("memory.oom_free_unallocated_gb", "GB", "reserved but unallocated at the first OOM, 10^9 bytes"),
+    Signal("memory.oom_free_unallocated", "text", "reserved but unallocated at the first OOM, in MiB/GiB"),
     Signal("memory.oom_frag_ratio", "ratio", "reserved-but-unallocated / requested at the first OOM"),
-    Signal("memory.oom_reserved_gb", "GB", "memory reserved by PyTorch at the first OOM"),
+    Signal("memory.oom_reserved_bytes", "bytes", "memory reserved by PyTorch at the first OOM"),
+    Signal("memory.oom_reserved", "text", "memory reserved by PyTorch at the first OOM, in MiB/GiB"),
     Signal("memory.alloc_retries", "retries", "cudaMalloc retries (cache flushes) before the end or the OOM"),
     Signal("memory.expandable_segments", "bool", "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True"),
     Signal("memory.alloc_conf", "text", "PYTORCH_CUDA_ALLOC_CONF as recorded ('unset' when absent)"),
@@ -60,16 +61,24 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
         out["memory.oom_step"] = first.get("step")
         requested, reserved, allocated = (first.get(k) for k in ("requested_bytes", "reserved_bytes", "allocated_bytes"))
         out["memory.oom_requested_bytes"] = requested
-        out["memory.oom_requested_gb"] = requested / 1e9 if requested is not None else None
-        out["memory.oom_reserved_gb"] = reserved / 1e9 if reserved is not None else None
+        out["memory.oom_requested"] = _binary(requested)
+        out["memory.oom_reserved_bytes"] = reserved
+        out["memory.oom_reserved"] = _binary(reserved)
         if reserved is not None and allocated is not None:
             spare = max(reserved - allocated, 0)
             out["memory.oom_free_unallocated_bytes"] = spare
-            out["memory.oom_free_unallocated_gb"] = spare / 1e9
+            out["memory.oom_free_unallocated"] = _binary(spare)
             if requested:
                 out["memory.oom_frag_ratio"] = spare / requested
     out.update(_fits(values))
     return out
+
+
+def _binary(size: int | None) -> str | None:
+    """Bytes in the units PyTorch's own OOM message uses, so the numbers match at a glance."""
+    if size is None:
+        return None
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def _fits(values: dict[str, Any]) -> dict[str, Any]:
