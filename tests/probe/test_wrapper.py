@@ -110,3 +110,14 @@ def test_a_command_that_cannot_start_is_a_one_line_error(tmp_path):
     done = zd_run(tmp_path, str(tmp_path / "no-such-program"))
     assert done.returncode == 2
     assert done.stderr.decode().strip().count("\n") == 0 and "no-such-program" in done.stderr.decode()
+
+
+def test_deepspeed_is_patched_even_after_a_find_spec_probe(tmp_path):
+    # transformers asks importlib.util.find_spec("deepspeed") long before it imports it
+    fake = tmp_path / "site"
+    (fake / "deepspeed").mkdir(parents=True)
+    (fake / "deepspeed" / "__init__.py").write_text("def initialize(*args, **kwargs):\n    return (None,)\n")
+    code = ("import importlib.util; assert importlib.util.find_spec('deepspeed') is not None; "
+            "import deepspeed; print(getattr(deepspeed.initialize, '_zerodoctor', False))")
+    done = zd_run(tmp_path, sys.executable, "-c", code, env={**os.environ, "PYTHONPATH": str(fake)})
+    assert done.stdout == b"True\n", done.stderr

@@ -63,13 +63,24 @@ def _chain_sitecustomize(our_dir: Path) -> None:
 
 
 class _DeepSpeedFinder:
-    """Meta-path finder that lets deepspeed import normally, then patches it; gone after one use."""
+    """Meta-path finder that lets deepspeed import normally, then patches it.
+
+    It stays in place until deepspeed actually executes: libraries probe for it first with
+    ``importlib.util.find_spec("deepspeed")`` (transformers' ``is_deepspeed_available``), and a
+    finder that retired on that first lookup would miss the real import.
+    """
+
+    def __init__(self) -> None:
+        self._looking = False
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "deepspeed":
+        if name != "deepspeed" or self._looking:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
+        self._looking = True  # the lookup below comes through here again: let it pass to the real finders
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._looking = False
         if spec is None or spec.loader is None:
             return spec
         exec_module = spec.loader.exec_module
@@ -77,6 +88,8 @@ class _DeepSpeedFinder:
         def exec_then_patch(module: Any) -> None:
             exec_module(module)
             patch_initialize(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
 
         spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
         return spec

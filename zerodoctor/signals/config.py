@@ -71,7 +71,7 @@ SIGNALS = [
     Signal("config.warmup_max_lr", "lr", "learning rate the warm-up ends at"),
     Signal("config.warmup_min_lr_suggested", "lr", "warmup_max_lr / 100, a start that makes step 1 count"),
     Signal("config.warmup_steps", "steps", "scheduler warmup_num_steps (WarmupLR default 1000)"),
-    Signal("config.total_steps", "steps", "scheduler total_num_steps, else the steps of a finished run"),
+    Signal("config.total_steps", "steps", "scheduler total_num_steps, else the last step of a run that ended"),
     Signal("config.bucket_outliers", "keys", "ZeRO bucket sizes larger than the model or too small for it"),
     Signal("config.bucket_outliers_text", "text", "those buckets with their sizes"),
     Signal("config.bucket_patch", "patch", "merge patch setting them to a size that fits the model"),
@@ -98,7 +98,7 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
     out.update(_string_numbers(config))
     out.update(_precision(config))
     out.update(_checkpointing(config))
-    out.update(_warmup(config, values))
+    out.update(_warmup(config, values, finished=bool(run.events.get("run_end"))))
     out.update(_unknown_keys(config))
     out.update(_auto(config, values.get("run.world_size")))
     stage = _number(nested(config, "zero_optimization.stage", 0))
@@ -186,11 +186,15 @@ def _checkpointing(config: dict[str, Any]) -> dict[str, Any]:
     return {"config.checkpointing_knobs": knobs, "config.checkpointing_knobs_text": ", ".join(knobs)}
 
 
-def _warmup(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+def _warmup(config: dict[str, Any], values: dict[str, Any], finished: bool) -> dict[str, Any]:
     kind = nested(config, "scheduler.type")
     params = nested(config, "scheduler.params", {}) or {}
+    total = _number(params.get("total_num_steps")) if isinstance(params, dict) else None
     out: dict[str, Any] = {"config.scheduler": kind if isinstance(kind, str) else "none",
-                           "config.warmup_scheduler": kind in WARMUP_SCHEDULERS and isinstance(params, dict)}
+                           "config.warmup_scheduler": kind in WARMUP_SCHEDULERS and isinstance(params, dict),
+                           # a finished run's length is known even when no scheduler states it
+                           "config.total_steps": total if total is not None else (
+                               values.get("run.last_step") if finished else None)}
     if not out["config.warmup_scheduler"]:
         return out
     low, high = _number(params.get("warmup_min_lr", 0)), _number(params.get("warmup_max_lr"))
@@ -199,9 +203,6 @@ def _warmup(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     if high:
         out["config.warmup_min_lr_suggested"] = float(f"{high / 100:.2g}")
     out["config.warmup_steps"] = _number(params.get("warmup_num_steps", 1000))
-    total = _number(params.get("total_num_steps"))
-    finished = values.get("run.exit_code") is not None
-    out["config.total_steps"] = total if total is not None else (values.get("run.last_step") if finished else None)
     return out
 
 
