@@ -45,6 +45,15 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _exit_on(findings: list, fail_on: FailOn, *, rejected: bool = False) -> None:
+    """Exit 1 when a finding is at or above ``--fail-on`` (or DeepSpeed rejected the config)."""
+    from zerodoctor.rulebook.finding import SEVERITY_ORDER
+
+    if fail_on is not FailOn.never and (rejected or any(
+            SEVERITY_ORDER[f.severity] >= SEVERITY_ORDER[fail_on.value] for f in findings)):
+        raise typer.Exit(1)
+
+
 def _load_rules(extra: list[Path] | None):  # noqa: ANN202 - returns list[Rule], imported lazily
     from zerodoctor.diagnosis import rules_from
     from zerodoctor.rulebook.loader import RuleLoadError
@@ -83,7 +92,6 @@ def diagnose(
 ) -> None:
     """Diagnose finished (or running) training from its events; exit 1 on findings at --fail-on."""
     from zerodoctor.diagnosis import InputError, diagnose as run_diagnosis
-    from zerodoctor.rulebook.finding import SEVERITY_ORDER
 
     loaded = _load_rules(rules)
     try:
@@ -104,9 +112,7 @@ def diagnose(
         from zerodoctor.report.text import render
 
         render(report, Console(highlight=False, soft_wrap=True))
-    if fail_on is not FailOn.never and any(
-            SEVERITY_ORDER[f.severity] >= SEVERITY_ORDER[fail_on.value] for f in report.findings):
-        raise typer.Exit(1)
+    _exit_on(report.findings, fail_on)
 
 
 @app.command(context_settings={"ignore_unknown_options": True})
@@ -265,7 +271,6 @@ def check(
 ) -> None:
     """Find config mistakes before launch and plan model-state memory per ZeRO stage."""
     from zerodoctor.config.static import ConfigError, check as run_check
-    from zerodoctor.rulebook.finding import SEVERITY_ORDER
 
     loaded = _load_rules(rules)
     try:
@@ -286,10 +291,7 @@ def check(
     if fix:
         _fix_config(config, report.findings, world_size if use_deepspeed else None, unsafe=unsafe, output=output,
                     in_place=in_place, err=fmt is Format.json)
-    rejected = report.deepspeed is not None and not report.deepspeed.accepted
-    if fail_on is not FailOn.never and (rejected or any(
-            SEVERITY_ORDER[f.severity] >= SEVERITY_ORDER[fail_on.value] for f in report.findings)):
-        raise typer.Exit(1)
+    _exit_on(report.findings, fail_on, rejected=report.deepspeed is not None and not report.deepspeed.accepted)
 
 
 @app.command("fix")
