@@ -25,7 +25,8 @@ SIGNALS = [
     Signal("fp16.min_loss_scale", "scale", "min_loss_scale (DeepSpeed default 1)"),
     Signal("fp16.overflow_count", "steps", "steps skipped for overflow"),
     Signal("fp16.overflow_rate", "ratio", "skipped steps / steps"),
-    Signal("fp16.recent_overflow_rate", "ratio", f"skipped share of the last {RECENT} steps"),
+    Signal("fp16.recent_overflow_rate", "ratio", f"skipped share of the last {RECENT} steps (fewer in a short run)"),
+    Signal("fp16.recent_steps", "steps", f"steps in that window: {RECENT}, or all of a shorter run"),
     Signal("fp16.calibration_overflows", "steps", f"overflows before the first {CLEAN_STREAK} clean steps in a row"),
     Signal("fp16.late_overflows", "steps", "overflows after calibration"),
     Signal("fp16.first_late_overflow_step", "step", "first overflow after calibration"),
@@ -77,6 +78,7 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
     out["fp16.overflow_rate"] = sum(overflow) / len(overflow)
     recent = overflow[-RECENT:]
     out["fp16.recent_overflow_rate"] = sum(recent) / len(recent)
+    out["fp16.recent_steps"] = len(recent)
     calib_end = _calibration_end(overflow)
     out["fp16.calibration_overflows"] = sum(overflow[:calib_end])
     late = [s for (s, f), i in zip(known, range(len(known))) if f and i >= calib_end]
