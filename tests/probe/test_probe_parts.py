@@ -32,6 +32,38 @@ def test_writer_drops_an_invalid_event_and_counts_it(tmp_path):
     assert [json.loads(x)["step"] for x in (tmp_path / "rank-0.jsonl").read_text().splitlines()] == [2]
 
 
+def test_writer_drops_an_event_json_cannot_hold_and_keeps_the_rest_of_the_batch(tmp_path):
+    writer = EventWriter(tmp_path, "r", 0)
+    writer.emit("step", step=1)
+    writer.emit("run_start", config={"optimizer": object()})  # valid for the schema, a TypeError for json.dumps
+    writer.emit("step", step=2)
+    writer.close()
+    assert writer.dropped == 1
+    assert [json.loads(x)["step"] for x in (tmp_path / "rank-0.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_a_flush_from_inside_a_flush_does_not_hang(tmp_path):
+    """SIGTERM's handler flushes on the main thread, which may already be inside ``flush``."""
+    import threading
+
+    writer = EventWriter(tmp_path, "r", 0)
+
+    class SignalDuringFlush:  # resolved inside flush, like a 0-dim tensor; flushes as the handler would
+        def item(self):
+            writer.emit("run_end", signal=15)
+            writer.flush()
+            return 1.0
+
+    writer.emit("step", step=1, loss=SignalDuringFlush())
+    flushing = threading.Thread(target=writer.flush, daemon=True)
+    flushing.start()
+    flushing.join(timeout=5)
+    assert not flushing.is_alive()
+    kinds = [json.loads(x)["kind"] for x in (tmp_path / "rank-0.jsonl").read_text().splitlines()]
+    assert sorted(kinds) == ["run_end", "step"]
+    writer.close()
+
+
 def test_writer_flushes_on_its_own_within_a_second(tmp_path):
     import time
 

@@ -29,7 +29,9 @@ class EventWriter:
         self.run_id, self.rank = run_id, rank
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         self._pending: deque[dict[str, Any]] = deque()  # append/popleft are atomic: no lock on the hot path
-        self._lock = threading.Lock()  # one flush at a time: lines never interleave
+        # One flush at a time, so lines never interleave; re-entrant because the SIGTERM handler
+        # flushes on the main thread, which may be inside ``flush`` when the signal lands.
+        self._lock = threading.RLock()
         self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the process
         self._stop = threading.Event()
         self.dropped = 0
@@ -67,10 +69,10 @@ class EventWriter:
         kind = fields.pop("kind")
         try:
             event = events.new(kind, run=self.run_id, rank=self.rank, **{k: _plain(v) for k, v in fields.items()})
-        except ValueError:
-            self.dropped += 1  # a field the schema rejects: drop the event, never the run
+            return json.dumps(event, allow_nan=True, separators=(",", ":")).encode() + b"\n"
+        except Exception:  # noqa: BLE001 - a field the schema rejects or JSON cannot hold: drop the event, never the batch
+            self.dropped += 1
             return None
-        return json.dumps(event, allow_nan=True, separators=(",", ":")).encode() + b"\n"
 
 
 def _plain(value: Any) -> Any:
