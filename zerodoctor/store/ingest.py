@@ -136,4 +136,22 @@ def _step_row(e: Event, run_id: int, file_id: int) -> Event:
 def _event_row(e: Event, run_id: int, file_id: int) -> dict:
     payload = {k: v for k, v in e.items() if k not in _ENVELOPE}
     return {"run_id": run_id, "file_id": file_id, "rank": e["rank"], "kind": e["kind"], "t": e["t"],
-            "step": payload.get("step"), "payload": json.dumps(payload, allow_nan=True)}
+            "step": payload.get("step"), "payload": _dump_payload(payload)}
+
+
+def _dump_payload(payload: dict) -> str:
+    """Strict JSON: PostgreSQL's ``json`` rejects NaN/Infinity, so they are stored as "NaN", "Infinity", "-Infinity"."""
+    try:
+        return json.dumps(payload, allow_nan=False)
+    except ValueError:  # rare: only then walk the payload
+        return json.dumps(_finite(payload), allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,111 @@
+"""Store ingest and load: a batch and its file offset commit together, payloads are strict JSON,
+and ``load_run`` merges the ranks of one optimizer step into one row."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from zerodoctor.sources import Batch
+from zerodoctor.sources.rejects import Rejected
+from zerodoctor.store.db import open_engine
+from zerodoctor.store.ingest import Ingestor
+from zerodoctor.store.runs import load_run
+from zerodoctor.store.schema import events, files, quarantine, steps
+
+
+def step(rank: int, n: int, **fields) -> dict:
+    return {"v": 1, "t": 1000.0 + n, "run": "r", "rank": rank, "kind": "step", "step": n, **fields}
+
+
+def comm(rank: int, total_s: float, **fields) -> dict:
+    return {"v": 1, "t": 2000.0, "run": "r", "rank": rank, "kind": "comm", "op": "all_reduce", "calls": 1,
+            "total_s": total_s, **fields}
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    engine = open_engine(tmp_path / "store.db")
+    source = tmp_path / "rank-0.jsonl"
+    source.write_text("")
+    ingestor = Ingestor()
+    with engine.begin() as conn:
+        file_id = ingestor.register_file(conn, source, "jsonl")["id"]
+    yield engine, ingestor, file_id
+    engine.dispose()
+
+
+def counts(engine, file_id: int) -> tuple[int, int, int, int]:
+    with engine.connect() as conn:
+        return (conn.execute(select(func.count()).select_from(steps)).scalar(),
+                conn.execute(select(func.count()).select_from(events)).scalar(),
+                conn.execute(select(func.count()).select_from(quarantine)).scalar(),
+                conn.execute(select(files.c.offset).where(files.c.id == file_id)).scalar())
+
+
+def test_batch_rows_and_offset_commit_together(store):
+    engine, ingestor, file_id = store
+    batch = Batch([step(0, 1), step(0, 2), comm(0, 0.5)], [Rejected("f", 4, "bad", b"{", 1)], end=321, last_line=4)
+    with engine.begin() as conn:
+        ingestor.add(conn, file_id, batch)
+    assert counts(engine, file_id) == (2, 1, 1, 321)
+
+
+def test_rolled_back_batch_leaves_neither_rows_nor_offset(store):
+    engine, ingestor, file_id = store
+    batch = Batch([step(0, 1), comm(0, 0.5)], [Rejected("f", 3, "bad", b"{", 1)], end=99, last_line=3)
+    with engine.connect() as conn:
+        trans = conn.begin()
+        ingestor.add(conn, file_id, batch)
+        trans.rollback()
+    assert counts(engine, file_id) == (0, 0, 0, 0)
+
+
+def test_non_finite_payload_floats_are_stored_as_strict_json(store):
+    engine, ingestor, file_id = store
+    batch = Batch([comm(0, math.nan, interval_s=math.inf), comm(1, -math.inf, extra={"x": [math.nan]})],
+                  end=10, last_line=2)
+    with engine.begin() as conn:
+        ingestor.add(conn, file_id, batch)
+    with engine.connect() as conn:
+        stored = [text for (text,) in conn.exec_driver_sql("SELECT payload FROM events ORDER BY rank")]
+
+    def reject(constant: str) -> None:  # PostgreSQL's json accepts no NaN/Infinity tokens
+        raise AssertionError(f"non-standard JSON constant {constant} in a payload")
+
+    bodies = [json.loads(text, parse_constant=reject) for text in stored]
+    assert (bodies[0]["total_s"], bodies[0]["interval_s"]) == ("NaN", "Infinity")
+    assert (bodies[1]["total_s"], bodies[1]["extra"]) == ("-Infinity", {"x": ["NaN"]})
+
+
+def test_load_run_merges_the_ranks_of_each_step(store):
+    engine, ingestor, file_id = store
+    batch = Batch([
+        step(0, 1, loss=1.0, loss_scale=1024.0, grad_norm=2.0, overflow=False, samples=8, step_time_s=0.5),
+        step(1, 1, loss=3.0, loss_scale=512.0, grad_norm=5.0, overflow=True, samples=8, step_time_s=0.7),
+        step(0, 2, loss=math.nan, loss_scale=512.0, grad_norm=1.0, overflow=False, samples=8, step_time_s=0.4),
+        step(1, 2, loss=2.0, loss_scale=512.0, grad_norm=math.inf, overflow=False, samples=8, step_time_s=0.4),
+        step(1, 3, loss=1.5, samples=8),  # rank 0 never reported step 3
+    ], end=5, last_line=5)
+    with engine.begin() as conn:
+        ingestor.add(conn, file_id, batch)
+        run_id = ingestor.run_id(conn, "r")
+    with engine.connect() as conn:
+        run = load_run(conn, run_id, "r")
+    merged = run.steps
+    assert merged["step"] == [1, 2, 3]
+    assert merged["ranks"] == [2, 2, 1]
+    assert merged["loss"] == [2.0, 2.0, 1.5]  # the mean over ranks; a NaN loss is left out, and flagged
+    assert merged["loss_nonfinite"] == [0, 1, 0]
+    assert merged["grad_nonfinite"] == [0, 2, 0]
+    assert merged["loss_scale"][:2] == [512.0, 512.0]  # the smallest scale any rank used
+    assert merged["grad_norm"][:2] == [5.0, 1.0]
+    assert [bool(o) for o in merged["overflow"][:2]] == [True, False]  # any rank overflowing
+    assert merged["samples"] == [16, 16, 8]
+    assert merged["step_time_s"][:2] == [0.7, 0.4]  # the slowest rank
+    assert {rank: (r["steps"], r["first_step"], r["last_step"]) for rank, r in run.per_rank.items()} == {
+        0: (2, 1, 2), 1: (3, 1, 3)}
