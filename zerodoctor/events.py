@@ -11,28 +11,33 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic.fields import FieldInfo
 from typing_extensions import NotRequired, TypedDict
 
 SCHEMA_VERSION = 1
+
+# The store keeps integers in SQLite INTEGER columns: a number past int64 would fail the whole
+# batch's insert, so the schema refuses it and the line is quarantined with its reason instead.
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 
 
 class _Envelope(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     v: Literal[1] = Field(description="schema version")
-    t: float = Field(description="unix time in seconds when the event was recorded")
+    t: float = Field(allow_inf_nan=False, description="unix time in seconds when the event was recorded")
     run: str = Field(description="run id, the name of the run directory")
-    rank: int = Field(description="global rank of the process that wrote the event")
+    rank: Int64 = Field(description="global rank of the process that wrote the event")
 
 
 class RunStart(_Envelope):
     kind: Literal["run_start"]
-    world_size: int | None = Field(None, description="number of ranks in the job")
-    local_rank: int | None = Field(None, description="rank within the node")
+    world_size: Int64 | None = Field(None, description="number of ranks in the job")
+    local_rank: Int64 | None = Field(None, description="rank within the node")
     host: str | None = Field(None, description="host name")
-    pid: int | None = Field(None, description="process id of the rank")
+    pid: Int64 | None = Field(None, description="process id of the rank")
     argv: list[str] | None = Field(None, description="command line of the rank")
-    zero_stage: int | None = Field(None, description="ZeRO stage, 0-3")
+    zero_stage: Int64 | None = Field(None, description="ZeRO stage, 0-3")
     precision: Literal["fp16", "bf16", "fp32"] | None = Field(None, description="training precision")
     config: dict[str, Any] | None = Field(None, description="the DeepSpeed config as the user wrote it")
     derived: dict[str, Any] | None = Field(
@@ -40,19 +45,19 @@ class RunStart(_Envelope):
         description="values DeepSpeed derived from the config: train_batch_size, "
         "train_micro_batch_size_per_gpu, gradient_accumulation_steps",
     )
-    params: int | None = Field(None, description="number of model parameters (unpartitioned)")
+    params: Int64 | None = Field(None, description="number of model parameters (unpartitioned)")
     versions: dict[str, str | None] | None = Field(None, description="torch, deepspeed, cuda, nccl, python")
     device_name: str | None = Field(None, description="accelerator name, e.g. 'NVIDIA H100 80GB HBM3'")
-    device_memory_bytes: int | None = Field(None, description="total memory of the accelerator")
+    device_memory_bytes: Int64 | None = Field(None, description="total memory of the accelerator")
     env: dict[str, str] | None = Field(None, description="allow-listed environment (never secrets)")
 
 
 class Step(_Envelope):
     kind: Literal["step"]
-    step: int = Field(description="optimizer step number (counts skipped steps too)")
-    micro_batches: int | None = Field(None, description="backward calls since the previous optimizer step")
-    samples: int | None = Field(None, description="samples fed to the model since the previous optimizer step")
-    tokens: int | None = Field(None, description="token ids fed since the previous optimizer step (integer inputs only)")
+    step: Int64 = Field(description="optimizer step number (counts skipped steps too)")
+    micro_batches: Int64 | None = Field(None, description="backward calls since the previous optimizer step")
+    samples: Int64 | None = Field(None, description="samples fed to the model since the previous optimizer step")
+    tokens: Int64 | None = Field(None, description="token ids fed since the previous optimizer step (integer inputs only)")
     loss: float | None = Field(None, description="loss of the last micro-batch (NaN/Infinity allowed)")
     lr: float | None = Field(None, description="learning rate of the first param group")
     loss_scale: float | None = Field(None, description="fp16 loss scale used for this step")
@@ -63,19 +68,19 @@ class Step(_Envelope):
     bwd_s: float | None = Field(None, description="time in backward, summed over micro-batches")
     optim_s: float | None = Field(None, description="time in the optimizer step")
     comm_s: float | None = Field(None, description="time in collectives during this step")
-    mem_allocated_bytes: int | None = Field(None, description="torch.cuda.memory_allocated() after the step")
-    mem_reserved_bytes: int | None = Field(None, description="torch.cuda.memory_reserved() after the step")
-    mem_peak_bytes: int | None = Field(None, description="torch.cuda.max_memory_allocated() since the last step")
-    alloc_retries: int | None = Field(None, description="cumulative num_alloc_retries of the caching allocator")
-    inactive_split_bytes: int | None = Field(None, description="inactive_split_bytes.all.current of the allocator")
+    mem_allocated_bytes: Int64 | None = Field(None, description="torch.cuda.memory_allocated() after the step")
+    mem_reserved_bytes: Int64 | None = Field(None, description="torch.cuda.memory_reserved() after the step")
+    mem_peak_bytes: Int64 | None = Field(None, description="torch.cuda.max_memory_allocated() since the last step")
+    alloc_retries: Int64 | None = Field(None, description="cumulative num_alloc_retries of the caching allocator")
+    inactive_split_bytes: Int64 | None = Field(None, description="inactive_split_bytes.all.current of the allocator")
 
 
 class Comm(_Envelope):
     kind: Literal["comm"]
     op: str = Field(description="collective name: all_gather, reduce_scatter, all_reduce, broadcast, ...")
-    step: int | None = Field(None, description="last optimizer step of the interval")
-    count: int | None = Field(None, description="calls in the interval")
-    bytes: int | None = Field(None, description="message bytes summed over the calls")
+    step: Int64 | None = Field(None, description="last optimizer step of the interval")
+    count: Int64 | None = Field(None, description="calls in the interval")
+    bytes: Int64 | None = Field(None, description="message bytes summed over the calls")
     total_s: float | None = Field(None, description="time in the calls, summed")
     interval_s: float | None = Field(None, description="length of the aggregation interval")
 
@@ -83,15 +88,15 @@ class Comm(_Envelope):
 class Oom(_Envelope):
     kind: Literal["oom"]
     message: str | None = Field(None, description="the allocator's error message, verbatim")
-    step: int | None = Field(None, description="optimizer step during which it happened")
-    device: int | None = Field(None, description="GPU index")
-    requested_bytes: int | None = Field(None, description="size of the failed allocation")
-    capacity_bytes: int | None = Field(None, description="total capacity of the device")
-    free_bytes: int | None = Field(None, description="free device memory at failure")
-    allocated_bytes: int | None = Field(None, description="memory allocated by PyTorch at failure")
-    reserved_bytes: int | None = Field(None, description="memory reserved by the caching allocator at failure")
-    alloc_retries: int | None = Field(None, description="num_alloc_retries at failure")
-    inactive_split_bytes: int | None = Field(None, description="inactive split bytes at failure")
+    step: Int64 | None = Field(None, description="optimizer step during which it happened")
+    device: Int64 | None = Field(None, description="GPU index")
+    requested_bytes: Int64 | None = Field(None, description="size of the failed allocation")
+    capacity_bytes: Int64 | None = Field(None, description="total capacity of the device")
+    free_bytes: Int64 | None = Field(None, description="free device memory at failure")
+    allocated_bytes: Int64 | None = Field(None, description="memory allocated by PyTorch at failure")
+    reserved_bytes: Int64 | None = Field(None, description="memory reserved by the caching allocator at failure")
+    alloc_retries: Int64 | None = Field(None, description="num_alloc_retries at failure")
+    inactive_split_bytes: Int64 | None = Field(None, description="inactive split bytes at failure")
     alloc_conf: str | None = Field(None, description="PYTORCH_CUDA_ALLOC_CONF in effect")
 
 
@@ -100,7 +105,7 @@ class ExceptionEvent(_Envelope):
     type: str | None = Field(None, description="exception class name")
     message: str | None = Field(None, description="str() of the exception")
     traceback: list[str] | None = Field(None, description="last lines of the traceback")
-    step: int | None = Field(None, description="optimizer step during which it was raised")
+    step: Int64 | None = Field(None, description="optimizer step during which it was raised")
 
 
 class Log(_Envelope):
@@ -110,13 +115,13 @@ class Log(_Envelope):
     level: str | None = Field(None, description="log level when the line had one")
     what: str | None = Field(None, description="what the parser recognised, e.g. 'batch_assertion'")
     data: dict[str, Any] | None = Field(None, description="numbers the parser pulled out of the line")
-    step: int | None = Field(None, description="optimizer step, when the line names one")
+    step: Int64 | None = Field(None, description="optimizer step, when the line names one")
 
 
 class RunEnd(_Envelope):
     kind: Literal["run_end"]
-    exit_code: int | None = Field(None, description="exit status of the process")
-    signal: int | None = Field(None, description="signal number when killed by one")
+    exit_code: Int64 | None = Field(None, description="exit status of the process")
+    signal: Int64 | None = Field(None, description="signal number when killed by one")
     duration_s: float | None = Field(None, description="wall time of the process")
 
 
@@ -133,10 +138,15 @@ def _as_typed_dict(model: type[BaseModel]) -> type:
     Absent optional fields stay absent, which is what "missing, not zero" means.
     """
     fields = {
-        name: field.annotation if field.is_required() else NotRequired[field.annotation]
+        name: _annotation(field) if field.is_required() else NotRequired[_annotation(field)]
         for name, field in model.model_fields.items()
     }
     return TypedDict(model.__name__ + "Dict", fields)  # type: ignore[operator]
+
+
+def _annotation(field: FieldInfo) -> Any:
+    """The field's type with its constraints: pydantic moves a top-level ``Annotated``'s into ``metadata``."""
+    return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
 
 
 Event = dict[str, Any]

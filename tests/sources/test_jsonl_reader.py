@@ -23,6 +23,13 @@ BAD_LINES = [
     (b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step"}', "missing field 'step'"),
     (b'[1, 2, 3]', "not a JSON object"),
     (b'{"v": 1, "t": 1.0, "run": "r", "rank": 0}', "missing 'kind'"),
+    # past int64 the store cannot hold the number: once this crashed the whole ingest
+    (b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 99999999999999999999}', "field 'step'"),
+    (b'{"v": 1, "t": 1.0, "run": "r", "rank": 99999999999999999999, "kind": "log", "message": "m"}', "field 'rank'"),
+    (b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "oom", "free_bytes": -99999999999999999999}',
+     "field 'free_bytes'"),
+    (b'{"v": 1, "t": 1e400, "run": "r", "rank": 0, "kind": "step", "step": 5}', "field 't': Input should be a finite"),
+    (b'{"v": 1, "t": NaN, "run": "r", "rank": 0, "kind": "step", "step": 5}', "field 't': Input should be a finite"),
 ]
 
 
@@ -76,7 +83,34 @@ def test_unterminated_last_line_waits_while_tailing_and_is_read_when_final(tmp_p
 
 def test_cli_reports_quarantined_lines_with_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "rank-0.jsonl"
-    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + BAD_LINES[4][0] + b"\n")
+    huge = b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 99999999999999999999}'
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + BAD_LINES[4][0] + b"\n" + huge + b"\n")
     proc = run_cli("diagnose", str(path))
     assert proc.returncode == 0, proc.stderr
     assert f"{path}:2: unknown kind 'teleport'" in proc.stdout
+    assert f"{path}:3: field 'step'" in proc.stdout
+
+
+class _Buggy:
+    """A parser with a bug on one line and another at the end, as a plugin's might have."""
+
+    format = "buggy"
+
+    def feed(self, data: bytes) -> list:
+        if b"boom" in data:
+            raise KeyError("boom")
+        return [json.loads(data)]
+
+    def finish(self) -> list:
+        return [{}["held"]]
+
+
+def test_any_parser_exception_quarantines_the_line_and_reading_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    path.write_bytes(b'{"a": 1}\nboom\n{"a": 2}\n')
+    batches = list(read_batches(path, _Buggy()))
+    events, rejected = [e for b in batches for e in b.events], [r for b in batches for r in b.rejected]
+    assert events == [{"a": 1}, {"a": 2}]
+    assert [str(r) for r in rejected] == [f"{path}:2: parser error: KeyError: 'boom'",
+                                          f"{path}:3: parser error at end of input: KeyError: 'held'"]
+    assert rejected[0].raw == b"boom"

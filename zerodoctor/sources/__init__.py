@@ -124,11 +124,18 @@ def read_batches(
                     batch.events.extend(parser.feed(data))
                 except BadLine as exc:
                     batch.rejected.append(Rejected(name, number, str(exc), data.rstrip(b"\r\n"), len(data)))
+                except Exception as exc:  # noqa: BLE001 - a parser's bug costs one line, never the whole read
+                    batch.rejected.append(Rejected(name, number, f"parser error: {type(exc).__name__}: {exc}",
+                                                   data.rstrip(b"\r\n"), len(data)))
             batch.end, batch.last_line = end, number
             in_batch += 1
             if in_batch == batch_lines:
                 yield batch
                 batch, in_batch = Batch(end=end, last_line=number), 0
     if final:
-        batch.events.extend(parser.finish())
+        try:
+            batch.events.extend(parser.finish())
+        except Exception as exc:  # noqa: BLE001 - what the parser held is lost, the read is not
+            batch.rejected.append(Rejected(name, batch.last_line, f"parser error at end of input: "
+                                           f"{type(exc).__name__}: {exc}", b"", 0))
     yield batch
