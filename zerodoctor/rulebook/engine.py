@@ -107,13 +107,18 @@ def _finding(rule: Rule, values: dict[str, Any], run: str, ranks: list[int],
                     continue
             except MissingSignal:
                 continue
-        fixes.append(Fix(
-            title=fix.title.render(resolve),
-            safety=fix.spec.safety,
-            config_patch=_fill(fix.spec.config_patch, resolve),
-            env=_fill(fix.spec.env, resolve),
-            action=_fill(fix.spec.action, resolve),
-        ))
+        try:
+            fixes.append(Fix(
+                title=fix.title.render(resolve, strict=True),
+                safety=fix.spec.safety,
+                config_patch=_fill(fix.spec.config_patch, resolve),
+                env=_fill(fix.spec.env, resolve),
+                action=_fill(fix.spec.action, resolve),
+            ))
+        except MissingSignal:
+            # A fix with a blank in it says nothing, or worse: in a merge patch a missing value
+            # would be null, which deletes the key ("lr": null drops the user's learning rate).
+            continue
     return Finding(
         rule=spec.code, name=spec.name, category=spec.category, severity=spec.severity,
         message=rule.message.render(resolve), run=run, evidence=evidence, steps=steps,
@@ -124,18 +129,18 @@ def _finding(rule: Rule, values: dict[str, Any], run: str, ranks: list[int],
 
 
 def _fill(node: Any, resolve: Callable[[str], Any]) -> Any:
-    """Substitute ``{signal}`` fields in a fix; a leaf that is exactly one field keeps its type."""
+    """Substitute ``{signal}`` fields in a fix; a leaf that is exactly one field keeps its type.
+
+    Raises MissingSignal when a field's signal is absent: the caller drops the whole fix.
+    """
     if isinstance(node, dict):
         return {k: _fill(v, resolve) for k, v in node.items()}
     if isinstance(node, list):
         return [_fill(v, resolve) for v in node]
     if isinstance(node, str) and "{" in node:
         if node.startswith("{") and node.endswith("}") and node.count("{") == 1:
-            try:
-                return _plain(resolve(node[1:-1]))
-            except MissingSignal:
-                return None
-        return render(node, resolve)
+            return _plain(resolve(node[1:-1]))
+        return render(node, resolve, strict=True)
     return node
 
 

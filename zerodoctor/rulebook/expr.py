@@ -123,23 +123,25 @@ class Template:
         if unknown:
             raise ExprError("RL204", f"template names unknown signal(s): {', '.join(unknown)}")
 
-    def render(self, resolve: Resolver) -> str:
-        return render(self.text, resolve)
+    def render(self, resolve: Resolver, *, strict: bool = False) -> str:
+        return render(self.text, resolve, strict=strict)
 
 
-def render(text: str, resolve: Resolver) -> str:
-    """Fill ``{signal:format}`` fields; a signal the run lacks prints as ``n/a``."""
-    return _Formatter(resolve).format(text)
+def render(text: str, resolve: Resolver, *, strict: bool = False) -> str:
+    """Fill ``{signal:format}`` fields; a signal the run lacks prints as ``n/a``, or raises MissingSignal if ``strict``."""
+    return _Formatter(resolve, strict).format(text)
 
 
 class _Formatter(string.Formatter):
-    def __init__(self, resolve: Resolver) -> None:
-        self._resolve = resolve
+    def __init__(self, resolve: Resolver, strict: bool) -> None:
+        self._resolve, self._strict = resolve, strict
 
     def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
         try:
             return self._resolve(field_name), field_name
         except MissingSignal:
+            if self._strict:
+                raise
             return _NotAvailable(), field_name
 
 
