@@ -120,12 +120,13 @@ def run(
     command: List[str] = typer.Argument(..., help="The training command, after '--': deepspeed/torchrun/python ..."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories are created."),
     name: Optional[str] = typer.Option(None, "--name", help="Run id (default: time + random); reuse it on every node."),
+    append: bool = typer.Option(False, "--append", help="Join a run directory other nodes of the same job write to."),
 ) -> None:
     """Run a training command with the probe injected; exit with the command's own status."""
     from zerodoctor.wrapper import RunError, run as run_command
 
     try:
-        code = run_command(list(command), runs_dir, name)
+        code = run_command(list(command), runs_dir, name, append=append)
     except RunError as exc:
         raise fail(str(exc)) from None
     raise typer.Exit(code)

@@ -105,13 +105,21 @@ def child_env(run_dir: Path, run_id: str, site_dir: Path) -> dict[str, str]:
     return env
 
 
-def run(command: list[str], runs_dir: Path, name: str | None = None) -> int:
-    """Run ``command`` with the probe injected; return its exit status (128+N for signal N)."""
+def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: bool = False) -> int:
+    """Run ``command`` with the probe injected; return its exit status (128+N for signal N).
+
+    ``append`` lets the wrappers of one multi-node job share a run directory: each node's
+    ranks write their own ``rank-<r>.jsonl``. Without it, a directory that already holds rank
+    files is an earlier attempt, whose events the probe would otherwise append to.
+    """
     from zerodoctor import __version__
     from zerodoctor.probe.bootstrap import write_site
 
     run_id = name or new_run_id()
     run_dir = (runs_dir / run_id).resolve()
+    if not append and next(run_dir.glob("rank-*.jsonl"), None) is not None:
+        raise RunError(f"{run_dir}: already holds the rank files of an earlier run; choose another --name "
+                       "(or pass --append on every node of one multi-node job)")
     run_dir.mkdir(parents=True, exist_ok=True)
     site_dir = write_site(run_dir / SITE_DIR, run_dir, run_id)
     meta = {"run": run_id, "argv": command, "cwd": os.getcwd(), "host": socket.gethostname(),

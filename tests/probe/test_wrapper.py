@@ -121,3 +121,19 @@ def test_deepspeed_is_patched_even_after_a_find_spec_probe(tmp_path):
             "import deepspeed; print(getattr(deepspeed.initialize, '_zerodoctor', False))")
     done = zd_run(tmp_path, sys.executable, "-c", code, env={**os.environ, "PYTHONPATH": str(fake)})
     assert done.stdout == b"True\n", done.stderr
+
+
+def test_a_second_attempt_under_the_same_name_is_refused_unless_it_appends(tmp_path):
+    """Rank files are opened for appending: a re-run would merge into the earlier attempt's events."""
+    write_rank = ("import os, pathlib; d = pathlib.Path(os.environ['ZERODOCTOR_RUN_DIR']); "
+                  "(d / 'rank-0.jsonl').write_text('{}\\n'); (d / 'attempts').open('a').write('x')")
+    assert zd_run(tmp_path, sys.executable, "-c", write_rank).returncode == 0
+    again = zd_run(tmp_path, sys.executable, "-c", write_rank)
+    assert again.returncode == 2
+    assert again.stderr.decode().count("\n") == 1 and "--name" in again.stderr.decode()
+    assert (tmp_path / "r" / "attempts").read_text() == "x"  # the command never started
+    joined = subprocess.run([sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp_path), "--name", "r",
+                             "--append", "--", sys.executable, "-c", write_rank],
+                            capture_output=True, timeout=TIMEOUT_S, cwd=ROOT)
+    assert joined.returncode == 0
+    assert (tmp_path / "r" / "attempts").read_text() == "xx"
