@@ -6,10 +6,13 @@ import os
 import shutil
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
+from tests.conftest import ROOT
 from tests.watch.conftest import append, step_line, stored_steps
-from zerodoctor.store.schema import files, quarantine
+from zerodoctor.diagnosis import diagnose
+from zerodoctor.store import findings as stored_findings
+from zerodoctor.store.schema import events, files, quarantine, runs
 from zerodoctor.watch.daemon import Watcher
 
 
@@ -191,3 +194,25 @@ def test_rank_files_appearing_beside_console_log_replace_it(tmp_path, make_watch
     one_pass(watcher)
     assert [p.name for p in watcher.tails] == ["rank-0.jsonl"]
     expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 4))
+
+
+def test_console_log_rows_dropped_when_rank_files_appear_between_two_runs_of_watch(tmp_path, make_watcher, rules):
+    sample = ROOT / "samples" / "fp16-min-scale"
+    run_dir = tmp_path / "runs" / sample.name
+    run_dir.mkdir(parents=True)
+    shutil.copy(sample / "console.log", run_dir)
+    first = make_watcher()
+    first.once()
+    with first.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(events)).scalar() > 0  # the log's events were stored
+    for rank_file in sample.glob("rank-*.jsonl"):
+        shutil.copy(rank_file, run_dir)
+    again = make_watcher()
+    again.once()
+    with again.engine.connect() as conn:
+        run_id = conn.execute(select(runs.c.id).where(runs.c.name == sample.name)).scalar_one()
+        stored = stored_findings.for_run(conn, run_id)
+        assert {Path(p).name for (p,) in conn.execute(select(files.c.path))} == {"rank-0.jsonl", "rank-1.jsonl"}
+    expected = diagnose([run_dir], rules=rules).findings
+    assert stored and sorted(stored, key=lambda f: f["rule"]) == sorted((f.to_json() for f in expected),
+                                                                        key=lambda f: f["rule"])

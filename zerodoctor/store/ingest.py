@@ -12,7 +12,7 @@ import math
 import os
 from pathlib import Path
 
-from sqlalchemy import Connection, Table, case, insert, select, update
+from sqlalchemy import Connection, Table, case, delete, insert, select, update
 
 from zerodoctor.events import Event
 from zerodoctor.sources import Batch
@@ -39,6 +39,12 @@ class Ingestor:
                                               offset=0, lines=0, events=0, quarantined=0))
             row = conn.execute(select(files).where(files.c.path == key)).mappings().one()
         return dict(row)
+
+    def forget_file(self, conn: Connection, file_id: int) -> None:
+        """Delete the file's rows (steps, events, quarantine) and its row, in ``conn``'s transaction."""
+        for table in (steps, events, quarantine):
+            conn.execute(delete(table).where(table.c.file_id == file_id))
+        conn.execute(delete(files).where(files.c.id == file_id))
 
     def run_id(self, conn: Connection, name: str) -> int:
         run_id = self._run_ids.get(name)

@@ -85,15 +85,13 @@ class Watcher:
         formats = {path.parent: fmt for path, fmt in found}
         for path, tail in list(self.tails.items()):
             if formats.get(path.parent, tail.fmt) != tail.fmt:
-                # Rank files appeared beside the console.log read so far: they carry the same
-                # steps, and reading both would count each twice.
-                log.info("%s: now reading the %s files of this run instead", path, formats[path.parent])
                 tail.close()
                 del self.tails[path]
         fresh = [(path, fmt) for path, fmt in found if path not in self.tails]
         if not fresh:
             return
         with self.engine.begin() as conn:
+            self._forget_replaced_sources(conn, formats)
             for path, fmt in fresh:
                 try:
                     self.tails[path] = FileTail(conn, self.ingestor, path, fmt)
@@ -102,6 +100,18 @@ class Watcher:
         for run_dir in sorted({path.parent for path, _ in fresh}):
             names = [p.name for p, _ in fresh if p.parent == run_dir]
             log.info("tailing %s: %s", run_dir, ", ".join(names))
+
+    def _forget_replaced_sources(self, conn, formats: dict[Path, str]) -> None:  # noqa: ANN001 - Connection
+        """Rank files appeared beside the console.log read so far (now or before a restart): they
+        carry the same steps, so the log's stored rows go, or the run would count each twice and
+        hold what ``diagnose`` on the directory never reads."""
+        formats = {run_dir.resolve(): fmt for run_dir, fmt in formats.items()}  # stored paths are resolved
+        for file_id, name, fmt in conn.execute(select(files.c.id, files.c.path, files.c.format)).all():
+            path = Path(name)
+            if formats.get(path.parent, fmt) != fmt:
+                log.info("%s: now reading the %s files of this run instead; its stored events are dropped",
+                         path, formats[path.parent])
+                self.ingestor.forget_file(conn, file_id)
 
     def ingest(self) -> bool:
         """One pass over every tailed file; True when some file has more lines waiting."""
