@@ -134,3 +134,15 @@ def test_watch_keeps_findings_while_the_endpoint_is_down_and_sends_each_once(tmp
     sent = [b["rule"] for b in server.bodies]
     assert "ZD203" in sent and len(sent) == len(set(sent)), sent  # every finding, each once
     assert all(b["run"] == "fixture" for b in server.bodies)  # the run named in the events
+
+
+def test_the_url_path_never_reaches_the_name_or_the_errors(endpoint) -> None:  # noqa: ANN001
+    server = endpoint(fail=99, status=500)
+    secret_url = server.url + "/T000/B000/xoxb-secret"  # Slack's path is the credential
+    notifier = WebhookNotifier(secret_url, retries=0, sleep=lambda s: None)
+    with pytest.raises(DeliveryError) as raised:
+        notifier.send(FINDING)
+    host = f"127.0.0.1:{server.server.server_address[1]}"
+    for shown in (notifier.name, str(raised.value)):
+        assert host in shown and "secret" not in shown and "/hook" not in shown
+    assert WebhookNotifier(server.url).name != notifier.name  # two URLs on one host stay apart

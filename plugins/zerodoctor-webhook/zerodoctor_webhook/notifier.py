@@ -1,13 +1,17 @@
 """Notifier: one finding → one HTTP POST, with a timeout and bounded retries with backoff.
 
 Only a 2xx answer counts as delivered; anything else raises ``DeliveryError`` after the last
-retry, and ``watch`` keeps the finding pending for a later pass.
+retry, and ``watch`` keeps the finding pending for a later pass. A webhook URL is a secret
+(Slack's path is the credential), so the URL never leaves this module: the notifier's name
+(logs, the deliveries table) and its errors carry the host and a short hash of the URL.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+import urllib.parse
 import urllib.error
 import urllib.request
 from typing import Any, Callable
@@ -24,7 +28,8 @@ class WebhookNotifier:
                  backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> None:
         if style not in STYLES:
             raise ValueError(f"webhook format must be one of {STYLES}, not {style!r}")
-        self.name = f"webhook:{url}"
+        self.where = redacted(url)
+        self.name = f"webhook:{self.where}"
         self.url, self.style, self.timeout_s = url, style, timeout_s
         self.retries, self.backoff_s, self._sleep = retries, backoff_s, sleep
 
@@ -47,7 +52,20 @@ class WebhookNotifier:
                     break  # the request itself is wrong: retrying cannot help
             except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
                 last = str(getattr(exc, "reason", exc))
-        raise DeliveryError(f"{self.url}: {last} after {attempt + 1} attempt(s)")
+        raise DeliveryError(f"{self.where}: {last} after {attempt + 1} attempt(s)")
+
+
+def redacted(url: str) -> str:
+    """'https://hooks.slack.com/services/T0/B0/secret' → 'hooks.slack.com#<8 hex of the URL's sha256>'.
+
+    The host says where findings go; the hash tells two URLs on one host apart (and keeps a
+    finding's delivery record tied to its URL) without revealing the path or any credentials.
+    """
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or "?"
+    if parts.port:
+        host += f":{parts.port}"
+    return f"{host}#{hashlib.sha256(url.encode()).hexdigest()[:8]}"
 
 
 def slack_message(finding: dict[str, Any]) -> dict[str, str]:
