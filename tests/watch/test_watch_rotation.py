@@ -7,11 +7,13 @@ import shutil
 from pathlib import Path
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
 
 from tests.conftest import ROOT
 from tests.watch.conftest import append, step_line, stored_steps
 from zerodoctor.diagnosis import diagnose
 from zerodoctor.store import findings as stored_findings
+from zerodoctor.store.db import open_engine
 from zerodoctor.store.schema import events, files, quarantine, runs
 from zerodoctor.watch.daemon import Watcher
 
@@ -216,3 +218,38 @@ def test_console_log_rows_dropped_when_rank_files_appear_between_two_runs_of_wat
     expected = diagnose([run_dir], rules=rules).findings
     assert stored and sorted(stored, key=lambda f: f["rule"]) == sorted((f.to_json() for f in expected),
                                                                         key=lambda f: f["rule"])
+
+
+def test_lines_read_again_after_a_rolled_back_commit_keep_their_events(tmp_path, make_watcher):
+    sample = ROOT / "samples" / "fp16-min-scale" / "console.log"
+    (tmp_path / "runs" / "r").mkdir(parents=True)
+    shutil.copy(sample, tmp_path / "runs" / "r")
+    watcher = make_watcher()
+    watcher.discover()
+    add = watcher.ingestor.add
+
+    def fail_once(*args) -> None:
+        watcher.ingestor.add = add
+        raise OperationalError("INSERT", {}, Exception("disk I/O error"))
+
+    watcher.ingestor.add = fail_once  # the parser reads the whole log, then the commit fails
+    watcher.ingest()
+    while watcher.ingest():
+        pass
+    retried = stored_events(watcher)
+    watcher.close()
+
+    (tmp_path / "clean" / "r").mkdir(parents=True)
+    shutil.copy(sample, tmp_path / "clean" / "r")
+    clean = Watcher(open_engine(tmp_path / "clean" / "zerodoctor.db"), [tmp_path / "clean"], [], lambda *_: None)
+    try:
+        clean.once()
+        assert retried and retried == stored_events(clean)
+    finally:
+        clean.engine.dispose()
+
+
+def stored_events(watcher: Watcher) -> list[tuple]:
+    with watcher.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(
+            select(events.c.kind, events.c.rank, events.c.step, events.c.payload).order_by(events.c.id))]

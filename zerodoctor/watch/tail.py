@@ -43,7 +43,6 @@ class FileTail:
     def __init__(self, conn: Connection, ingestor: Ingestor, path: Path, fmt: str) -> None:
         self.path = path
         self.fmt = fmt
-        self.parser: Parser = make_parser(fmt, run_id=path.parent.name)
         row = ingestor.register_file(conn, path, fmt)
         self.file_id: int = row["id"]
         self.name: str = row["path"]
@@ -51,9 +50,14 @@ class FileTail:
         self.resync(row)
 
     def resync(self, row: dict) -> None:
-        """Take offsets and identity from the stored row (after a rolled-back transaction)."""
+        """Take offsets and identity from the stored row (after a rolled-back transaction).
+
+        The parser starts afresh: the one that read past the offset holds state (lines seen,
+        messages reported once) that would drop those lines' events when they are read again.
+        """
         self.offset, self.lines = row["offset"], row["lines"]
         self.identity: Identity = (row["device"], row["inode"])
+        self.parser: Parser = make_parser(self.fmt, run_id=self.path.parent.name)
 
     def poll(self, conn: Connection, ingestor: Ingestor, emit: Emit) -> Polled:
         """Store up to ``BATCH_LINES`` new complete lines: "more" when more are waiting, "gone" with the path.
@@ -130,8 +134,7 @@ class FileTail:
         """Point the row at a new file (a truncated one, or none yet) at offset 0; stored counts stay."""
         conn.execute(update(files).where(files.c.id == self.file_id).values(
             device=identity[0], inode=identity[1], offset=0, lines=0))
-        self.identity, self.offset, self.lines = identity, 0, 0
-        self.parser = make_parser(self.fmt, run_id=self.path.parent.name)
+        self.resync({"device": identity[0], "inode": identity[1], "offset": 0, "lines": 0})
 
     def _read(self, conn: Connection, stream: BinaryIO, *, final: bool, batches: int | None = None) -> bool:
         """Store batches from the offset on; True when ``batches`` full ones were read (more may wait)."""
