@@ -81,6 +81,13 @@ def test_explicit_batch_with_auto_parts_must_divide(train: int, fires: bool, rul
     assert ("ZD612" in _rules_fired(config, rules, world_size=8)) is fires
 
 
+@pytest.mark.parametrize("world_size", [1, 4])
+def test_a_micro_batch_of_zero_with_auto_parts_is_judged_not_divided_by(world_size: int, rules) -> None:
+    config = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 0, "gradient_accumulation_steps": "auto"}
+    fired = _rules_fired(config, rules, world_size=world_size)  # was a ZeroDivisionError
+    assert "ZD611" in fired and "ZD612" not in fired
+
+
 def test_what_deepspeed_rejects_is_found_before_it(tmp_path: Path, rules) -> None:
     config = {"train_batch_size": 8, "fp16": {"enabled": True, "min_loss_scale": 0.5}, "bf16": {"enabled": True}}
     path = tmp_path / "c.json"

@@ -260,6 +260,9 @@ def _auto(config: dict[str, Any], world: int | None) -> dict[str, Any]:
     if out["config.auto_batch_checkable"] and world % sp == 0:
         # DeepSpeed asserts train == micro × grad-accum × (world / sp) whoever fills the rest.
         divisor = int(world // sp) * (micro if isinstance(micro, int) else 1)
-        out["config.auto_batch_divisor"] = divisor
-        out["config.auto_batch_remainder"] = train % divisor
+        if divisor > 0:  # a micro batch of 0 (or less) is its own error, not a divisibility question
+            out["config.auto_batch_divisor"] = divisor
+            out["config.auto_batch_remainder"] = train % divisor
+        else:
+            out["config.auto_batch_checkable"] = False
     return out
