@@ -81,3 +81,48 @@ def test_hook_tracing_is_switched_on_by_the_environment() -> None:
 @pytest.mark.parametrize("name", [n for n in dir(hookspecs) if n.startswith("register_")])
 def test_every_hook_is_documented(name: str) -> None:
     assert f"`{name}(" in DOC
+
+
+BROKEN_PARTS = '''
+from zerodoctor.hookspecs import hookimpl
+from zerodoctor.signals.base import Signal
+
+
+class Exploding:
+    SIGNALS = [Signal("boom.x", "x", "never computed")]
+
+    @staticmethod
+    def compute(run, values):
+        raise RuntimeError("kaboom in a signal")
+
+
+@hookimpl
+def register_signals():
+    return [Exploding]
+
+
+@hookimpl
+def register_commands(app):
+    @app.command()
+    def boom():
+        """Fail the way a bug would."""
+        raise RuntimeError("kaboom in a command")
+'''
+
+
+def test_a_failing_signal_module_costs_only_its_own_signals(tmp_path: Path) -> None:
+    _install_fake_dist(tmp_path, "boom", "zerodoctor_boom", BROKEN_PARTS)
+    proc = _zerodoctor("diagnose", "--format", "json", str(ROOT / "tests/fixtures/rules/ZD203/fires.jsonl"), site=tmp_path)
+    assert proc.returncode == 1  # ZD203 is an error finding: judged as usual
+    assert "ZD203" in {f["rule"] for f in json.loads(proc.stdout)["findings"]}
+    assert "signal module Exploding failed" in proc.stderr and "kaboom in a signal" in proc.stderr
+
+
+def test_an_internal_error_is_one_line_and_exit_3_not_1(tmp_path: Path) -> None:
+    _install_fake_dist(tmp_path, "boom", "zerodoctor_boom", BROKEN_PARTS)
+    proc = _zerodoctor("boom", site=tmp_path)
+    assert proc.returncode == 3
+    assert proc.stderr.strip().count("\n") == 0 and "internal error: RuntimeError: kaboom in a command" in proc.stderr
+    env_debug = subprocess.run([sys.executable, "-m", "zerodoctor", "boom"], capture_output=True, text=True, timeout=120,
+                               env={**os.environ, "PYTHONPATH": str(tmp_path), "ZERODOCTOR_DEBUG": "1"})
+    assert "Traceback" in env_debug.stderr

@@ -7,6 +7,7 @@ inside the commands, so ``zerodoctor --help`` and the daemon start fast on a log
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -19,6 +20,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
+    pretty_exceptions_enable=False,
 )
 rules_app = typer.Typer(help="List and explain the rules.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
@@ -30,6 +32,13 @@ class Format(str, Enum):
     text = "text"
     json = "json"
     markdown = "markdown"
+
+
+class Output(str, Enum):
+    """For commands with no Markdown form: refusing ``--format markdown`` beats printing text."""
+
+    text = "text"
+    json = "json"
 
 
 class FailOn(str, Enum):
@@ -98,7 +107,7 @@ def diagnose(
         report = run_diagnosis(paths, db=db, rules=loaded, input_format=input_format)
     except (InputError, OSError) as exc:
         raise fail(str(exc)) from None
-    if fmt is Format.json:
+    if fmt.value == "json":
         from zerodoctor.report.json import to_json
 
         typer.echo(json.dumps(to_json(report), indent=2))
@@ -193,7 +202,7 @@ def watch(
 @app.command()
 def status(
     db: Optional[str] = typer.Option(None, help="Store to read (SQLAlchemy URL or SQLite path); default: runs/zerodoctor.db."),
-    fmt: Format = typer.Option(Format.text, "--format", help="Output format (text or json)."),
+    fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
 ) -> None:
     """Per run and file: events stored, lines quarantined, byte offset, findings, time of the last event."""
     from zerodoctor.report.status import collect, render, to_json
@@ -208,7 +217,7 @@ def status(
             statuses = collect(conn)
     finally:
         engine.dispose()
-    if fmt is Format.json:
+    if fmt.value == "json":
         typer.echo(json.dumps(to_json(statuses), indent=2))
     else:
         from rich.console import Console
@@ -260,7 +269,7 @@ def check(
     world_size: int = typer.Option(1, "--world-size", min=1, help="Ranks the job will run on (data x sequence parallel)."),
     params: Optional[str] = typer.Option(None, "--params", help="Model parameters, e.g. 7e9 or 7B: enables the memory plan."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory of one GPU, e.g. 80GiB or 80GB: picks a ZeRO option."),
-    fmt: Format = typer.Option(Format.text, "--format", help="Output format (text or json)."),
+    fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.error, help="Exit 1 when a finding is at or above this severity."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
     use_deepspeed: bool = typer.Option(True, "--deepspeed/--no-deepspeed",
@@ -279,7 +288,7 @@ def check(
                            gpu_mem=_quantity(gpu_mem, "--gpu-mem"), use_deepspeed=use_deepspeed)
     except ConfigError as exc:
         raise fail(str(exc)) from None
-    if fmt is Format.json:
+    if fmt.value == "json":
         from zerodoctor.config.report import to_json
 
         typer.echo(json.dumps(to_json(report), indent=2))
@@ -291,7 +300,7 @@ def check(
         render(report, Console(highlight=False, soft_wrap=True))
     if fix:
         _fix_config(config, report.findings, world_size if use_deepspeed else None, unsafe=unsafe, output=output,
-                    in_place=in_place, err=fmt is Format.json)
+                    in_place=in_place, err=fmt.value == "json")
     _exit_on(report.findings, fail_on, rejected=report.deepspeed is not None and not report.deepspeed.accepted)
 
 
@@ -315,17 +324,20 @@ def fix_command(
         findings, run_world = findings_from_run(source, loaded)
     except (InputError, OSError) as exc:
         raise fail(str(exc)) from None
-    _fix_config(config, findings, world_size or run_world or 1, unsafe=unsafe, output=output, in_place=in_place)
+    if world_size is None and run_world is None:
+        raise fail("the run does not say how many ranks it had: pass --world-size N, the size DeepSpeed "
+                   "should validate the patched config at")
+    _fix_config(config, findings, world_size or run_world, unsafe=unsafe, output=output, in_place=in_place)
 
 
 @rules_app.command("list")
 def rules_list(
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
-    fmt: Format = typer.Option(Format.text, "--format", help="Output format (text or json)."),
+    fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
 ) -> None:
     """List every rule: code, name, category, severity, status."""
     loaded = _load_rules(rules)
-    if fmt is Format.json:
+    if fmt.value == "json":
         typer.echo(json.dumps([{"code": r.code, "name": r.spec.name, "category": r.spec.category,
                                 "severity": r.spec.severity, "status": r.spec.status,
                                 "signals": r.condition.signals} for r in loaded], indent=2))
@@ -352,13 +364,13 @@ def rules_show(
 
 @plugins_app.command("list")
 def plugins_list(
-    fmt: Format = typer.Option(Format.text, "--format", help="Output format (text or json)."),
+    fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
 ) -> None:
     """List loaded plugins (built-ins first), where each comes from and the hooks it implements."""
     from zerodoctor import plugins
 
     infos = plugins.listing()
-    if fmt is Format.json:
+    if fmt.value == "json":
         typer.echo(json.dumps([{"name": i.name, "origin": i.origin, "hooks": list(i.hooks)} for i in infos], indent=2))
         return
     for i in infos:
@@ -366,10 +378,18 @@ def plugins_list(
 
 
 def main() -> None:
+    """The console script. An unexpected error exits 3, never 1: 1 means "findings at --fail-on"."""
     from zerodoctor import plugins
 
     plugins.hook().register_commands(app=app)
-    app(prog_name="zerodoctor")
+    try:
+        app(prog_name="zerodoctor", standalone_mode=True)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence; the traceback is one switch away
+        if os.environ.get("ZERODOCTOR_DEBUG"):
+            raise
+        typer.echo(f"zerodoctor: internal error: {type(exc).__name__}: {exc} "
+                   "(a bug: please report it; ZERODOCTOR_DEBUG=1 shows the traceback)", err=True)
+        sys.exit(3)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,16 @@ run in order and may read what earlier ones computed (``values``).
 
 from __future__ import annotations
 
+import logging
 from types import ModuleType
 from typing import Any
 
 from zerodoctor import plugins
 from zerodoctor.signals.base import Signal, StepSeries
 from zerodoctor.store.runs import RunData
+
+
+log = logging.getLogger("zerodoctor.signals")
 
 
 def signal_modules() -> list[ModuleType]:
@@ -27,10 +31,20 @@ def catalog(modules: list[ModuleType] | None = None) -> dict[str, Signal]:
 
 
 def compute(run_data: RunData, modules: list[ModuleType] | None = None) -> dict[str, Any]:
-    """All signals of one run that its data supports, by name."""
+    """All signals of one run that its data supports, by name.
+
+    A module that raises (a plugin's, say) costs only its own signals: they are missing, so the
+    rules that need them are reported as unevaluated, and every other rule is still judged.
+    """
     values: dict[str, Any] = {}
     for module in modules or signal_modules():
-        values.update({k: v for k, v in module.compute(run_data, values).items() if v is not None})
+        try:
+            computed = module.compute(run_data, values)
+        except Exception as exc:  # noqa: BLE001 - one broken module must not hide every finding
+            log.warning("signal module %s failed on run %s, its signals are missing: %s: %s",
+                        module.__name__, run_data.name, type(exc).__name__, exc)
+            continue
+        values.update({k: v for k, v in computed.items() if v is not None})
     return values
 
 
