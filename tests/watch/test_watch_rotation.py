@@ -12,7 +12,7 @@ from sqlalchemy.exc import OperationalError
 from tests.conftest import ROOT
 from tests.watch.conftest import append, step_line, stored_steps
 from zerodoctor.diagnosis import diagnose
-from zerodoctor.store import findings as stored_findings
+from zerodoctor.store import findings as stored_findings, ingest
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.schema import events, files, quarantine, runs
 from zerodoctor.watch.daemon import Watcher
@@ -253,3 +253,28 @@ def stored_events(watcher: Watcher) -> list[tuple]:
     with watcher.engine.connect() as conn:
         return [tuple(r) for r in conn.execute(
             select(events.c.kind, events.c.rank, events.c.step, events.c.payload).order_by(events.c.id))]
+
+
+def test_batch_the_store_refuses_is_quarantined_once_and_the_tail_goes_on(tmp_path, make_watcher, monkeypatch):
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 6))
+    step_row = ingest._step_row
+
+    def refuse_step_3(e, run_id, file_id):  # noqa: ANN001, ANN202
+        if e["step"] == 3:
+            raise ValueError("value out of range for the store")
+        return step_row(e, run_id, file_id)
+
+    monkeypatch.setattr(ingest, "_step_row", refuse_step_3)
+    watcher = make_watcher()
+    one_pass(watcher)
+    monkeypatch.setattr(ingest, "_step_row", step_row)
+    one_pass(watcher)  # not read again: the refused batch is behind the offset
+    append(log, "r", 0, range(6, 8))
+    one_pass(watcher)
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(6, 8))
+    row = file_row(watcher)
+    assert (row["lines"], row["offset"], row["quarantined"]) == (7, log.stat().st_size, 1)
+    with watcher.engine.connect() as conn:
+        (reason,) = conn.execute(select(quarantine.c.reason)).scalars().all()
+    assert reason.startswith("lines 1-5 not stored: ValueError: value out of range")

@@ -13,9 +13,11 @@ import os
 from pathlib import Path
 
 from sqlalchemy import Connection, Table, case, delete, insert, select, update
+from sqlalchemy.exc import OperationalError
 
 from zerodoctor.events import Event
 from zerodoctor.sources import Batch
+from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store.schema import events, files, quarantine, runs, steps
 
 _ENVELOPE = {"v", "t", "run", "rank", "kind"}
@@ -95,6 +97,28 @@ class Ingestor:
             events=files.c.events + len(batch.events),
             quarantined=files.c.quarantined + len(batch.rejected),
         ))
+
+    def add_or_quarantine(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int) -> Batch:
+        """``add``, or when the batch's content cannot be stored, one quarantine row for its lines.
+
+        A batch refused for what it holds (a value the store rejects, a bug on this path)
+        would be refused on every retry, so its lines are quarantined and the offset moves
+        past them. A failing store (``OperationalError``: disk, lock) is raised for the
+        caller to roll back and read the lines again. Returns the batch actually stored.
+        """
+        try:
+            with conn.begin_nested():
+                self.add(conn, file_id, batch)
+            return batch
+        except OperationalError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one batch's content must not stop the tail
+            self._run_ids.clear()  # the savepoint's rollback may have removed runs this batch created
+            reason = f"lines {first_line}-{batch.last_line} not stored: {type(exc).__name__}: {exc}"
+            stored = Batch(rejected=[Rejected(name, first_line, reason, b"", 0)], end=batch.end,
+                           last_line=batch.last_line)
+            self.add(conn, file_id, stored)
+            return stored
 
 
 class _BulkInsert:

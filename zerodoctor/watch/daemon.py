@@ -142,9 +142,12 @@ class Watcher:
                         trans.commit()
                         trans, pending = conn.begin(), 0
                 trans.commit()
-            except SQLAlchemyError as exc:
+            except Exception as exc:  # noqa: BLE001 - a days-long watch outlives a failed pass
+                # A batch refused for its content is quarantined by the tail; what is left is the
+                # store failing (or a bug): nothing of the pass is kept, its lines are read again.
                 trans.rollback()
-                log.error("store write failed, will read those lines again: %s", exc)
+                log.error("store write failed, will read those lines again: %s", exc,
+                          exc_info=not isinstance(exc, SQLAlchemyError))
                 self._resync(conn)
         return more
 

@@ -144,7 +144,7 @@ class FileTail:
             if batch.end == self.offset and not batch.events and not batch.rejected:
                 continue
             lines_before = self.lines
-            self._ingestor.add(conn, self.file_id, batch)
+            batch = self._ingestor.add_or_quarantine(conn, self.file_id, batch, self.name, self.lines + 1)
             self.offset, self.lines = batch.end, batch.last_line
             _log_rejected(self.name, batch)
             self._emit(batch)
