@@ -87,3 +87,18 @@ def test_check_cli_on_the_issue_config(issue_config: Path) -> None:
     assert "Recommended: ZeRO stage 2, offload optimizer" in proc.stdout
     bad = run_cli("check", str(issue_config), "--gpu-mem", "lots", "--no-deepspeed")
     assert bad.returncode == 2 and bad.stderr.startswith("zerodoctor: error: --gpu-mem 'lots'")
+
+
+def test_check_no_deepspeed_says_skipped_and_prints_only_evidence_it_has(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"train_batch_size": 8, "fp16": {"enabled": True, "min_loss_scale": 0.5},
+                                "bf16": {"enabled": True}}))
+    proc = run_cli("check", str(path), "--no-deepspeed", "--fix", "--unsafe")
+    assert proc.returncode == 1, proc.stderr
+    assert "not installed" not in proc.stdout  # it is installed; it was skipped
+    assert "config parser: skipped (--no-deepspeed)" in proc.stdout
+    assert "not validated: skipped (--no-deepspeed)" in proc.stdout  # the --fix summary
+    lines = proc.stdout.splitlines()
+    assert "  evidence: config.min_loss_scale=0.5" in lines  # ZD605's number
+    assert "  evidence:" not in [line.rstrip() for line in lines]  # ZD604 is gated by flags only
+    assert f"2 errors in {path}" in proc.stdout

@@ -13,6 +13,9 @@ from zerodoctor.config.static import CheckReport
 from zerodoctor.report.text import finding_block
 
 
+_PLURAL = {"error": "errors", "warning": "warnings", "info": "info"}
+
+
 def to_json(report: CheckReport) -> dict[str, Any]:
     return {
         "zerodoctor": __version__,
@@ -34,7 +37,9 @@ def render(report: CheckReport, console: Console) -> None:
         console.print(finding_block(f, report.config))
         console.print()
     verdict = report.deepspeed
-    if verdict is None:
+    if report.deepspeed_skipped:
+        console.print("[dim]DeepSpeed's own config parser: skipped (--no-deepspeed)[/]")
+    elif verdict is None:
         console.print("[dim]DeepSpeed is not installed: its own config parser was not run[/]")
     else:
         console.print(escape(verdict.sentence()), style=None if verdict.accepted else "bold red")
@@ -46,7 +51,7 @@ def render(report: CheckReport, console: Console) -> None:
         for u in report.unevaluated:
             console.print(f"  [dim]{u.rule}: needs {', '.join(u.missing)}[/]")
     counts = {s: sum(f.severity == s for f in report.findings) for s in ("error", "warning", "info")}
-    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no findings"
+    summary = ", ".join(f"{n} {_PLURAL[s] if n > 1 else s}" for s, n in counts.items() if n) or "no findings"
     console.print(f"[bold]{summary}[/] in {escape(report.path)} at world size {report.world_size}")
 
 

@@ -37,7 +37,8 @@ class CheckReport:
     gpu_mem_bytes: int | None = None
     findings: list[Finding] = field(default_factory=list)
     unevaluated: list[Unevaluated] = field(default_factory=list)
-    deepspeed: Verdict | None = None
+    deepspeed: Verdict | None = None  # None: skipped (``deepspeed_skipped``) or not installed
+    deepspeed_skipped: bool = False
     memory_plan: list[PlanRow] = field(default_factory=list)
     recommendation: PlanRow | None = None
 
@@ -89,6 +90,7 @@ def check(path: Path, rules: list[Rule], *, world_size: int = 1, params: int | N
         config, rules, name=Path(path).name, world_size=world_size, params=params, gpu_mem=gpu_mem)
     if use_deepspeed:
         report.deepspeed = deepspeed_validate.validate(config, world_size)
+    report.deepspeed_skipped = not use_deepspeed
     if params:
         report.memory_plan = plan(params, world_size, gpu_mem, estimators=use_deepspeed)
         report.recommendation = recommend(report.memory_plan) if gpu_mem else None

@@ -35,6 +35,7 @@ class FixResult:
     applied: list[tuple[str, Fix]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     verdict: Verdict | None = None
+    unvalidated: str = ""  # why ``verdict`` is None
 
     def diff(self, name: str) -> str:
         return patch_diff(self.before, self.after, name)
@@ -61,8 +62,12 @@ def apply_fixes(config: dict[str, Any], findings: list[Finding], *, unsafe: bool
         owner.update({p: finding.rule for p in paths})
         result.after = merge_patch(result.after, fix.config_patch)
         result.applied.append((finding.rule, fix))
-    if world_size is not None:
+    if world_size is None:
+        result.unvalidated = "skipped (--no-deepspeed)"
+    else:
         result.verdict = deepspeed_validate.validate(result.after, world_size)
+        if result.verdict is None:
+            result.unvalidated = "DeepSpeed is not installed"
     return result
 
 
@@ -125,7 +130,7 @@ def summary_lines(result: FixResult) -> list[str]:
     lines += [f"skipped {rule}: {why}" for rule, why in result.skipped]
     verdict = result.verdict
     if verdict is None:
-        lines.append("not validated: DeepSpeed is not installed")
+        lines.append(f"not validated: {result.unvalidated}")
     else:
         lines.append(verdict.sentence("the patched config"))
     return lines

@@ -7,7 +7,7 @@ from collections import Counter
 from rich.console import Console
 from rich.markup import escape
 
-from zerodoctor.diagnosis import Report
+from zerodoctor.report.model import Report
 from zerodoctor.report.fixview import evidence_text, fix_lines
 from zerodoctor.rulebook.finding import Finding
 
@@ -34,8 +34,9 @@ def finding_block(f: Finding, config: dict | None) -> str:
         f"[{STYLE[f.severity]}]{f.severity.upper()}[/] [bold]{f.rule} {f.name}[/]  run {escape(f.run)}"
         + (f"  ({', '.join(where)})" if where else ""),
         f"  {escape(f.message)}",
-        f"  [dim]evidence: {escape(evidence_text(f.evidence))}[/]",
     ]
+    if f.evidence:  # a rule gated only by flags has nothing more to show than its message
+        out.append(f"  [dim]evidence: {escape(evidence_text(f.evidence))}[/]")
     if f.evidence_strength:
         out.append(f"  [dim]evidence strength: {escape(f.evidence_strength)}[/]")
     for fix in f.fixes:
