@@ -112,5 +112,5 @@ def test_any_parser_exception_quarantines_the_line_and_reading_goes_on(tmp_path:
     events, rejected = [e for b in batches for e in b.events], [r for b in batches for r in b.rejected]
     assert events == [{"a": 1}, {"a": 2}]
     assert [str(r) for r in rejected] == [f"{path}:2: parser error: KeyError: 'boom'",
-                                          f"{path}:3: parser error at end of input: KeyError: 'held'"]
+                                          f"{path}:3: parser error: KeyError: 'held' at end of input"]
     assert rejected[0].raw == b"boom"

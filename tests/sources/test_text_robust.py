@@ -9,6 +9,9 @@ from hypothesis import strategies as st
 
 from zerodoctor.sources import make_parser, read_batches
 from zerodoctor.sources.lines import MAX_LINE_BYTES
+from zerodoctor.sources.text import MAX_INTERVAL
+
+PROGRESS = "[2026-01-12 09:00:{s:02d},007] [INFO] [logging.py:107:log_dist] [Rank 0] step={n}, skipped={k}, lr=[0.0001]\n"
 
 # Fragments of every dialect's messages, so random lines reach the dialects, not just the prefilter.
 FRAGMENTS = [
@@ -22,6 +25,9 @@ FRAGMENTS = [
     "Updating DeepSpeed's gradient accumulation steps to ", "Please correct the following DeepSpeed",
     "- ds a=1 vs hf b=2", "***** Running training", "  Total train batch size = ", " iteration ",
     "number of skipped iterations: ", "[rank1]:", "\r", "{", "}", "[", "]", "│", "0", "65536", "-1", "1e309", "nan",
+    # numbers a resumed run or a garbled line prints: neither may invent steps without bound
+    "step=0, skipped=0, lr=[", "step=200010, skipped=150, lr=[", "9" * 25, "18446744073709551616", "9223372036854775807",
+    "step=" + "9" * 25 + ", skipped=0, lr=[",
 ]
 lines = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=20)), max_size=12).map("".join)
 
@@ -58,3 +64,29 @@ def test_a_20_mb_line_is_quarantined_and_parsing_goes_on(tmp_path: Path) -> None
     events = [e for b in batches for e in b.events]
     assert len(rejected) == 1 and rejected[0].size > MAX_LINE_BYTES
     assert [e["kind"] for e in events if e["kind"] == "step"] == ["step"]
+
+
+def _read(path: Path) -> tuple[list[dict], list]:
+    batches = list(read_batches(path, make_parser("text", "t")))
+    return [e for b in batches for e in b.events if e["kind"] == "step"], [r for b in batches for r in b.rejected]
+
+
+def test_a_resumed_run_is_counted_from_its_first_step_not_from_zero(tmp_path: Path) -> None:
+    # deepspeed.initialize prints step=0 before load_checkpoint restores the counters
+    path = tmp_path / "console.log"
+    path.write_text(PROGRESS.format(s=0, n=0, k=0) + "".join(
+        PROGRESS.format(s=i, n=200_000 + 10 * i, k=150 + (i == 30)) for i in range(1, 31)))
+    steps, rejected = _read(path)
+    assert not rejected
+    assert [s["step"] for s in steps] == list(range(200_010, 200_301))
+    assert "overflow" not in steps[0]  # 150 skipped before the resume say nothing about this step
+    assert [s["step"] for s in steps if s.get("overflow")] == [200_291]  # the one skip since, in the last gap
+
+
+def test_a_garbled_step_number_neither_crashes_nor_invents_unbounded_steps(tmp_path: Path) -> None:
+    path = tmp_path / "console.log"
+    path.write_text(PROGRESS.format(s=0, n=0, k=0) + PROGRESS.format(s=1, n=10, k=0)
+                    + PROGRESS.format(s=2, n="9" * 25, k=0) + PROGRESS.format(s=3, n=10**15, k=0))
+    steps, rejected = _read(path)
+    assert [(r.line, r.reason) for r in rejected] == [(3, f"step number {'9' * 25} is past {2**63 - 1}: a garbled line")]
+    assert len(steps) == 10 + MAX_INTERVAL + 1 and steps[-1]["step"] == 10**15

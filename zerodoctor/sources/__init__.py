@@ -125,8 +125,7 @@ def read_batches(
                 except BadLine as exc:
                     batch.rejected.append(Rejected(name, number, str(exc), data.rstrip(b"\r\n"), len(data)))
                 except Exception as exc:  # noqa: BLE001 - a parser's bug costs one line, never the whole read
-                    batch.rejected.append(Rejected(name, number, f"parser error: {type(exc).__name__}: {exc}",
-                                                   data.rstrip(b"\r\n"), len(data)))
+                    batch.rejected.append(Rejected(name, number, _parser_error(exc), data.rstrip(b"\r\n"), len(data)))
             batch.end, batch.last_line = end, number
             in_batch += 1
             if in_batch == batch_lines:
@@ -136,6 +135,10 @@ def read_batches(
         try:
             batch.events.extend(parser.finish())
         except Exception as exc:  # noqa: BLE001 - what the parser held is lost, the read is not
-            batch.rejected.append(Rejected(name, batch.last_line, f"parser error at end of input: "
-                                           f"{type(exc).__name__}: {exc}", b"", 0))
+            batch.rejected.append(Rejected(name, batch.last_line, f"{_parser_error(exc)} at end of input", b"", 0))
     yield batch
+
+
+def _parser_error(exc: Exception) -> str:
+    """A parser's own bug as a one-line reason (pydantic's messages span several lines)."""
+    return f"parser error: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]

@@ -15,11 +15,10 @@ import re
 from typing import Any
 
 from zerodoctor.events import Event
-from zerodoctor.sources.text import Context, Line
+from zerodoctor.sources.text import MAX_INTERVAL, Context, Line
 
 _ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|")
 _FIELD = re.compile(r"\| ([a-z][a-z ()]*?): +([-+\w.]+)")
-MAX_INTERVAL = 10_000  # a resumed run's first line must not expand into its whole history
 _KEYS = {"lm loss": "loss", "loss": "loss", "learning rate": "lr", "loss scale": "loss_scale", "grad norm": "grad_norm",
          "elapsed time per iteration (ms)": "step_time_s"}
 

@@ -6,7 +6,10 @@ and most of them only at some steps or log levels. The clock gathers the lines o
 numbers it: by the number the line prints when it prints one, else by counting. When a line
 reveals steps that printed nothing (``step=50`` after step 40), the gap is filled from the
 ``skipped`` count: the missing overflows first, then clean steps, so counts and rates are
-right even where the exact positions inside the gap are not knowable.
+right even where the exact positions inside the gap are not knowable. The first numbered step
+anchors the count when the log does not show the run's start, or when it lies further than
+``MAX_INTERVAL`` past ``deepspeed.initialize``'s ``step=0`` (a resumed run prints that before
+``load_checkpoint`` restores the counters); later gaps are filled up to ``MAX_INTERVAL`` steps.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerodoctor.events import Event
-from zerodoctor.sources.text import Context, Line
+from zerodoctor.sources.rejects import BadLine
+from zerodoctor.sources.text import MAX_INTERVAL, Context, Line
 
 # Where in a step each kind of line is printed; a line from earlier in the order than what is
 # already gathered starts the next step.
 ORDER = {"overflow": 0, "grad_overflow": 0, "reducing": 0, "detected": 0, "static": 0, "flushes": 0,
          "progress": 1, "tput": 2, "optim_timers": 3, "micro_timers": 3, "timers": 4}
-_MICRO = {"fwd_s", "bwd_s", "optim_s", "comm_s"}
+MAX_STEP = 2**63 - 1  # the store's integer; a number past it is a garbled line
 
 
 @dataclass
@@ -43,10 +47,13 @@ class StepClock:
         self.context = context
         self.pending: _Pending | None = None
         self.overflows = 0  # overflow steps emitted so far, to compare with DeepSpeed's skipped count
+        self.numbered = False  # a line has printed a step number: the count is anchored on it
 
     def add(self, line: Line, rank: int, tag: str, fields: dict[str, Any], *, step: int | None = None,
             skipped: int | None = None, closes: bool = False) -> list[Event]:
         """Add one line's facts under ``tag``; returns the events of any step this completes."""
+        if step is not None and not 0 <= step <= MAX_STEP:
+            raise BadLine(f"step number {step} is past {MAX_STEP}: a garbled line")
         out: list[Event] = []
         p = self.pending
         if p is not None and self._starts_next(p, tag, fields, step):
@@ -77,7 +84,13 @@ class StepClock:
             p.fields.setdefault("step_time_s", p.fields["fwd_s"] + p.fields["bwd_s"] + p.fields["optim_s"])
         out: list[Event] = []
         number = p.step if p.step is not None else self.context.step + 1
-        if p.step is not None and number > self.context.step + 1 and (self.context.anchored or self.context.step):
+        gap = number - self.context.step - 1
+        if p.step is not None and not self.numbered and (
+                gap > MAX_INTERVAL or not (self.context.anchored or self.context.step)):
+            # Nothing before this step is in the log: its skipped count is history, and whether
+            # it overflowed itself is known only from its own lines.
+            self.overflows = max(self.overflows, (p.skipped or 0) - bool(p.fields.get("overflow")))
+        elif p.step is not None and gap > 0:
             out += self._fill_gap(p, number)
         elif p.skipped is not None and not p.fields.get("overflow"):
             p.fields["overflow"] = p.skipped > self.overflows
@@ -90,6 +103,7 @@ class StepClock:
         if number > self.context.step:
             self.context.step = number
         self.context.anchored = True
+        self.numbered = self.numbered or p.step is not None
         out.append(self.context.event("step", p.line, rank=p.rank, step=number, **p.fields))
         return out
 
@@ -104,8 +118,8 @@ class StepClock:
         return scale is not None and seen is not None and scale != seen
 
     def _fill_gap(self, p: _Pending, number: int) -> list[Event]:
-        """Steps between the last one seen and ``number`` that printed nothing."""
-        gap = number - self.context.step - 1
+        """Steps between the last one seen and ``number`` that printed nothing, the last ``MAX_INTERVAL`` of them."""
+        gap = min(number - self.context.step - 1, MAX_INTERVAL)
         missing = 0
         if p.skipped is not None:
             missing = max(p.skipped - self.overflows - (1 if p.fields.get("overflow") else 0), 0)
@@ -119,6 +133,5 @@ class StepClock:
         for i in range(gap):
             flagged = i < missing
             self.overflows += flagged
-            out.append(self.context.event("step", p.line, rank=p.rank, step=self.context.step + 1 + i,
-                                          overflow=flagged))
+            out.append(self.context.event("step", p.line, rank=p.rank, step=number - gap + i, overflow=flagged))
         return out

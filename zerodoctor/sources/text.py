@@ -26,6 +26,9 @@ _RANK_PREFIX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?")
 _STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 _STAMP_WINDOW = 48  # a log prefix's timestamp sits at the start; never scan a whole line for one
 HISTORY = 8  # raw lines kept for messages whose start a later line reveals (hard-wrapped text)
+# Most steps a log's silence may stand for: a resumed run's first line or a garbled number must
+# not expand into millions of invented steps.
+MAX_INTERVAL = 10_000
 
 
 @dataclass
