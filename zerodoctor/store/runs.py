@@ -15,39 +15,29 @@ from sqlalchemy import Connection, Integer, cast, func, select, union
 
 from zerodoctor.store.schema import events, runs, steps
 
-# (name, aggregate across the ranks of one step)
+# (name, aggregate across the ranks of one step): only what a signal (core or plugin) reads,
+# since every ``watch`` judgement runs this query; add an aggregate with the signal that needs it.
 _MERGED = (
-    ("ranks", func.count()),
     ("overflow", func.max(cast(steps.c.overflow, Integer))),
     ("loss_scale", func.min(steps.c.loss_scale)),
-    ("loss", func.avg(steps.c.loss)),
     ("loss_nonfinite", func.max(steps.c.nonfinite.op("&")(1))),
-    ("grad_norm", func.max(steps.c.grad_norm)),
     ("grad_nonfinite", func.max(steps.c.nonfinite.op("&")(2))),
     ("lr", func.max(steps.c.lr)),
     ("micro_batches", func.max(steps.c.micro_batches)),
-    ("samples", func.sum(steps.c.samples)),
     ("step_time_s", func.max(steps.c.step_time_s)),
     ("fwd_s", func.avg(steps.c.fwd_s)),
     ("bwd_s", func.avg(steps.c.bwd_s)),
     ("optim_s", func.avg(steps.c.optim_s)),
     ("comm_s", func.avg(steps.c.comm_s)),
-    ("mem_allocated_bytes", func.max(steps.c.mem_allocated_bytes)),
-    ("mem_reserved_bytes", func.max(steps.c.mem_reserved_bytes)),
-    ("mem_peak_bytes", func.max(steps.c.mem_peak_bytes)),
     ("alloc_retries", func.max(steps.c.alloc_retries)),
 )
 
+# (name, aggregate over one rank's steps), read the same way: batch (samples, micro_batches)
+# and the datascale plugin (tokens).
 _PER_RANK = (
-    ("steps", func.count()),
-    ("first_step", func.min(steps.c.step)),
-    ("last_step", func.max(steps.c.step)),
     ("samples", func.sum(steps.c.samples)),
     ("tokens", func.sum(steps.c.tokens)),
     ("micro_batches", func.sum(steps.c.micro_batches)),
-    ("step_time_s", func.avg(steps.c.step_time_s)),
-    ("mem_peak_bytes", func.max(steps.c.mem_peak_bytes)),
-    ("alloc_retries", func.max(steps.c.alloc_retries)),
 )
 
 

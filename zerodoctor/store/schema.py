@@ -48,7 +48,8 @@ files = Table(
     Column("quarantined", Integer, nullable=False, default=0),
 )
 
-# Column order here is the order of ``STEP_FIELDS`` in ingest.py.
+# The numeric fields of a ``step`` event (events.py), one column each under the same name:
+# ingest hands a step event's dict to the INSERT as its row, so a field missing here is not stored.
 STEP_METRICS = (
     "micro_batches",
     "samples",
