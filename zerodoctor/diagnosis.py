@@ -10,17 +10,18 @@ import gc
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from sqlalchemy import Engine, select
 
 from zerodoctor import plugins, signals
+from zerodoctor.report.model import InputSummary, Report
 from zerodoctor.rulebook.engine import evaluate
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.rulebook.loader import Rule, load_rules
-from zerodoctor.sources import UnsupportedFormat, detect_format, make_parser, read_batches, run_files, run_id_for, source_patterns
+from zerodoctor.sources import (UnsupportedFormat, detect_format, make_parser, read_batches, run_files, run_id_for,
+                                source_patterns)
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store.db import open_engine
@@ -30,23 +31,6 @@ from zerodoctor.store.schema import quarantine
 
 class InputError(ValueError):
     """An input path that cannot be diagnosed; the message names it."""
-
-
-@dataclass
-class InputSummary:
-    path: str
-    format: str
-    events: int
-    quarantined: int
-
-
-@dataclass
-class Report:
-    inputs: list[InputSummary] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    unevaluated: list[Unevaluated] = field(default_factory=list)
-    rejected: list[Rejected] = field(default_factory=list)
-    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def rules_from(extra_dirs: list[Path] | None = None) -> list[Rule]:
@@ -84,20 +68,35 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def ingest_file(engine: Engine, ingestor: Ingestor, path: Path, fmt: str, *, final: bool = True) -> dict:
-    """Read ``path`` from its stored offset to the end, one transaction per batch."""
+def ingest_file(engine: Engine, ingestor: Ingestor, path: Path, fmt: str) -> dict:
+    """Read ``path`` from its stored offset to the end, one transaction per batch.
+
+    Through watch's ``FileTail``, so a file replaced at the path since the store last read it
+    (another inode, or shorter than the stored offset) is read again from 0, as watch does.
+    """
+    from zerodoctor.watch.tail import FileTail
+
     try:
-        parser = make_parser(fmt, run_id=run_id_for(path))
+        with engine.begin() as conn:
+            tail = FileTail(conn, ingestor, path, fmt)
     except UnsupportedFormat as exc:
         raise InputError(f"{path}: {exc}") from None
-    with engine.begin() as conn:
-        row = ingestor.register_file(conn, path, fmt)
-    with _gc_paused():
-        for batch in read_batches(path, parser, start=row["offset"], first_line=row["lines"] + 1, final=final):
+    try:
+        with _gc_paused():
+            polled = "more"
+            while polled == "more":
+                with engine.begin() as conn:
+                    polled = tail.poll(conn, ingestor, _stored)
             with engine.begin() as conn:
-                ingestor.add(conn, row["id"], batch)
+                tail.finish(conn, ingestor, _stored)
+    finally:
+        tail.close()
     with engine.begin() as conn:
         return ingestor.register_file(conn, path, fmt)
+
+
+def _stored(_batch: object) -> None:
+    """``diagnose`` judges every run it read once at the end, so a stored batch needs no notice."""
 
 
 def judge_run(engine: Engine, rules: list[Rule], run_id: int, run_name: str) -> tuple[

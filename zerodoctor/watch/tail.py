@@ -23,7 +23,7 @@ from typing import BinaryIO, Callable, Literal
 
 from sqlalchemy import Connection, update
 
-from zerodoctor.sources import Batch, Parser, make_parser, read_batches
+from zerodoctor.sources import Batch, Parser, make_parser, read_batches, run_id_for
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import files
 
@@ -57,7 +57,7 @@ class FileTail:
         """
         self.offset, self.lines = row["offset"], row["lines"]
         self.identity: Identity = (row["device"], row["inode"])
-        self.parser: Parser = make_parser(self.fmt, run_id=self.path.parent.name)
+        self.parser: Parser = make_parser(self.fmt, run_id=run_id_for(self.path))
 
     def poll(self, conn: Connection, ingestor: Ingestor, emit: Emit) -> Polled:
         """Store up to ``BATCH_LINES`` new complete lines: "more" when more are waiting, "gone" with the path.
@@ -82,6 +82,13 @@ class FileTail:
                      self.name, self.offset)
             self._reset(conn, current)
         return "more" if self._read(conn, self.handle, final=False, batches=1) else "idle"
+
+    def finish(self, conn: Connection, ingestor: Ingestor, emit: Emit) -> None:
+        """The file is complete (``diagnose``): store what ``poll`` leaves, its unterminated last
+        line and the parser's held state. Call after ``poll`` stops answering "more"."""
+        self._ingestor, self._emit = ingestor, emit
+        if self.handle is not None:
+            self._read(conn, self.handle, final=True)
 
     def close(self) -> None:
         if self.handle is not None:

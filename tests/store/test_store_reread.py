@@ -1,0 +1,56 @@
+"""``diagnose --db`` on a store that read a file before: a file replaced at the same path is read again from 0."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.watch.conftest import append, stored_steps
+from zerodoctor.diagnosis import ingest_file
+from zerodoctor.store.db import open_engine
+from zerodoctor.store.ingest import Ingestor
+
+
+@pytest.fixture
+def engine(tmp_path: Path):
+    engine = open_engine(tmp_path / "store.db")
+    yield engine
+    engine.dispose()
+
+
+def steps_of(db: Path) -> list[int]:
+    return sorted(step for _, _, step in stored_steps(db))
+
+
+def test_file_replaced_by_another_inode_is_read_from_the_start(tmp_path, engine):
+    path = tmp_path / "r" / "rank-0.jsonl"
+    append(path, "r", 0, range(1, 6))
+    ingest_file(engine, Ingestor(), path, "jsonl")
+    fresh = tmp_path / "r" / "rank-0.jsonl.new"
+    append(fresh, "r", 0, range(11, 19))  # a new run of the same name: longer than the old offset
+    os.replace(fresh, path)
+
+    row = ingest_file(engine, Ingestor(), path, "jsonl")
+
+    st = path.stat()
+    assert (row["device"], row["inode"], row["offset"], row["lines"]) == (st.st_dev, st.st_ino, st.st_size, 8)
+    assert steps_of(tmp_path / "store.db") == [*range(1, 6), *range(11, 19)]
+    assert row["quarantined"] == 0  # not read from the middle of a line
+
+
+def test_file_truncated_below_the_stored_offset_is_read_from_the_start(tmp_path, engine):
+    path = tmp_path / "r" / "rank-0.jsonl"
+    append(path, "r", 0, range(1, 6))
+    ingest_file(engine, Ingestor(), path, "jsonl")
+    inode = path.stat().st_ino
+    with open(path, "w") as f:  # same inode, shorter
+        f.write("")
+    append(path, "r", 0, range(21, 23))
+    assert path.stat().st_ino == inode
+
+    row = ingest_file(engine, Ingestor(), path, "jsonl")
+
+    assert (row["offset"], row["lines"]) == (path.stat().st_size, 2)
+    assert steps_of(tmp_path / "store.db") == [*range(1, 6), 21, 22]
