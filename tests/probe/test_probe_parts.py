@@ -8,7 +8,7 @@ import math
 import torch
 
 from zerodoctor.probe.comm import CommClock
-from zerodoctor.probe.crash import requested_bytes
+from zerodoctor.probe.crash import oom_fields
 from zerodoctor.probe.runinfo import allowed_env
 from zerodoctor.probe.writer import EventWriter
 
@@ -87,9 +87,9 @@ def test_environment_is_allow_listed():
 def test_requested_bytes_from_the_allocator_message():
     message = ("CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of 79.11 GiB of which "
                "1.19 GiB is free.")
-    assert requested_bytes(message) == int(2.5 * 2**30)
-    assert requested_bytes("Tried to allocate 20.00 MiB") == 20 * 2**20
-    assert requested_bytes("some other error") is None
+    assert oom_fields(torch.OutOfMemoryError(message))["requested_bytes"] == int(2.5 * 2**30)
+    assert oom_fields(RuntimeError("Tried to allocate 20.00 MiB"))["requested_bytes"] == 20 * 2**20
+    assert "requested_bytes" not in oom_fields(RuntimeError("some other error"))
 
 
 def test_async_collective_counts_the_wait():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import signal
 import sys
 import time
@@ -22,27 +21,26 @@ from zerodoctor.probe.writer import EventWriter
 
 TRACEBACK_LINES = 12
 _SEEN = "_zerodoctor_recorded"
-_REQUEST = re.compile(r"Tried to allocate ([\d.]+) ([KMGT]i?B)")
-_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
 
 def is_oom(exc: BaseException) -> bool:
     return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
 
 
-def requested_bytes(message: str) -> int | None:
-    """'Tried to allocate 2.00 GiB' → 2147483648 (the caching allocator's message, torch ≥ 1.x)."""
-    match = _REQUEST.search(message)
-    return int(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
-
-
 def oom_fields(exc: BaseException) -> dict[str, Any]:
-    """The allocator's message and its numbers at the moment of failure."""
-    message = str(exc)
-    fields: dict[str, Any] = {"message": message, "requested_bytes": requested_bytes(message),
-                              "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
+    """The allocator's message and its numbers at the moment of failure.
+
+    The message's numbers, read as a text log's are, stand where the live counters cannot be
+    read; the counters win where they can.
+    """
+    # the text-log reader (and its plugin machinery) loads only when a rank actually runs out of memory
     import torch
 
+    from zerodoctor.sources.torch import oom_numbers
+
+    message = str(exc)
+    fields: dict[str, Any] = {"message": message, **oom_numbers(message),
+                              "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
     if torch.cuda.is_available():
         device = torch.cuda.current_device()
         stats = torch.cuda.memory_stats(device)

@@ -15,8 +15,6 @@ torchrun's failure summary (``torch/distributed/elastic/multiprocessing/errors/_
 from __future__ import annotations
 
 import re
-from typing import Any
-
 from zerodoctor.events import Event
 from zerodoctor.sources.text import Context, Line
 
@@ -93,19 +91,8 @@ class TorchDialect:
     def _emit(self, rank: int | None) -> list[Event]:
         line, parts = self._open.pop(rank)
         message = re.sub(r"\s+", " ", " ".join(p.strip() for p in parts))[:MAX_MESSAGE]
-        fields: dict[str, Any] = {}
-        for name, pattern in _FIELDS.items():
-            match = pattern.search(message)
-            if match:
-                number, unit = [g for g in match.groups() if g is not None][:2]
-                fields[name] = int(float(number) * _UNITS[unit])
-        unallocated = fields.pop("_unallocated", None)
-        if unallocated is not None and "allocated_bytes" in fields:
-            fields["reserved_bytes"] = fields["allocated_bytes"] + unallocated
-        device = _DEVICE.search(message)
-        if device:
-            fields["device"] = int(device.group(1) or device.group(2))
-        return [self.context.event("oom", line, rank=rank, message=message, step=self.context.step or None, **fields)]
+        return [self.context.event("oom", line, rank=rank, message=message, step=self.context.step or None,
+                                   **oom_numbers(message))]
 
     def _summary(self, line: Line, text: str) -> list[Event]:
         """torchrun's ``ChildFailedError`` box → one ``run_end`` per failed rank."""
@@ -125,6 +112,27 @@ class TorchDialect:
         # A negative exitcode is the signal that killed the rank (-6: SIGABRT from the NCCL watchdog).
         return [self.context.event("run_end", line, rank=rank, exit_code=code,
                                    signal=-code if code < 0 else None)]
+
+
+def oom_numbers(message: str) -> dict[str, int]:
+    """The ``oom`` fields an allocator message gives: its sizes in bytes and the GPU index.
+
+    One reading for the text logs and the probe: PyTorch's ``format_size`` prints binary units
+    (MiB, GiB), and the older "MB"/"GB" spellings meant the same.
+    """
+    fields: dict[str, int] = {}
+    for name, pattern in _FIELDS.items():
+        match = pattern.search(message)
+        if match:
+            number, unit = [g for g in match.groups() if g is not None][:2]
+            fields[name] = int(float(number) * _UNITS[unit])
+    unallocated = fields.pop("_unallocated", None)
+    if unallocated is not None and "allocated_bytes" in fields:
+        fields["reserved_bytes"] = fields["allocated_bytes"] + unallocated
+    device = _DEVICE.search(message)
+    if device:
+        fields["device"] = int(device.group(1) or device.group(2))
+    return fields
 
 
 def _split(text: str, rank: int | None) -> list[tuple[int | None, str]]:
