@@ -160,6 +160,7 @@ def watch(
     from zerodoctor.report.text import finding_block, finding_line
     from zerodoctor.store.db import DEFAULT_DB_NAME, open_engine, url_for
     from zerodoctor.watch.daemon import Watcher, stop_on_signals
+    from zerodoctor.watch.localfs import network_store_error
     from zerodoctor.watch.lock import StoreBusy, writer_lock
 
     for d in dirs:
@@ -168,6 +169,8 @@ def watch(
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="zerodoctor: %(message)s")
     loaded = _load_rules(rules)
     url = url_for(db or dirs[0] / DEFAULT_DB_NAME)
+    if problem := network_store_error(url):
+        raise fail(problem)
     console = Console(highlight=False, soft_wrap=True)
 
     def announce(finding, config: dict) -> None:  # noqa: ANN001 - a rulebook Finding
