@@ -20,9 +20,8 @@ from typing import Any
 from zerodoctor.events import Event
 from zerodoctor.sources.dsblocks import CommsTable, ConfigDump
 from zerodoctor.sources.stepclock import StepClock
-from zerodoctor.sources.text import Context, Line, strip_prefix
+from zerodoctor.sources.text import NUM, Context, Line, strip_prefix
 
-NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 GIB = 1 << 30
 MIN_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
 

@@ -14,9 +14,8 @@ import re
 from typing import Any
 
 from zerodoctor.events import Event
-from zerodoctor.sources.text import Context, Line
+from zerodoctor.sources.text import NUM, Context, Line
 
-NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _PAIR = re.compile(rf"'(\w+)': (nan|-?inf|{NUM})")
 _TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _ACCUM = re.compile(r"Updating DeepSpeed's gradient accumulation steps to (\d+) from (\d+)")

@@ -25,6 +25,7 @@ from zerodoctor.events import Event
 _RANK_PREFIX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?")
 _STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 _STAMP_WINDOW = 48  # a log prefix's timestamp sits at the start; never scan a whole line for one
+NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # a number as C's printf or Python's repr writes it
 HISTORY = 8  # raw lines kept for messages whose start a later line reveals (hard-wrapped text)
 # Most steps a log's silence may stand for: a resumed run's first line or a garbled number must
 # not expand into millions of invented steps.
@@ -108,7 +109,7 @@ class TextParser:
         self._remember = self.context.recent.append
         self._holders: list[Dialect] = []
         self._number = 0
-        self.claimed = 0
+        self._claimed = False
 
     def feed(self, data: bytes) -> list[Event]:
         self._number += 1
@@ -124,21 +125,21 @@ class TextParser:
         for dialect in targets:
             out += dialect.feed(line)
         self._holders = [d for d in self.dialects if d.holding]
-        if out and not self.claimed:
-            out.insert(0, self.context.event("log", line, rank=out[0]["rank"], message="console log", source="text",
-                                             what="text_source"))
-        self.claimed += bool(out)
-        return out
+        return self._claim(out)
 
     def finish(self) -> list[Event]:
         out: list[Event] = []
         for dialect in self.dialects:
             out += dialect.finish()
         self._holders = []
-        if out and not self.claimed:
+        return self._claim(out)
+
+    def _claim(self, out: list[Event]) -> list[Event]:
+        """Put a ``text_source`` log before the file's first events: this file was read as a console log."""
+        if out and not self._claimed:
             out.insert(0, events.new("log", t=out[0]["t"], run=self.context.run, rank=out[0]["rank"],
                                      message="console log", source="text", what="text_source"))
-            self.claimed += 1
+            self._claimed = True
         return out
 
     def _line(self, data: bytes) -> Line:

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import re
 from zerodoctor.events import Event
-from zerodoctor.sources.text import Context, Line
+from zerodoctor.sources.text import NUM, Context, Line
 
-NUM = r"\d+(?:\.\d+)?"
 SIZE = rf"({NUM}) ?(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB)"
 _UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "KB": 1 << 10, "MiB": 1 << 20, "MB": 1 << 20,
           "GiB": 1 << 30, "GB": 1 << 30, "TiB": 1 << 40}
