@@ -70,7 +70,7 @@ class EventWriter:
         try:
             event = events.new(kind, run=self.run_id, rank=self.rank, **{k: _plain(v) for k, v in fields.items()})
             return json.dumps(event, allow_nan=True, separators=(",", ":")).encode() + b"\n"
-        except Exception:  # noqa: BLE001 - a field the schema rejects or JSON cannot hold: drop the event, never the batch
+        except Exception:  # noqa: BLE001 - the schema or JSON refuses a field: drop the event, not the batch
             self.dropped += 1
             return None
 
