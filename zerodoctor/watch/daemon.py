@@ -36,7 +36,7 @@ from zerodoctor.rulebook.loader import Rule
 from zerodoctor.sources import Batch, run_files, source_patterns
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import files, findings
-from zerodoctor.watch.notify import Notifier, deliver_pending
+from zerodoctor.watch.notify import Deliveries, Notifier
 from zerodoctor.watch.tail import FileTail
 
 log = logging.getLogger("zerodoctor.watch")
@@ -45,6 +45,7 @@ log = logging.getLogger("zerodoctor.watch")
 _WAKING = [FileModifiedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
            DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
 COMMIT_EVENTS = 50_000
+NOTIFY_JOIN_S = 60.0  # a webhook's retries take ~23.5 s at most; a stuck notifier is left behind
 
 Announce = Callable[[Finding, dict], None]
 
@@ -64,12 +65,11 @@ class Watcher:
                  notifiers: list[Notifier] | None = None, judge_every_s: float = 0.2, tick_s: float = 1.0,
                  rescan_s: float = 5.0, notify_retry_s: float = 30.0) -> None:
         self.engine, self.roots, self.rules, self.announce = engine, roots, rules, announce
-        self.notifiers, self.notify_retry_s = notifiers or [], notify_retry_s
-        self._notify_after = 0.0
         self.judge_every_s, self.tick_s, self.rescan_s = judge_every_s, tick_s, rescan_s
         self.ingestor = Ingestor()
         self.tails: dict[Path, FileTail] = {}
         self.stop = threading.Event()
+        self.deliveries = Deliveries(engine, notifiers or [], self.stop, notify_retry_s)
         self.wake = threading.Event()
         self.rescan = threading.Event()
         self._changed: set[str] = set()  # runs with events not judged yet
@@ -189,11 +189,8 @@ class Watcher:
                              .values(notified=True))
 
     def notify(self, *, force: bool = False) -> None:
-        """Hand pending findings to the notifiers; after a failure, wait ``notify_retry_s`` before retrying."""
-        if not self.notifiers or (not force and time.monotonic() < self._notify_after):
-            return
-        _, failed = deliver_pending(self.engine, self.notifiers)
-        self._notify_after = time.monotonic() + self.notify_retry_s if failed else 0.0
+        """Hand pending findings to the notifiers on their thread; after a failure, wait ``notify_retry_s``."""
+        self.deliveries.start(force=force)
 
     def _resync(self, conn) -> None:  # noqa: ANN001 - SQLAlchemy Connection
         self.ingestor = Ingestor()  # its run-id cache may name runs the rollback removed
@@ -250,6 +247,7 @@ class Watcher:
         log.info("stopped; everything read is committed")
 
     def close(self) -> None:
+        self.deliveries.join(timeout=NOTIFY_JOIN_S)
         for tail in self.tails.values():
             tail.close()
         self.tails.clear()

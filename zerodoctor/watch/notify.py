@@ -3,11 +3,15 @@
 A delivery is recorded only after the notifier returns; one that raises leaves its findings
 pending for the next pass. A crash between a notifier's success and the commit repeats that
 one delivery (at least once), it never loses one.
+
+Deliveries run on one worker thread at a time (``Deliveries``): a notifier retrying a dead
+endpoint costs seconds, which must not hold up ingest on watch's only writing thread.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Protocol
 
@@ -29,8 +33,12 @@ def notifiers() -> list[Notifier]:
     return plugins.collected(plugins.hook().register_notifiers())
 
 
-def deliver_pending(engine: Engine, targets: list[Notifier]) -> tuple[int, int]:
-    """Send every finding a notifier has not accepted yet; return (delivered, notifiers that failed)."""
+def deliver_pending(engine: Engine, targets: list[Notifier],
+                    stop: threading.Event | None = None) -> tuple[int, int]:
+    """Send every finding a notifier has not accepted yet; return (delivered, notifiers that failed).
+
+    ``stop`` ends the work between two sends; what was not sent stays pending.
+    """
     delivered = failed = 0
     for notifier in targets:
         with engine.connect() as conn:
@@ -42,6 +50,8 @@ def deliver_pending(engine: Engine, targets: list[Notifier]) -> tuple[int, int]:
                 .order_by(findings.c.id)
             ).all()
         for sent, (finding_id, body) in enumerate(pending):
+            if stop is not None and stop.is_set():
+                return delivered, failed
             try:
                 notifier.send(body)
             except Exception as exc:  # noqa: BLE001 - a notifier's failure must not stop watch
@@ -54,3 +64,42 @@ def deliver_pending(engine: Engine, targets: list[Notifier]) -> tuple[int, int]:
                                                        delivered_t=time.time()))
             delivered += 1
     return delivered, failed
+
+
+class Deliveries:
+    """``deliver_pending`` on a worker thread, never two at once, so each finding is sent once.
+
+    After a pass with a failed notifier the next waits ``retry_s``. The worker opens its own
+    connections from ``engine``'s pool; the watch thread only starts and joins it.
+    """
+
+    def __init__(self, engine: Engine, targets: list[Notifier], stop: threading.Event, retry_s: float) -> None:
+        self.engine, self.targets, self.stop, self.retry_s = engine, targets, stop, retry_s
+        self._after = 0.0
+        self._worker: threading.Thread | None = None
+
+    def start(self, *, force: bool = False) -> None:
+        """Start a delivery pass unless one is running or the retry wait is not over (``force``: it is)."""
+        if not self.targets or self.busy() or (not force and time.monotonic() < self._after):
+            return
+        self._worker = threading.Thread(target=self._deliver, name="zerodoctor-notify", daemon=True)
+        self._worker.start()
+
+    def busy(self) -> bool:
+        return self._worker is not None and self._worker.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the pass in flight (it ends between two sends once ``stop`` is set)."""
+        if self._worker is not None:
+            self._worker.join(timeout)
+            if self._worker.is_alive():
+                log.warning("a notifier is still sending after %.0f s; its findings stay pending", timeout)
+            self._worker = None
+
+    def _deliver(self) -> None:
+        try:
+            _, failed = deliver_pending(self.engine, self.targets, self.stop)
+        except Exception:  # noqa: BLE001 - the store failing here must not end deliveries for good
+            log.exception("delivering findings failed; they stay pending")
+            failed = 1
+        self._after = time.monotonic() + self.retry_s if failed else 0.0
