@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerodoctor import __version__
-from zerodoctor.diagnosis import Report
+from zerodoctor.report.model import Report
 
 
 def to_json(report: Report) -> dict[str, Any]:

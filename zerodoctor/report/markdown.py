@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zerodoctor.diagnosis import Report
+from zerodoctor.report.model import Report
 from zerodoctor.report.fixview import evidence_text, fix_lines
 
 
