@@ -105,7 +105,7 @@ def _indent(source: Path) -> int:
 
 
 def findings_from_run(paths: list[Path], rules: list[Rule]) -> tuple[list[Finding], int | None]:
-    """``diagnose`` on a run or log, and the run's world size (for DeepSpeed to validate the fix at)."""
+    """``diagnose`` on a run or log, and the world size the run stated (DeepSpeed validates the fix at it; never a guess)."""
     from zerodoctor.diagnosis import diagnose
     from zerodoctor.signals import run as run_facts
     from zerodoctor.store.db import open_engine
@@ -117,7 +117,7 @@ def findings_from_run(paths: list[Path], rules: list[Rule]) -> tuple[list[Findin
         engine = open_engine(db, scratch=True)
         try:
             with engine.connect() as conn:
-                sizes = [run_facts.compute(load_run(conn, rid, name), {}).get("run.world_size")
+                sizes = [run_facts.compute(load_run(conn, rid, name), {}).get("run.world_size_stated")
                          for rid, name in list_runs(conn)]
         finally:
             engine.dispose()

@@ -9,6 +9,7 @@ from zerodoctor.store.runs import RunData
 
 SIGNALS = [
     Signal("run.world_size", "ranks", "ranks in the job (run_start, else the ranks seen)"),
+    Signal("run.world_size_stated", "ranks", "world size the run itself stated (run_start or a logged message), not guessed"),
     Signal("run.ranks_seen", "ranks", "ranks that wrote at least one event"),
     Signal("run.zero_stage", "stage", "ZeRO stage 0-3"),
     Signal("run.precision", "name", "fp16, bf16 or fp32"),
@@ -33,8 +34,10 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
         precision = "fp16" if nested(config, "fp16.enabled") else "bf16" if nested(config, "bf16.enabled") else None
     codes = [e["exit_code"] for e in run.events.get("run_end", []) if e.get("exit_code") is not None]
     mem = start.get("device_memory_bytes")
+    stated = start.get("world_size") or _logged_world_size(run)
     return {
-        "run.world_size": start.get("world_size") or _logged_world_size(run) or (len(ranks) or None),
+        "run.world_size": stated or (len(ranks) or None),
+        "run.world_size_stated": stated,
         "run.ranks_seen": len(ranks) or None,
         "run.zero_stage": stage,
         "run.precision": precision,
