@@ -26,13 +26,14 @@ def url_for(db: str | Path) -> str:
 def open_engine(db: str | Path, *, scratch: bool = False) -> Engine:
     """Open (and create the tables of) the store at ``db``.
 
-    ``scratch`` marks a throw-away SQLite file (``diagnose`` without ``--db``): no journal
-    and no fsync, since nothing in it outlives the command.
+    ``scratch`` marks a throw-away SQLite file (``diagnose`` without ``--db``): no fsync and the
+    journal in memory, since nothing in it outlives the command (a journal all the same, so a
+    batch rolled back to its savepoint really is undone).
     """
     engine = create_engine(url_for(db))
     if engine.dialect.name == "sqlite":
         pragmas = (
-            ("journal_mode", "OFF"), ("synchronous", "OFF")
+            ("journal_mode", "MEMORY"), ("synchronous", "OFF")
         ) if scratch else (("journal_mode", "WAL"), ("synchronous", "NORMAL"), ("busy_timeout", "30000"))
 
         @event.listens_for(engine, "connect")
