@@ -13,12 +13,14 @@ OOM, which the probe records as an ``oom`` event with the allocator's message an
 The run directory goes to ``$OUT/runs`` when ``OUT`` is set, else ``./runs``. Exit 0 when
 the OOM was recorded and more memory sat reserved-but-unallocated than was requested.
 
-``--expandable`` checks ZD401's fix: the same run with
-``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``. The holes can then be mapped into one
-growing segment, so the workspace no longer fails while memory sits idle; what remains is the
-cache's real growth, which ends in a capacity OOM later (allocated ≈ reserved). Exit 0 when
-the run got further than the fragmented one and any OOM left less reserved-but-unallocated
-memory than the request.
+``--expandable`` tries ZD401's first fix: the same run with
+``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, recorded as it comes (exit 0 when the run
+was recorded). On an H200 it got to step 20 instead of 18 and inactive split bytes fell to 0,
+yet it still failed with 301 MiB idle: the model's cache pins memory between its buffers.
+
+``--capacity`` records the counterpart, for ZD402: the cache keeps every 64 MiB buffer (whole
+large blocks, no holes), so the OOM comes with allocated ≈ reserved. Exit 0 when the OOM left
+less reserved-but-unallocated memory than the request.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from pathlib import Path
 CAP_GIB = 6
 BUFFER_MIB, WORKSPACE_MIB, BUFFERS_PER_STEP = 6, 64, 96
 RUN_NAME = "fragmentation-oom-gpu"
+VARIANTS = ("fragmented", "expandable", "capacity")
+MODE_ENV = "ZD_OOM_REPRO_MODE"
 
 
 def train() -> None:
@@ -48,6 +52,9 @@ def train() -> None:
             self.cache: list[torch.Tensor] = []  # the bug: grows every step, half of each step's buffers
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if os.environ.get(MODE_ENV) == "capacity":  # whole 64 MiB blocks kept: full, not fragmented
+                self.cache.append(torch.empty(WORKSPACE_MIB * 2**18, device=x.device))
+                return self.proj(x).pow(2).mean()
             buffers = [torch.empty(BUFFER_MIB * 2**18, device=x.device) for _ in range(BUFFERS_PER_STEP)]
             self.cache += buffers[::2]
             del buffers
@@ -68,10 +75,11 @@ def train() -> None:
             print(f"step {step} reserved {torch.cuda.memory_reserved() / 2**30:.2f} GiB", flush=True)
 
 
-def main(expandable: bool) -> int:
+def main(variant: str) -> int:
     runs = Path(os.environ.get("OUT", ".")) / "runs"
-    name = RUN_NAME + ("-expandable" if expandable else "")
-    env = {**os.environ, **({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if expandable else {})}
+    name = RUN_NAME + ("" if variant == "fragmented" else f"-{variant}")
+    env = {**os.environ, MODE_ENV: variant,
+           **({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if variant == "expandable" else {})}
     command = [sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(runs), "--name", name, "--",
                sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
                __file__, "--train"]
@@ -81,20 +89,21 @@ def main(expandable: bool) -> int:
     steps = [e for e in events if e["kind"] == "step"]
     print(f"zerodoctor run exited {code}; {len(steps)} steps, {len(ooms)} oom event(s)")
     if not ooms:
-        return 0 if expandable else 1
+        return 0 if variant == "expandable" else 1
     oom = ooms[0]
     spare = oom["reserved_bytes"] - oom["allocated_bytes"]
     print(json.dumps({k: oom.get(k) for k in ("step", "requested_bytes", "reserved_bytes", "allocated_bytes",
                                                "free_bytes", "alloc_retries", "inactive_split_bytes")}))
     print(f"reserved but unallocated: {spare / 2**20:.0f} MiB = {spare / oom['requested_bytes']:.1f}x the request")
     print(oom["message"])
-    if expandable:
-        return 0 if spare < oom["requested_bytes"] else 1
-    return 0 if spare >= oom["requested_bytes"] else 1
+    if variant == "expandable":
+        return 0
+    fragmented = spare >= oom["requested_bytes"]
+    return 0 if fragmented == (variant == "fragmented") else 1
 
 
 if __name__ == "__main__":
     if "--train" in sys.argv:
         train()
     else:
-        sys.exit(main(expandable="--expandable" in sys.argv))
+        sys.exit(main(next((v for v in VARIANTS if f"--{v}" in sys.argv), "fragmented")))

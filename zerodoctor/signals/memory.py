@@ -26,7 +26,7 @@ SIGNALS = [
     Signal("memory.oom_frag_ratio", "ratio", "reserved-but-unallocated / requested at the first OOM"),
     Signal("memory.oom_reserved_bytes", "bytes", "memory reserved by PyTorch at the first OOM"),
     Signal("memory.oom_reserved", "text", "memory reserved by PyTorch at the first OOM, in MiB/GiB"),
-    Signal("memory.alloc_retries", "retries", "cudaMalloc retries (cache flushes) before the end or the OOM"),
+    Signal("memory.alloc_retries", "retries", "cudaMalloc retries (cache flushes) in the steps, the OOM's own retry excluded"),
     Signal("memory.expandable_segments", "bool", "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True"),
     Signal("memory.alloc_conf", "text", "PYTORCH_CUDA_ALLOC_CONF as recorded ('unset' when absent)"),
     Signal("memory.stage2_fit_known", "bool", "parameters, world size and device memory are all known"),
@@ -52,8 +52,9 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
     if isinstance(bucket, (int, float)):
         out["memory.reduce_bucket_size"] = int(bucket)
         out["memory.smaller_bucket_size"] = int(bucket // 4)
+    # From the steps only: PyTorch frees its cache and retries once before raising any OOM, so the
+    # OOM's own count is 1 even on a plainly full GPU (seen on an H200: capacity OOM, retries 0 → 1).
     retries = [r for r in run.steps.get("alloc_retries", []) if r is not None]
-    retries += [o["alloc_retries"] for o in ooms if o.get("alloc_retries") is not None]
     out["memory.alloc_retries"] = max(retries) if retries else None
     if ooms:
         first = ooms[0]
