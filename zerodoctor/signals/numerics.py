@@ -102,31 +102,27 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _first_held_scale(overflow: list[bool], scales: list[float | None]) -> float | None:
-    clean = 0
-    for f, scale in zip(overflow, scales):
+    return next((scales[i] for i in _held(overflow) if scales[i]), None)
+
+
+def _held(overflow: list[bool]) -> list[int]:
+    """Indices of the steps that end CLEAN_STREAK or more clean steps in a row."""
+    held, clean = [], 0
+    for i, f in enumerate(overflow):
         clean = 0 if f else clean + 1
-        if clean == CLEAN_STREAK and scale:
-            return scale
-    return None
+        if clean >= CLEAN_STREAK:
+            held.append(i)
+    return held
 
 
 def _calibration_end(overflow: list[bool]) -> int:
     """Index where the first run of CLEAN_STREAK clean steps begins (len if never)."""
-    clean = 0
-    for i, f in enumerate(overflow):
-        clean = 0 if f else clean + 1
-        if clean == CLEAN_STREAK:
-            return i + 1 - CLEAN_STREAK
-    return len(overflow)
+    held = _held(overflow)
+    return held[0] + 1 - CLEAN_STREAK if held else len(overflow)
 
 
 def _max_held_scale(overflow: list[bool], scales: list[float | None]) -> float | None:
-    best, clean = None, 0
-    for f, scale in zip(overflow, scales):
-        clean = 0 if f else clean + 1
-        if clean >= CLEAN_STREAK and scale is not None and (best is None or scale > best):
-            best = scale
-    return best
+    return max((scales[i] for i in _held(overflow) if scales[i] is not None), default=None)
 
 
 class _ScalerReplay:
