@@ -47,8 +47,8 @@ def write_dense(path: Path, mb: int) -> None:
         while size < target:
             step += 1
             lines = [
-                f"[2026-01-12 09:00:00,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
-                f"Skipping step. Attempted loss scale: 65536, reducing to 32768\n" if step % 50 == 0 else "",
+                "[2026-01-12 09:00:00,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+                "Skipping step. Attempted loss scale: 65536, reducing to 32768\n" if step % 50 == 0 else "",
                 f"[2026-01-12 09:00:00,000] [INFO] [logging.py:107:log_dist] [Rank 0] step={step}, skipped={step // 50}, "
                 f"lr=[0.0001], mom=[(0.9, 0.999)]\n",
                 f"[2026-01-12 09:00:00,000] [INFO] [timer.py:264:stop] epoch=0/micro_step={step}/global_step={step}, "

@@ -20,8 +20,7 @@ from zerodoctor.report.model import InputSummary, Report
 from zerodoctor.rulebook.engine import evaluate
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.rulebook.loader import Rule, load_rules
-from zerodoctor.sources import (UnsupportedFormat, detect_format, make_parser, read_batches, run_files, run_id_for,
-                                source_patterns)
+from zerodoctor.sources import UnsupportedFormat, detect_format, run_files, source_patterns
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store.db import open_engine
