@@ -1,7 +1,7 @@
 """Benchmark: ``zerodoctor watch`` live — ingest from 64 writers, event-to-finding latency, RSS over a soak.
 
 Baseline, measured in the same run on the same lines: the store's single-threaded ingest
-(``diagnosis.ingest_file``, what ``diagnose --db`` does) of the 64 finished files into a
+(``Pipeline.ingest``, what ``diagnose --db`` does) of the 64 finished files into a
 WAL store like watch's. Then a real ``zerodoctor watch`` subprocess:
 
 1. sustained ingest: 4 writer processes append to 64 rank files as fast as they can;
@@ -71,15 +71,13 @@ def start_writers(run_dir: Path, steps: int, steps_per_s: float, first_step: int
 
 def baseline(folder: Path) -> float:
     """events/s of single-threaded ingest of the finished files into a WAL store."""
-    from zerodoctor.diagnosis import ingest_file
+    from zerodoctor.pipeline import Pipeline, rules_from
     from zerodoctor.store.db import open_engine
-    from zerodoctor.store.ingest import Ingestor
 
     engine = open_engine(folder / "baseline.db")
-    ingestor = Ingestor()
     paths = sorted((folder / "runs" / "load").glob("rank-*.jsonl"))
     started = time.perf_counter()
-    events = sum(ingest_file(engine, ingestor, p, "jsonl")["events"] for p in paths)
+    events = sum(row["events"] for row in Pipeline(engine, rules_from()).ingest([(p, "jsonl") for p in paths]))
     elapsed = time.perf_counter() - started
     engine.dispose()
     return events / elapsed

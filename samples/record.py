@@ -138,28 +138,21 @@ def record(scenario: Scenario, out: Path, work: Path) -> dict:
 
 def diagnose(sample: Path) -> dict:
     """Findings and the numbers behind the stage-3 and offload verdicts."""
-    from zerodoctor.diagnosis import diagnose as run_diagnosis, rules_from
+    from zerodoctor.diagnosis import diagnose as run_diagnosis
+    from zerodoctor.pipeline import Pipeline, expand_inputs, rules_from
+    from zerodoctor.store.db import open_engine
 
     report = run_diagnosis([sample], rules=rules_from())
-    return {"findings": sorted({f.rule for f in report.findings}), **_signals(sample)}
-
-
-def _signals(sample: Path) -> dict:
-    from zerodoctor import signals
-    from zerodoctor.diagnosis import expand_inputs, ingest_file
-    from zerodoctor.store.db import open_engine
-    from zerodoctor.store.ingest import Ingestor
-    from zerodoctor.store.runs import list_runs, load_run
-
     with tempfile.TemporaryDirectory() as scratch:
         engine = open_engine(Path(scratch) / "s.db", scratch=True)
-        ingestor = Ingestor()
-        for path, fmt in expand_inputs([sample]):
-            ingest_file(engine, ingestor, path, fmt)
-        with engine.connect() as conn:
-            (run_id, name), = list_runs(conn)
-            values = signals.compute(load_run(conn, run_id, name))
+        pipeline = Pipeline(engine, rules_from(), save_views=False)
+        pipeline.ingest(expand_inputs([sample]))
+        (values,) = [pipeline.judge(name).values for name in pipeline.views]
         engine.dispose()
+    return {"findings": sorted({f.rule for f in report.findings}), **_signals(values)}
+
+
+def _signals(values: dict) -> dict:
     series = {k: values[k] for k in ("comm.fraction", "offload.optimizer_fraction") if k in values}
     out = {k: round(v.summary, 3) for k, v in series.items()}
     for key in ("comm.step_s", "comm.compute_s", "run.steps"):

@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import ROOT, run_cli
 from zerodoctor.events import EVENT_ADAPTER, EVENT_MODELS
 from zerodoctor.rulebook.loader import ALL_SECTIONS
-from zerodoctor.diagnosis import rules_from
+from zerodoctor.pipeline import rules_from
 
 EVENTS_DOC = (ROOT / "docs" / "events.md").read_text()
 

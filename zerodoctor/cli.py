@@ -64,7 +64,7 @@ def _exit_on(findings: list, fail_on: FailOn, *, rejected: bool = False) -> None
 
 
 def _load_rules(extra: list[Path] | None):  # noqa: ANN202 - returns list[Rule], imported lazily
-    from zerodoctor.diagnosis import rules_from
+    from zerodoctor.pipeline import rules_from
     from zerodoctor.rulebook.loader import RuleLoadError
 
     try:
@@ -100,7 +100,8 @@ def diagnose(
     input_format: Optional[str] = typer.Option(None, help="Force the input format instead of detecting it."),
 ) -> None:
     """Diagnose finished (or running) training from its events; exit 1 on findings at --fail-on."""
-    from zerodoctor.diagnosis import InputError, diagnose as run_diagnosis
+    from zerodoctor.diagnosis import diagnose as run_diagnosis
+    from zerodoctor.pipeline import InputError
 
     loaded = _load_rules(rules)
     try:
@@ -319,7 +320,7 @@ def fix_command(
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
 ) -> None:
     """Apply the fixes of a run's findings to CONFIG; DeepSpeed must accept the result before it is written."""
-    from zerodoctor.diagnosis import InputError
+    from zerodoctor.pipeline import InputError
     from zerodoctor.fixes.apply import findings_from_run
 
     loaded = _load_rules(rules)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zerodoctor.diagnosis import rules_from
+from zerodoctor.pipeline import rules_from
 
 ISSUE_CONFIG = {
     "train_batch_size": 128, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8,

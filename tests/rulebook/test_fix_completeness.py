@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from zerodoctor.diagnosis import diagnose, rules_from
+from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline import rules_from
 
 RULES = rules_from()
 INPUTS = sorted((ROOT / "tests/fixtures/logs").glob("*.log")) + sorted((ROOT / "tests/fixtures/rules").glob("*/*.jsonl"))

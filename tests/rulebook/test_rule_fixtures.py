@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from zerodoctor.diagnosis import diagnose, rules_from
+from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline import rules_from
 from zerodoctor.rulebook.loader import builtin_rules_dir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rules"

@@ -12,7 +12,10 @@ import random
 
 import pytest
 
-from zerodoctor.signals.numerics import _overflows_to_min
+import json
+
+from zerodoctor.runview import Reads, RunView
+from zerodoctor.signals import numerics
 
 deepspeed_loss_scaler = pytest.importorskip("deepspeed.runtime.fp16.loss_scaler")
 
@@ -21,6 +24,19 @@ deepspeed_loss_scaler = pytest.importorskip("deepspeed.runtime.fp16.loss_scaler"
 def _rank_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     # update_scale logs on rank 0 only and asks deepspeed.comm for the rank; no process group is needed.
     monkeypatch.setattr(deepspeed_loss_scaler.dist, "get_rank", lambda *a, **k: 0)
+
+
+def _overflows_to_min(config: dict, overflow: list[bool], reported: list[float | None], min_scale: float) -> int:
+    """The fold's forecast after the history, its state round-tripped through JSON as the store keeps it."""
+    view = RunView(0, "r", Reads.of([numerics]))
+    view.events["run_start"] = [{"rank": 0, "config": config}]
+    fold = numerics.Fold()
+    for i, (flag, scale) in enumerate(zip(overflow, reported)):
+        fold.step({"step": i, "t": 0.0, "overflow": flag, "loss_scale": scale, "lr": None,
+                   "loss_nonfinite": 0, "grad_nonfinite": 0}, view)
+        if i % 50 == 49:
+            fold = numerics.Fold.load(json.loads(json.dumps(fold.dump())))
+    return numerics._ScalerReplay(config, min_scale, fold.replay).overflows_to_min()
 
 
 def _real_overflows_until_abort(scaler) -> int:  # noqa: ANN001

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from zerodoctor.diagnosis import diagnose, rules_from
+from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline import rules_from
 from zerodoctor.sources import make_parser, read_batches
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

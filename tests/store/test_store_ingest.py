@@ -1,5 +1,4 @@
-"""Store ingest and load: a batch and its file offset commit together, payloads are strict JSON,
-and ``load_run`` merges the ranks of one optimizer step into one row."""
+"""Store ingest: a batch and its file offset commit together, and payloads are strict JSON."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from zerodoctor.sources import Batch
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
-from zerodoctor.store.runs import load_run
 from zerodoctor.store.schema import events, files, quarantine, steps
 
 
@@ -80,38 +78,3 @@ def test_non_finite_payload_floats_are_stored_as_strict_json(store):
     bodies = [json.loads(text, parse_constant=reject) for text in stored]
     assert (bodies[0]["total_s"], bodies[0]["interval_s"]) == ("NaN", "Infinity")
     assert (bodies[1]["total_s"], bodies[1]["extra"]) == ("-Infinity", {"x": ["NaN"]})
-
-
-def test_load_run_merges_the_ranks_of_each_step(store):
-    engine, ingestor, file_id = store
-    batch = Batch([
-        step(0, 1, loss=1.0, loss_scale=1024.0, grad_norm=2.0, overflow=False, samples=8, step_time_s=0.5),
-        step(1, 1, loss=3.0, loss_scale=512.0, grad_norm=5.0, overflow=True, samples=8, step_time_s=0.7),
-        step(0, 2, loss=math.nan, loss_scale=512.0, grad_norm=1.0, overflow=False, samples=8, step_time_s=0.4),
-        step(1, 2, loss=2.0, loss_scale=512.0, grad_norm=math.inf, overflow=False, samples=8, step_time_s=0.4),
-        step(1, 3, loss=1.5, samples=8),  # rank 0 never reported step 3
-    ], end=5, last_line=5)
-    with engine.begin() as conn:
-        ingestor.add(conn, file_id, batch)
-        run_id = ingestor.run_id(conn, "r")
-    with engine.connect() as conn:
-        run = load_run(conn, run_id, "r")
-    merged = run.steps
-    assert merged["step"] == [1, 2, 3]
-    assert merged["loss_nonfinite"] == [0, 1, 0]  # a NaN loss is stored as NULL, and flagged
-    assert merged["grad_nonfinite"] == [0, 2, 0]
-    assert merged["loss_scale"][:2] == [512.0, 512.0]  # the smallest scale any rank used
-    assert [bool(o) for o in merged["overflow"][:2]] == [True, False]  # any rank overflowing
-    assert merged["step_time_s"][:2] == [0.7, 0.4]  # the slowest rank
-    assert {rank: r["samples"] for rank, r in run.per_rank.items()} == {0: 16, 1: 24}
-
-
-def test_every_aggregate_load_run_computes_is_read_by_a_signal() -> None:
-    """``load_run`` runs on every watch judgement: an aggregate no signal reads is pure cost."""
-    from tests.conftest import ROOT
-    from zerodoctor.store import runs
-
-    readers = [*(ROOT / "zerodoctor" / "signals").glob("*.py"), *(ROOT / "plugins").glob("*/*/*.py")]
-    source = "\n".join(path.read_text() for path in readers)
-    unread = [name for name, _ in (*runs._MERGED, *runs._PER_RANK) if f'"{name}"' not in source]
-    assert unread == []

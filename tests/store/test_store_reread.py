@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.watch.conftest import append, stored_steps
-from zerodoctor.diagnosis import ingest_file
+from zerodoctor.pipeline import Pipeline
 from zerodoctor.store.db import open_engine
-from zerodoctor.store.ingest import Ingestor
 
 
 @pytest.fixture
@@ -20,6 +19,12 @@ def engine(tmp_path: Path):
     engine.dispose()
 
 
+def ingest_file(engine, path: Path) -> dict:
+    """``diagnose --db`` on one file: its stored row after the read."""
+    (row,) = Pipeline(engine, rules=[]).ingest([(path, "jsonl")])
+    return row
+
+
 def steps_of(db: Path) -> list[int]:
     return sorted(step for _, _, step in stored_steps(db))
 
@@ -27,12 +32,12 @@ def steps_of(db: Path) -> list[int]:
 def test_file_replaced_by_another_inode_is_read_from_the_start(tmp_path, engine):
     path = tmp_path / "r" / "rank-0.jsonl"
     append(path, "r", 0, range(1, 6))
-    ingest_file(engine, Ingestor(), path, "jsonl")
+    ingest_file(engine, path)
     fresh = tmp_path / "r" / "rank-0.jsonl.new"
     append(fresh, "r", 0, range(11, 19))  # a new run of the same name: longer than the old offset
     os.replace(fresh, path)
 
-    row = ingest_file(engine, Ingestor(), path, "jsonl")
+    row = ingest_file(engine, path)
 
     st = path.stat()
     assert (row["device"], row["inode"], row["offset"], row["lines"]) == (st.st_dev, st.st_ino, st.st_size, 8)
@@ -43,14 +48,14 @@ def test_file_replaced_by_another_inode_is_read_from_the_start(tmp_path, engine)
 def test_file_truncated_below_the_stored_offset_is_read_from_the_start(tmp_path, engine):
     path = tmp_path / "r" / "rank-0.jsonl"
     append(path, "r", 0, range(1, 6))
-    ingest_file(engine, Ingestor(), path, "jsonl")
+    ingest_file(engine, path)
     inode = path.stat().st_ino
     with open(path, "w") as f:  # same inode, shorter
         f.write("")
     append(path, "r", 0, range(21, 23))
     assert path.stat().st_ino == inode
 
-    row = ingest_file(engine, Ingestor(), path, "jsonl")
+    row = ingest_file(engine, path)
 
     assert (row["offset"], row["lines"]) == (path.stat().st_size, 2)
     assert steps_of(tmp_path / "store.db") == [*range(1, 6), 21, 22]

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 import pytest
 from sqlalchemy import text
 
-from zerodoctor.diagnosis import rules_from
+from zerodoctor.pipeline import rules_from
 from zerodoctor.store.db import open_engine
 from zerodoctor.watch.daemon import Watcher
 

@@ -226,13 +226,13 @@ def test_lines_read_again_after_a_rolled_back_commit_keep_their_events(tmp_path,
     shutil.copy(sample, tmp_path / "runs" / "r")
     watcher = make_watcher()
     watcher.discover()
-    add = watcher.ingestor.add
+    add = watcher.pipeline.ingestor.add
 
     def fail_once(*args) -> None:
-        watcher.ingestor.add = add
+        watcher.pipeline.ingestor.add = add
         raise OperationalError("INSERT", {}, Exception("disk I/O error"))
 
-    watcher.ingestor.add = fail_once  # the parser reads the whole log, then the commit fails
+    watcher.pipeline.ingestor.add = fail_once  # the parser reads the whole log, then the commit fails
     watcher.ingest()
     while watcher.ingest():
         pass

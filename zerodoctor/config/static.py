@@ -21,7 +21,7 @@ from zerodoctor.config.memory_plan import PlanRow, plan, recommend
 from zerodoctor.rulebook.engine import evaluate
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.rulebook.loader import Rule
-from zerodoctor.store.runs import RunData
+from zerodoctor.runview import Reads, RunView
 
 
 class ConfigError(ValueError):
@@ -78,8 +78,10 @@ def judge_config(config: dict[str, Any], rules: list[Rule], *, name: str, world_
     """The static rules' findings on ``config`` as a run of ``world_size`` ranks would start it."""
     start = events.new("run_start", t=time.time(), run=name, rank=0, world_size=world_size, config=config,
                        params=params, device_memory_bytes=gpu_mem)
-    run = RunData(run_id=0, name=name, events={"run_start": [start]})
-    return evaluate(static_rules(rules), signals.compute(run), name, [])  # no ranks: nothing ran
+    modules = signals.signal_modules()
+    view = RunView(0, name, Reads.of(modules))
+    view.events["run_start"] = [start]
+    return evaluate(static_rules(rules), signals.compute(view, modules), name, [])  # no ranks: nothing ran
 
 
 def check(path: Path, rules: list[Rule], *, world_size: int = 1, params: int | None = None,

@@ -107,21 +107,9 @@ def _indent(source: Path) -> int:
 def findings_from_run(paths: list[Path], rules: list[Rule]) -> tuple[list[Finding], int | None]:
     """``diagnose`` on a run or log, and the world size the run stated (DeepSpeed validates the fix at it; never a guess)."""
     from zerodoctor.diagnosis import diagnose
-    from zerodoctor.signals import run as run_facts
-    from zerodoctor.store.db import open_engine
-    from zerodoctor.store.runs import list_runs, load_run
 
-    with tempfile.TemporaryDirectory(prefix="zerodoctor-fix-") as scratch:
-        db = Path(scratch) / "fix.db"
-        report = diagnose(paths, db=str(db), rules=rules)
-        engine = open_engine(db, scratch=True)
-        try:
-            with engine.connect() as conn:
-                sizes = [run_facts.compute(load_run(conn, rid, name), {}).get("run.world_size_stated")
-                         for rid, name in list_runs(conn)]
-        finally:
-            engine.dispose()
-    return report.findings, max((s for s in sizes if s), default=None)
+    report = diagnose(paths, rules=rules)
+    return report.findings, max((s for s in report.world_sizes.values() if s), default=None)
 
 
 def summary_lines(result: FixResult) -> list[str]:

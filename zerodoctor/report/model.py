@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.sources.rejects import Rejected
+
+if TYPE_CHECKING:
+    from zerodoctor.pipeline import Judgement
 
 
 @dataclass
@@ -24,3 +27,10 @@ class Report:
     unevaluated: list[Unevaluated] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    world_sizes: dict[str, int | None] = field(default_factory=dict)  # as each run stated it; never guessed
+
+    def add(self, judgement: Judgement) -> None:
+        self.findings += judgement.findings
+        self.unevaluated += judgement.unevaluated
+        self.configs[judgement.run] = judgement.config
+        self.world_sizes[judgement.run] = judgement.world_size_stated

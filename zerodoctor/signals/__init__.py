@@ -1,10 +1,12 @@
-"""Signals: ``RunData`` of one run → named numbers (``fp16.overflow_rate``, ``comm.fraction``…).
+"""Signals: the view of one run → named numbers (``fp16.overflow_rate``, ``comm.fraction``…).
 
 One module per concern, contributed through the ``register_signals`` hook (the core's
-first, then plugins'); each declares ``SIGNALS`` (name, unit, doc) and a
-``compute(run, values)`` that returns the values it could derive. A signal it could not
-derive is simply absent, and a rule that needs it is reported as unevaluated. Modules
-run in order and may read what earlier ones computed (``values``).
+first, then plugins'); each declares ``SIGNALS`` (name, unit, doc), what it reads
+(``STEP_FIELDS``, ``RANK_FIELDS``, ``FOLD_EVENTS``), a ``Fold`` the run view keeps up to date
+step by step, and a ``compute(view, values)`` that returns the values it could derive from
+its fold and the view. A signal it could not derive is simply absent, and a rule that
+needs it is reported as unevaluated. Modules run in order and may read what earlier ones
+computed (``values``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from types import ModuleType
 from typing import Any
 
 from zerodoctor import plugins
+from zerodoctor.runview import Fold, RunView
 from zerodoctor.signals.base import Signal, StepSeries
-from zerodoctor.store.runs import RunData
 
 
 log = logging.getLogger("zerodoctor.signals")
@@ -30,7 +32,7 @@ def catalog(modules: list[ModuleType] | None = None) -> dict[str, Signal]:
     return {s.name: s for m in (modules or signal_modules()) for s in m.SIGNALS}
 
 
-def compute(run_data: RunData, modules: list[ModuleType] | None = None) -> dict[str, Any]:
+def compute(view: RunView, modules: list[ModuleType] | None = None) -> dict[str, Any]:
     """All signals of one run that its data supports, by name.
 
     A module that raises (a plugin's, say) costs only its own signals: they are missing, so the
@@ -39,13 +41,13 @@ def compute(run_data: RunData, modules: list[ModuleType] | None = None) -> dict[
     values: dict[str, Any] = {}
     for module in modules or signal_modules():
         try:
-            computed = module.compute(run_data, values)
+            computed = module.compute(view, values)
         except Exception as exc:  # noqa: BLE001 - one broken module must not hide every finding
             log.warning("signal module %s failed on run %s, its signals are missing: %s: %s",
-                        module.__name__, run_data.name, type(exc).__name__, exc)
+                        module.__name__, view.name, type(exc).__name__, exc)
             continue
         values.update({k: v for k, v in computed.items() if v is not None})
     return values
 
 
-__all__ = ["Signal", "StepSeries", "catalog", "compute", "signal_modules"]
+__all__ = ["Fold", "Signal", "StepSeries", "catalog", "compute", "signal_modules"]

@@ -8,10 +8,12 @@ values the user wrote; when it derives one, nothing checks that the data loader 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
 from typing import Any
 
+from zerodoctor import runview
+from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal
-from zerodoctor.store.runs import RunData
 
 _KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
@@ -33,12 +35,12 @@ SIGNALS = [
 ]
 
 
-def _configured(run: RunData) -> tuple[dict[str, Any], dict[str, Any]]:
+def _configured(view: RunView) -> tuple[dict[str, Any], dict[str, Any]]:
     """(values the user wrote, values DeepSpeed resolved), from run_start or a batch assertion."""
-    start = run.first_start()
+    start = view.first_start()
     written = {k: (start.get("config") or {}).get(k) for k in _KEYS}
     resolved = {k: (start.get("derived") or {}).get(k) for k in _KEYS}
-    for log in run.events.get("log", []):
+    for log in view.events.get("log", []):
         if log.get("what") == "batch_assertion":
             written.update({k: v for k, v in (log.get("data") or {}).items() if k in _KEYS})
         elif log.get("what") == "trainer_batch":  # what HF Trainer resolved and used, printed in its header
@@ -50,9 +52,35 @@ def _configured(run: RunData) -> tuple[dict[str, Any], dict[str, Any]]:
     return written, resolved
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
+STEP_FIELDS = {"micro_batches": "max"}
+RANK_FIELDS = {"samples": ("samples", "sum"), "micro_batches": ("micro_batches", "sum")}
+
+
+@dataclass
+class Fold(runview.Fold):
+    micro_batches: dict[str, int] = field(default_factory=dict)  # backward calls per step → steps with that many
+
+    def step(self, row: dict[str, Any], view: RunView) -> None:
+        if row["micro_batches"] is not None:
+            key = str(row["micro_batches"])
+            self.micro_batches[key] = self.micro_batches.get(key, 0) + 1
+
+
+def _median(counts: dict[str, int]) -> float:
+    """The median of a multiset given as value → count (the lower and upper middle averaged)."""
+    ordered = sorted((float(v), n) for v, n in counts.items())
+    total = sum(n for _, n in ordered)
+    middles, seen, found = ((total - 1) // 2, total // 2), 0, []
+    for value, n in ordered:
+        while len(found) < 2 and middles[len(found)] < seen + n:
+            found.append(value)
+        seen += n
+    return (found[0] + found[1]) / 2
+
+
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     world = values.get("run.world_size")
-    written, resolved = _configured(run)
+    written, resolved = _configured(view)
     explicit = all(written[k] is not None for k in _KEYS)
     out: dict[str, Any] = {
         "batch.config_explicit": explicit,
@@ -74,7 +102,7 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
 
     per_micro = {
         rank: r["samples"] / r["micro_batches"]
-        for rank, r in run.per_rank.items()
+        for rank, r in view.per_rank.items()
         if r.get("samples") and r.get("micro_batches")
     }
     if per_micro:
@@ -82,9 +110,9 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
         micro = resolved["train_micro_batch_size_per_gpu"]
         if micro:
             out["batch.mismatched_ranks"] = sorted(r for r, v in per_micro.items() if abs(v - micro) > 1e-9)
-    micro_counts = [m for m in run.steps.get("micro_batches", []) if m is not None]
+    micro_counts = view.fold(__name__).micro_batches
     if micro_counts:
-        out["batch.micro_batches_per_step"] = statistics.median(micro_counts)
+        out["batch.micro_batches_per_step"] = _median(micro_counts)
     if per_micro and micro_counts and world:
         effective = out["batch.samples_per_micro"] * out["batch.micro_batches_per_step"] * world
         out["batch.effective_batch"] = effective

@@ -6,10 +6,12 @@ The probe times collectives itself (``comm_s`` per step, ``comm`` events per op)
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from zerodoctor.signals.base import Signal, StepSeries, nested, ratio
-from zerodoctor.store.runs import RunData
+from zerodoctor import runview
+from zerodoctor.runview import RunView
+from zerodoctor.signals.base import Signal, StepWindow, nested, ratio
 
 SIGNALS = [
     Signal("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
@@ -24,37 +26,49 @@ SIGNALS = [
 ]
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
+STEP_FIELDS = {"comm_s": "mean", "step_time_s": "max", "fwd_s": "mean", "bwd_s": "mean", "optim_s": "mean"}
+FOLD_EVENTS = ("comm",)
+
+
+@dataclass
+class Fold(runview.Fold):
+    """The last WINDOW steps' collective share, comm and compute time; collective time per op."""
+
+    window: list[list[Any]] = field(default_factory=list)  # [step, comm share, comm s, compute s]
+    per_op_s: dict[str, float] = field(default_factory=dict)
+
+    def step(self, row: dict[str, Any], view: RunView) -> None:
+        comm = row["comm_s"]
+        parts = (row["fwd_s"], row["bwd_s"], row["optim_s"])
+        # Collectives run inside forward (ZeRO-3 all-gathers) and backward (reductions), so the
+        # compute that comm competes with is the phases' time minus the time in collectives.
+        compute = (max(sum(x for x in parts if x is not None) - (comm or 0.0), 0.0)
+                   if any(x is not None for x in parts) else None)
+        StepWindow.push(self.window, [row["step"], ratio(comm, row["step_time_s"]), comm, compute])
+
+    def event(self, event: dict[str, Any]) -> None:
+        if event.get("total_s") is not None and event.get("op"):
+            self.per_op_s[event["op"]] = self.per_op_s.get(event["op"], 0.0) + event["total_s"]
+
+
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    fold: Fold = view.fold(__name__)
     out: dict[str, Any] = {}
-    steps = run.steps.get("step", [])
-    comm = run.steps.get("comm_s", [])
-    fraction = StepSeries.of(steps, ratio(comm, run.steps.get("step_time_s", [])))
-    out["comm.fraction"] = fraction
-    present = StepSeries.of(steps, comm)
+    out["comm.fraction"] = StepWindow.series(fold.window, 1)
+    present = StepWindow.series(fold.window, 2)
     out["comm.step_s"] = present.summary if present else None
-    # Collectives run inside forward (ZeRO-3 all-gathers) and backward (reductions), so the
-    # compute that comm competes with is the phases' time minus the time in collectives.
-    compute_s = [
-        max(sum(x for x in parts if x is not None) - (c or 0.0), 0.0) if any(x is not None for x in parts) else None
-        for *parts, c in zip(run.steps.get("fwd_s", []), run.steps.get("bwd_s", []), run.steps.get("optim_s", []),
-                             comm or [None] * len(steps))
-    ]
-    compute_series = StepSeries.of(steps, compute_s)
+    compute_series = StepWindow.series(fold.window, 3)
     out["comm.compute_s"] = compute_series.summary if compute_series else None
 
-    config = run.first_start().get("config") or {}
+    config = view.config
     prefetch = nested(config, "zero_optimization.stage3_prefetch_bucket_size", 5e7)
     persist = nested(config, "zero_optimization.stage3_param_persistence_threshold", 1e5)
     if isinstance(prefetch, (int, float)) and isinstance(persist, (int, float)):
         out["comm.prefetch_bucket_size"], out["comm.larger_prefetch_bucket"] = int(prefetch), int(prefetch * 4)
         out["comm.persistence_threshold"], out["comm.larger_persistence_threshold"] = int(persist), int(persist * 10)
 
-    per_op: dict[str, float] = {}
-    for e in run.events.get("comm", []):
-        if e.get("total_s") is not None:
-            per_op[e["op"]] = per_op.get(e["op"], 0.0) + e["total_s"]
-    if per_op:
-        top = max(per_op, key=per_op.__getitem__)
+    if fold.per_op_s:
+        top = max(fold.per_op_s, key=fold.per_op_s.__getitem__)
         out["comm.top_op"] = top
-        out["comm.top_op_share"] = per_op[top] / (sum(per_op.values()) or 1.0)
+        out["comm.top_op_share"] = fold.per_op_s[top] / (sum(fold.per_op_s.values()) or 1.0)
     return out

@@ -15,7 +15,7 @@ import re
 from typing import Any, Iterator
 
 from zerodoctor.signals.base import Signal, nested
-from zerodoctor.store.runs import RunData
+from zerodoctor.runview import RunView
 
 # Top-level keys DeepSpeed (0.14-0.19) reads; a misspelt one is ignored without a word.
 TOP_LEVEL_KEYS = frozenset("""
@@ -90,15 +90,15 @@ SIGNALS = [
 ]
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
-    config = run.first_start().get("config")
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    config = view.config or None
     if not isinstance(config, dict) or not config:
         return {}
     out: dict[str, Any] = {}
     out.update(_string_numbers(config))
     out.update(_precision(config))
     out.update(_checkpointing(config))
-    out.update(_warmup(config, values, finished=bool(run.events.get("run_end"))))
+    out.update(_warmup(config, values, finished=bool(view.events.get("run_end"))))
     out.update(_unknown_keys(config))
     out.update(_auto(config, values.get("run.world_size")))
     stage = _number(nested(config, "zero_optimization.stage", 0))

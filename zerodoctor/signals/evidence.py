@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerodoctor.signals.base import Signal
-from zerodoctor.store.runs import RunData
+from zerodoctor.runview import RunView
 
 FAMILIES = ("fp16", "numerics", "comm", "offload", "batch", "memory", "hang", "trainer")
 
@@ -19,11 +19,11 @@ SIGNALS = [Signal(f"evidence.{family}", "text", f"how strong the evidence behind
                   "(console logs only)") for family in FAMILIES]
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
-    logs = run.events.get("log", [])
-    if not any(e.get("what") == "text_source" for e in logs):
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    if not view.from_console_log:
         return {}
-    step_ranks = sorted(run.per_rank)
+    logs = view.events.get("log", [])
+    step_ranks = sorted(view.per_rank)
     steps = values.get("run.steps") or 0
     if step_ranks:
         who = "rank 0's lines only" if step_ranks == [0] else "lines of ranks " + ", ".join(map(str, step_ranks))
@@ -33,7 +33,7 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
     out = {f"evidence.{family}": stepwise for family in ("fp16", "numerics", "comm", "offload")}
     if values.get("fp16.hit_min_scale") and not steps:
         out["evidence.fp16"] = "text: the 'loss scale already at minimum' exception only"
-    ooms = run.events.get("oom", [])
+    ooms = view.events.get("oom", [])
     if ooms:
         ranks = sorted({e["rank"] for e in ooms})
         out["evidence.memory"] = ("text: a single OOM message" if len(ooms) == 1 else

@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 from zerodoctor.signals.base import Signal
-from zerodoctor.store.runs import RunData
+from zerodoctor.runview import RunView
 
 SIGNALS = [
     Signal("hang.collective_timeouts", "events", "collective operations the NCCL watchdog timed out (one per rank)"),
@@ -26,10 +26,10 @@ SIGNALS = [
 ]
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
-    timeouts = [e for e in run.events.get("log", []) if e.get("what") == "collective_timeout"]
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    timeouts = [e for e in view.events.get("log", []) if e.get("what") == "collective_timeout"]
     out: dict[str, Any] = {"hang.collective_timeouts": len(timeouts)}
-    ends = run.events.get("run_end", [])
+    ends = view.events.get("run_end", [])
     failed = sorted({e["rank"] for e in ends if e.get("exit_code") or e.get("signal")})
     out["hang.failed_ranks"] = failed or None
     if not timeouts:

@@ -7,11 +7,13 @@ capacity OOM has allocated ≈ reserved: the model and activations simply do not
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from zerodoctor import runview
 from zerodoctor.modelstates import model_state_bytes
+from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal, nested
-from zerodoctor.store.runs import RunData
 
 HEADROOM = 0.7  # share of device memory model states may take; the rest is activations and buffers
 
@@ -39,10 +41,23 @@ SIGNALS = [
 ]
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
-    start = run.first_start()
-    config = start.get("config") or {}
-    ooms = run.events.get("oom", [])
+STEP_FIELDS = {"alloc_retries": "max"}
+
+
+@dataclass
+class Fold(runview.Fold):
+    alloc_retries: int | None = None  # the most any rank reported
+
+    def step(self, row: dict[str, Any], view: RunView) -> None:
+        retries = row["alloc_retries"]
+        if retries is not None and (self.alloc_retries is None or retries > self.alloc_retries):
+            self.alloc_retries = retries
+
+
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    start = view.first_start()
+    config = view.config
+    ooms = view.events.get("oom", [])
     out: dict[str, Any] = {"memory.oom_count": len(ooms)}
     conf = (start.get("env") or {}).get("PYTORCH_CUDA_ALLOC_CONF") or next(
         (o["alloc_conf"] for o in ooms if o.get("alloc_conf")), "")
@@ -54,8 +69,7 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
         out["memory.smaller_bucket_size"] = int(bucket // 4)
     # From the steps only: PyTorch frees its cache and retries once before raising any OOM, so the
     # OOM's own count is 1 even on a plainly full GPU (seen on an H200: capacity OOM, retries 0 → 1).
-    retries = [r for r in run.steps.get("alloc_retries", []) if r is not None]
-    out["memory.alloc_retries"] = max(retries) if retries else None
+    out["memory.alloc_retries"] = view.fold(__name__).alloc_retries
     if ooms:
         first = ooms[0]
         out["memory.oom_ranks"] = sorted({o["rank"] for o in ooms})

@@ -1,18 +1,20 @@
 """Signals, numerics: fp16 loss scaling and non-finite losses or gradients.
 
 DeepSpeed's ``DynamicLossScaler`` is deterministic: given the config and which steps
-overflowed, its scale and hysteresis follow. We replay it (re-syncing to the scale the
-run reported whenever one is known) to forecast how many more overflows the run can
-take before DeepSpeed raises "Current loss scale already at minimum".
+overflowed, its scale and hysteresis follow. We replay it step by step as the run goes
+(re-syncing to the scale the run reported whenever one is known) to forecast how many more
+overflows the run can take before DeepSpeed raises "Current loss scale already at minimum".
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
+from zerodoctor import runview
+from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal, nested
-from zerodoctor.store.runs import RunData
 
 CLEAN_STREAK = 20  # clean steps in a row that end the calibration phase / make a scale "held"
 RECENT = 100  # steps in the recent-overflow window
@@ -45,96 +47,149 @@ SIGNALS = [
 ]
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
+STEP_FIELDS = {"overflow": "max", "loss_scale": "min", "lr": "max", "loss_nonfinite": "max",
+               "grad_nonfinite": "max"}
+
+
+@dataclass
+class Fold(runview.Fold):
+    """The overflow history folded: counts, the calibration phase, held scales, the scaler replay."""
+
+    known: int = 0  # steps whose overflow flag is known
+    overflows: int = 0
+    recent: list[int] = field(default_factory=list)  # overflow flags of the last RECENT known steps
+    clean: int = 0  # clean known steps in a row, now
+    calibrated: bool = False  # CLEAN_STREAK clean steps in a row were seen: later overflows are late
+    calibration_overflows: int = 0
+    late_overflows: int = 0
+    first_late_step: int | None = None
+    scale_last: float | None = None
+    first_held_scale: float | None = None
+    max_held_scale: float | None = None
+    scales_seen: list[float] = field(default_factory=list)  # the first two distinct scales (a static one is alone)
+    replay: dict[str, Any] | None = None  # _ScalerReplay's state
+    lr_last: float | None = None
+    lr_max_before_late: float | None = None
+    nonfinite_loss_steps: int = 0
+    nonfinite_grad_steps: int = 0
+    first_nonfinite_step: int | None = None
+    steps: int = 0
+
+    def step(self, row: dict[str, Any], view: RunView) -> None:
+        self.steps += 1
+        scale, flag, lr = row["loss_scale"], row["overflow"], row["lr"]
+        if scale is not None and scale not in self.scales_seen and len(self.scales_seen) < 2:
+            self.scales_seen.append(scale)
+        if (row["loss_nonfinite"] or (row["grad_nonfinite"] and not flag)) and self.first_nonfinite_step is None:
+            self.first_nonfinite_step = row["step"]
+        self.nonfinite_loss_steps += bool(row["loss_nonfinite"])
+        self.nonfinite_grad_steps += bool(row["grad_nonfinite"] and not flag)
+        if flag is not None:
+            self._overflow(row["step"], bool(flag), scale, view)
+        if lr is not None:
+            self.lr_last = lr
+            if self.first_late_step is None:
+                self.lr_max_before_late = lr if self.lr_max_before_late is None else max(self.lr_max_before_late, lr)
+
+    def _overflow(self, step: int, flag: bool, scale: float | None, view: RunView) -> None:
+        self.known += 1
+        self.overflows += flag
+        self.recent.append(int(flag))
+        if len(self.recent) > 2 * RECENT:
+            del self.recent[:-RECENT]
+        if flag:
+            self.clean = 0
+            if self.calibrated:
+                self.late_overflows += 1
+                if self.first_late_step is None:
+                    self.first_late_step = step
+            else:
+                self.calibration_overflows += 1
+        else:
+            self.clean += 1
+            if self.clean >= CLEAN_STREAK:
+                self.calibrated = True
+                if scale is not None:
+                    self.first_held_scale = self.first_held_scale or scale
+                    self.max_held_scale = scale if self.max_held_scale is None else max(self.max_held_scale, scale)
+        if scale is not None:
+            self.scale_last = scale
+        replay = _ScalerReplay(view.config, nested(view.config, "fp16.min_loss_scale", 1), self.replay)
+        if scale is not None:
+            replay.scale = scale  # the scale this step used, as reported: re-sync
+        replay.update(flag)
+        self.replay = replay.state()
+
+
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    fold: Fold = view.fold(__name__)
     out: dict[str, Any] = {}
-    config = run.first_start().get("config") or {}
-    hit_min = any(MIN_SCALE_MESSAGE in (e.get("message") or "") for e in run.events.get("exception", [])) or any(
-        e.get("what") == "min_scale_exit" for e in run.events.get("log", []))
+    config = view.config
+    hit_min = any(MIN_SCALE_MESSAGE in (e.get("message") or "") for e in view.events.get("exception", [])) or any(
+        e.get("what") == "min_scale_exit" for e in view.events.get("log", []))
     out["fp16.hit_min_scale"] = hit_min
-    out.update(_nonfinite(run))
+    if fold.steps:
+        out.update({"numerics.nonfinite_loss_steps": fold.nonfinite_loss_steps,
+                    "numerics.nonfinite_grad_steps": fold.nonfinite_grad_steps,
+                    "numerics.first_nonfinite_step": fold.first_nonfinite_step})
     precision = values.get("run.precision")
     # Only DeepSpeed's static LossScaler prints "Gradients are non-finite" (sources/deepspeed.py).
-    static_seen = any(e.get("what") == "static_loss_scaler" for e in run.events.get("log", []))
-    scaled = hit_min or static_seen or any(s is not None for s in run.steps.get("loss_scale", []))
+    static_seen = any(e.get("what") == "static_loss_scaler" for e in view.events.get("log", []))
+    scaled = hit_min or static_seen or bool(fold.scales_seen)
     fp16 = precision == "fp16" if precision else (True if scaled else None)
     out["fp16.enabled"] = fp16
     if not fp16:
         return out
     static = nested(config, "fp16.loss_scale", 0) or 0
     if not config and not hit_min:
-        scales_seen = {s for s in run.steps.get("loss_scale", []) if s is not None}
-        static = scales_seen.pop() if len(scales_seen) == 1 and any(run.steps.get("overflow", [])) else 0
+        static = fold.scales_seen[0] if len(fold.scales_seen) == 1 and fold.overflows else 0
     out["fp16.dynamic"] = not (static or static_seen)
     out["fp16.static_scale"] = static or None
     min_scale = nested(config, "fp16.min_loss_scale", 1)
     out["fp16.min_loss_scale"] = min_scale
-
-    steps, flags = run.steps.get("step", []), run.steps.get("overflow", [])
-    known = [(s, bool(f)) for s, f in zip(steps, flags) if f is not None]
-    if not known:
+    if not fold.known:
         return out
-    overflow = [f for _, f in known]
-    out["fp16.overflow_count"] = sum(overflow)
-    out["fp16.overflow_rate"] = sum(overflow) / len(overflow)
-    recent = overflow[-RECENT:]
+    out["fp16.overflow_count"] = fold.overflows
+    out["fp16.overflow_rate"] = fold.overflows / fold.known
+    recent = fold.recent[-RECENT:]
     out["fp16.recent_overflow_rate"] = sum(recent) / len(recent)
     out["fp16.recent_steps"] = len(recent)
-    calib_end = _calibration_end(overflow)
-    out["fp16.calibration_overflows"] = sum(overflow[:calib_end])
-    late = [s for (s, f), i in zip(known, range(len(known))) if f and i >= calib_end]
-    out["fp16.late_overflows"] = len(late)
-    out["fp16.first_late_overflow_step"] = late[0] if late else None
-
-    scales = [sc for sc, f in zip(run.steps.get("loss_scale", []), flags) if f is not None]
-    observed = [sc for sc in scales if sc is not None]
-    out["fp16.loss_scale_last"] = observed[-1] if observed else None
-    out["fp16.max_held_scale"] = _max_held_scale(overflow, scales)
-    held = _first_held_scale(overflow, scales)
-    if held:
-        out["fp16.calibrated_scale_power"] = int(math.log2(held))
+    out["fp16.calibration_overflows"] = fold.calibration_overflows
+    out["fp16.late_overflows"] = fold.late_overflows
+    out["fp16.first_late_overflow_step"] = fold.first_late_step
+    out["fp16.loss_scale_last"] = fold.scale_last
+    out["fp16.max_held_scale"] = fold.max_held_scale
+    if fold.first_held_scale:
+        out["fp16.calibrated_scale_power"] = int(math.log2(fold.first_held_scale))
     if out["fp16.dynamic"]:
-        left = 0 if hit_min else _overflows_to_min(config, overflow, scales, min_scale)
+        left = 0 if hit_min else _ScalerReplay(config, min_scale, fold.replay).overflows_to_min()
         out["fp16.overflows_to_min"] = left
         out["fp16.outlook"] = ("DeepSpeed already aborted: 'Current loss scale already at minimum'" if hit_min else
                                f"{left} more overflow(s) in a row abort the run")
-    out.update(_lr(run, late[0] if late else None))
+    if fold.lr_last is not None:
+        stable = fold.lr_max_before_late if fold.first_late_step is not None else None
+        suggested = stable if stable is not None and stable < 0.95 * fold.lr_last else fold.lr_last / 2
+        out.update({"fp16.lr_last": fold.lr_last, "fp16.stable_lr": stable, "fp16.suggested_lr": suggested})
     return out
-
-
-def _first_held_scale(overflow: list[bool], scales: list[float | None]) -> float | None:
-    return next((scales[i] for i in _held(overflow) if scales[i]), None)
-
-
-def _held(overflow: list[bool]) -> list[int]:
-    """Indices of the steps that end CLEAN_STREAK or more clean steps in a row."""
-    held, clean = [], 0
-    for i, f in enumerate(overflow):
-        clean = 0 if f else clean + 1
-        if clean >= CLEAN_STREAK:
-            held.append(i)
-    return held
-
-
-def _calibration_end(overflow: list[bool]) -> int:
-    """Index where the first run of CLEAN_STREAK clean steps begins (len if never)."""
-    held = _held(overflow)
-    return held[0] + 1 - CLEAN_STREAK if held else len(overflow)
-
-
-def _max_held_scale(overflow: list[bool], scales: list[float | None]) -> float | None:
-    return max((scales[i] for i in _held(overflow) if scales[i] is not None), default=None)
 
 
 class _ScalerReplay:
     """DeepSpeed's ``DynamicLossScaler.update_scale`` (runtime/fp16/loss_scaler.py), state only."""
 
-    def __init__(self, config: dict, min_scale: float) -> None:
+    def __init__(self, config: dict, min_scale: float, state: dict[str, Any] | None = None) -> None:
         self.window = nested(config, "fp16.loss_scale_window", 1000)
         self.delayed_shift = nested(config, "fp16.hysteresis", 2)
         self.consecutive = nested(config, "fp16.consecutive_hysteresis", False)
-        self.scale = 2.0 ** nested(config, "fp16.initial_scale_power", 16)
         self.min_scale = min_scale
-        self.hysteresis, self.it, self.last_overflow = self.delayed_shift, 0, -1
+        if state is None:
+            self.scale = 2.0 ** nested(config, "fp16.initial_scale_power", 16)
+            self.hysteresis, self.it, self.last_overflow = self.delayed_shift, 0, -1
+        else:
+            self.scale, self.hysteresis, self.it, self.last_overflow = (
+                state["scale"], state["hysteresis"], state["it"], state["last_overflow"])
+
+    def state(self) -> dict[str, Any]:
+        return {"scale": self.scale, "hysteresis": self.hysteresis, "it": self.it, "last_overflow": self.last_overflow}
 
     def update(self, overflow: bool) -> bool:
         """Apply one step; return False where DeepSpeed would raise at the minimum scale."""
@@ -156,40 +211,9 @@ class _ScalerReplay:
         self.it += 1
         return True
 
-
-def _overflows_to_min(config: dict, overflow: list[bool], scales: list[float | None], min_scale: float) -> int:
-    """Replay the run through the scaler, then count consecutive overflows until it raises."""
-    scaler = _ScalerReplay(config, min_scale)
-    for f, seen in zip(overflow, scales):
-        if seen is not None:
-            scaler.scale = seen  # the scale this step used, as reported: re-sync
-        scaler.update(f)
-    left = 1
-    while scaler.update(True):
-        left += 1
-    return left
-
-
-def _lr(run: RunData, first_late: int | None) -> dict[str, Any]:
-    lrs = [(s, lr) for s, lr in zip(run.steps.get("step", []), run.steps.get("lr", [])) if lr is not None]
-    if not lrs:
-        return {}
-    last = lrs[-1][1]
-    before = [lr for s, lr in lrs if first_late is None or s < first_late]
-    stable = max(before) if before and first_late is not None else None
-    suggested = stable if stable is not None and stable < 0.95 * last else last / 2
-    return {"fp16.lr_last": last, "fp16.stable_lr": stable, "fp16.suggested_lr": suggested}
-
-
-def _nonfinite(run: RunData) -> dict[str, Any]:
-    steps = run.steps.get("step", [])
-    loss_bad = run.steps.get("loss_nonfinite", [])
-    grad_bad = run.steps.get("grad_nonfinite", [])
-    overflow = run.steps.get("overflow", [])
-    bad_loss = [s for s, b in zip(steps, loss_bad) if b]
-    bad_grad = [s for s, b, f in zip(steps, grad_bad, overflow) if b and not f]
-    if not steps:
-        return {}
-    first = min(bad_loss[:1] + bad_grad[:1], default=None)
-    return {"numerics.nonfinite_loss_steps": len(bad_loss), "numerics.nonfinite_grad_steps": len(bad_grad),
-            "numerics.first_nonfinite_step": first}
+    def overflows_to_min(self) -> int:
+        """Consecutive overflows from here until DeepSpeed raises (this replay is consumed)."""
+        left = 1
+        while self.update(True):
+            left += 1
+        return left

@@ -7,12 +7,14 @@ optimizer-only offload fits, parameter offload is pure cost.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
+from zerodoctor import runview
 from zerodoctor.modelstates import model_state_bytes
-from zerodoctor.signals.base import Signal, StepSeries, nested, ratio
+from zerodoctor.runview import RunView
+from zerodoctor.signals.base import Signal, StepWindow, nested, ratio
 from zerodoctor.signals.memory import HEADROOM
-from zerodoctor.store.runs import RunData
 
 _OFFLOADED = ("cpu", "nvme")
 
@@ -26,15 +28,24 @@ SIGNALS = [
 ]
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
-    config = run.first_start().get("config") or {}
+STEP_FIELDS = {"optim_s": "mean", "step_time_s": "max"}
+
+
+@dataclass
+class Fold(runview.Fold):
+    window: list[list[Any]] = field(default_factory=list)  # [step, optimizer share of the step]
+
+    def step(self, row: dict[str, Any], view: RunView) -> None:
+        StepWindow.push(self.window, [row["step"], ratio(row["optim_s"], row["step_time_s"])])
+
+
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    config = view.config
     out: dict[str, Any] = {
         "offload.optimizer": nested(config, "zero_optimization.offload_optimizer.device") in _OFFLOADED,
         "offload.param": nested(config, "zero_optimization.offload_param.device") in _OFFLOADED,
     }
-    steps = run.steps.get("step", [])
-    out["offload.optimizer_fraction"] = StepSeries.of(
-        steps, ratio(run.steps.get("optim_s", []), run.steps.get("step_time_s", [])))
+    out["offload.optimizer_fraction"] = StepWindow.series(view.fold(__name__).window, 1)
     params, world, device = values.get("run.params"), values.get("run.world_size"), values.get("run.device_memory_bytes")
     if params and world:
         need = model_state_bytes(params, world, 3, "optimizer")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from zerodoctor import runview
+from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal, nested
-from zerodoctor.store.runs import RunData
 
 SIGNALS = [
     Signal("run.world_size", "ranks", "ranks in the job (run_start, else the ranks seen)"),
@@ -24,17 +26,31 @@ SIGNALS = [
 ]
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
-    start = run.first_start()
-    config = start.get("config") or {}
-    ranks = run.ranks()
+@dataclass
+class Fold(runview.Fold):
+    steps: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+
+    def step(self, row: dict[str, Any], view: RunView) -> None:
+        self.steps += 1
+        if self.first_step is None:
+            self.first_step = row["step"]
+        self.last_step = row["step"]
+
+
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    start = view.first_start()
+    config = view.config
+    fold: Fold = view.fold(__name__)
+    ranks = view.ranks()
     stage = start.get("zero_stage", nested(config, "zero_optimization.stage"))
     precision = start.get("precision")
     if precision is None and config:
         precision = "fp16" if nested(config, "fp16.enabled") else "bf16" if nested(config, "bf16.enabled") else None
-    codes = [e["exit_code"] for e in run.events.get("run_end", []) if e.get("exit_code") is not None]
+    codes = [e["exit_code"] for e in view.events.get("run_end", []) if e.get("exit_code") is not None]
     mem = start.get("device_memory_bytes")
-    stated = start.get("world_size") or _logged_world_size(run)
+    stated = view.world_size_stated
     return {
         "run.world_size": stated or (len(ranks) or None),
         "run.world_size_stated": stated,
@@ -42,20 +58,11 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
         "run.zero_stage": stage,
         "run.precision": precision,
         "run.params": start.get("params"),
-        "run.steps": len(run.steps.get("step", [])) or None,
-        "run.first_step": run.steps["step"][0] if run.steps.get("step") else None,
-        "run.last_step": run.steps["step"][-1] if run.steps.get("step") else None,
+        "run.steps": fold.steps or None,
+        "run.first_step": fold.first_step,
+        "run.last_step": fold.last_step,
         "run.device_memory_bytes": mem,
         "run.device_memory_gb": mem / 1e9 if mem else None,
         "run.device_name": start.get("device_name"),
         "run.exit_code": max(codes, key=abs) if codes else None,
     }
-
-
-def _logged_world_size(run: RunData) -> int | None:
-    """The world size a console message printed (the batch assertion's D, Trainer's header), when no run_start said."""
-    for log in run.events.get("log", []):
-        world = (log.get("data") or {}).get("world_size")
-        if isinstance(world, int) and world > 0:
-            return world
-    return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerodoctor.signals.base import Signal
-from zerodoctor.store.runs import RunData
+from zerodoctor.runview import RunView
 
 SIGNALS = [
     Signal("trainer.grad_accum_changed", "bool", "Accelerate replaced the config's gradient_accumulation_steps"),
@@ -23,8 +23,8 @@ SIGNALS = [
 ]
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
-    logs = run.events.get("log", [])
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    logs = view.events.get("log", [])
     out: dict[str, Any] = {}
     updates = [e["data"] for e in logs if e.get("what") == "grad_accum_update" and e.get("data")]
     out["trainer.grad_accum_changed"] = bool(updates)

@@ -109,7 +109,6 @@ class TextParser:
         self._remember = self.context.recent.append
         self._holders: list[Dialect] = []
         self._number = 0
-        self._claimed = False
 
     def feed(self, data: bytes) -> list[Event]:
         self._number += 1
@@ -125,21 +124,13 @@ class TextParser:
         for dialect in targets:
             out += dialect.feed(line)
         self._holders = [d for d in self.dialects if d.holding]
-        return self._claim(out)
+        return out
 
     def finish(self) -> list[Event]:
         out: list[Event] = []
         for dialect in self.dialects:
             out += dialect.finish()
         self._holders = []
-        return self._claim(out)
-
-    def _claim(self, out: list[Event]) -> list[Event]:
-        """Put a ``text_source`` log before the file's first events: this file was read as a console log."""
-        if out and not self._claimed:
-            out.insert(0, events.new("log", t=out[0]["t"], run=self.context.run, rank=out[0]["rank"],
-                                     message="console log", source="text", what="text_source"))
-            self._claimed = True
         return out
 
     def _line(self, data: bytes) -> Line:

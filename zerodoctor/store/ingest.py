@@ -11,8 +11,9 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Callable
 
-from sqlalchemy import Connection, Table, case, delete, insert, select, update
+from sqlalchemy import Connection, Table, case, delete, insert, select, union, update
 from sqlalchemy.exc import OperationalError
 
 from zerodoctor.events import Event
@@ -24,9 +25,16 @@ _ENVELOPE = {"v", "t", "run", "rank", "kind"}
 
 
 class Ingestor:
-    """Writes batches into the store; caches run ids so each run costs one lookup."""
+    """Writes batches into the store; caches run ids so each run costs one lookup.
 
-    def __init__(self) -> None:
+    Args:
+        before_store: called with each batch just before its rows are written, in the same
+            transaction: the pipeline brings the views of the batch's runs up to date from
+            what is stored without it.
+    """
+
+    def __init__(self, before_store: Callable[[Connection, Batch], None] | None = None) -> None:
+        self.before_store = before_store
         self._run_ids: dict[str, int] = {}
         self._step_insert = _BulkInsert(steps)
         self._event_insert = _BulkInsert(events)
@@ -42,11 +50,21 @@ class Ingestor:
             row = conn.execute(select(files).where(files.c.path == key)).mappings().one()
         return dict(row)
 
-    def forget_file(self, conn: Connection, file_id: int) -> None:
-        """Delete the file's rows (steps, events, quarantine) and its row, in ``conn``'s transaction."""
+    def forget_file(self, conn: Connection, file_id: int) -> list[int]:
+        """Delete the file's rows (steps, events, quarantine) and its row, in ``conn``'s transaction.
+
+        Returns the runs whose rows went with it.
+        """
+        fed = conn.execute(union(select(steps.c.run_id).where(steps.c.file_id == file_id).distinct(),
+                                 select(events.c.run_id).where(events.c.file_id == file_id).distinct())).scalars().all()
         for table in (steps, events, quarantine):
             conn.execute(delete(table).where(table.c.file_id == file_id))
         conn.execute(delete(files).where(files.c.id == file_id))
+        return list(fed)
+
+    def forget_runs(self) -> None:
+        """Drop cached run ids (a rolled-back transaction may have removed runs it created)."""
+        self._run_ids.clear()
 
     def run_id(self, conn: Connection, name: str) -> int:
         run_id = self._run_ids.get(name)
@@ -59,6 +77,8 @@ class Ingestor:
 
     def add(self, conn: Connection, file_id: int, batch: Batch) -> None:
         """Insert ``batch`` and move the file's offset to ``batch.end``, in ``conn``'s transaction."""
+        if self.before_store is not None and batch.events:
+            self.before_store(conn, batch)
         step_rows: list[dict] = []
         other_rows: list[dict] = []
         spans: dict[int, list[float]] = {}
@@ -113,7 +133,7 @@ class Ingestor:
         except OperationalError:
             raise
         except Exception as exc:  # noqa: BLE001 - one batch's content must not stop the tail
-            self._run_ids.clear()  # the savepoint's rollback may have removed runs this batch created
+            self.forget_runs()  # the savepoint's rollback may have removed runs this batch created
             reason = f"lines {first_line}-{batch.last_line} not stored: {type(exc).__name__}: {exc}"
             stored = Batch(rejected=[Rejected(name, first_line, reason, b"", 0)], end=batch.end,
                            last_line=batch.last_line)

@@ -1,73 +1,33 @@
-"""Store: rows of one run → ``RunData``, the in-memory view every signal reads.
+"""Store: the queries behind the run view — one run's rows merged as signals declare, and its saved state.
 
-Step rows are merged across ranks in SQL (one row per optimizer step), so signals walk
-one series per run however many ranks wrote it; per-rank numbers come from a second
-grouped query. Other kinds are few and arrive as their JSON payloads.
+Nothing here knows which fields a signal reads: the run view passes the declarations in
+(``field → merge across ranks``, ``name → (field, aggregate over a rank's steps)``). A full
+read of a run happens once, when no saved view state matches the code (a new store, an
+upgrade); every later judgement starts from the state saved with the file offsets.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
-from sqlalchemy import Connection, Integer, cast, func, select, union
+from sqlalchemy import Connection, Integer, cast, delete, func, insert, select, union, update
 
-from zerodoctor.store.schema import events, runs, steps
+from zerodoctor.store.schema import events, files, run_state, runs, steps
 
-# (name, aggregate across the ranks of one step): only what a signal (core or plugin) reads,
-# since every ``watch`` judgement runs this query; add an aggregate with the signal that needs it.
-_MERGED = (
-    ("overflow", func.max(cast(steps.c.overflow, Integer))),
-    ("loss_scale", func.min(steps.c.loss_scale)),
-    ("loss_nonfinite", func.max(steps.c.nonfinite.op("&")(1))),
-    ("grad_nonfinite", func.max(steps.c.nonfinite.op("&")(2))),
-    ("lr", func.max(steps.c.lr)),
-    ("micro_batches", func.max(steps.c.micro_batches)),
-    ("step_time_s", func.max(steps.c.step_time_s)),
-    ("fwd_s", func.avg(steps.c.fwd_s)),
-    ("bwd_s", func.avg(steps.c.bwd_s)),
-    ("optim_s", func.avg(steps.c.optim_s)),
-    ("comm_s", func.avg(steps.c.comm_s)),
-    ("alloc_retries", func.max(steps.c.alloc_retries)),
-)
-
-# (name, aggregate over one rank's steps), read the same way: batch (samples, micro_batches)
-# and the datascale plugin (tokens).
-_PER_RANK = (
-    ("samples", func.sum(steps.c.samples)),
-    ("tokens", func.sum(steps.c.tokens)),
-    ("micro_batches", func.sum(steps.c.micro_batches)),
-)
+_MERGES = {"min": func.min, "max": func.max, "sum": func.sum, "mean": func.avg}
+_AGGREGATES = {"min": func.min, "max": func.max, "sum": func.sum}
 
 
-@dataclass
-class RunData:
-    """Everything stored about one run, shaped for signals.
-
-    ``steps`` is column-oriented: ``steps["loss_scale"][i]`` belongs to optimizer step
-    ``steps["step"][i]``, merged over the ranks that reported it.
-    """
-
-    run_id: int
-    name: str
-    steps: dict[str, list] = field(default_factory=dict)
-    per_rank: dict[int, dict[str, Any]] = field(default_factory=dict)
-    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-
-    @property
-    def starts(self) -> list[dict[str, Any]]:
-        return self.events.get("run_start", [])
-
-    def first_start(self) -> dict[str, Any]:
-        """rank 0's run_start (or the lowest rank's): config and facts shared by all ranks."""
-        return min(self.starts, key=lambda e: e["rank"], default={})
-
-    def ranks(self) -> list[int]:
-        seen = set(self.per_rank)
-        for kind_events in self.events.values():
-            seen.update(e["rank"] for e in kind_events)
-        return sorted(seen)
+def _column(name: str):  # noqa: ANN202 - a SQLAlchemy column expression
+    """The SQL for one step field; NaN became NULL at ingest, its bit in ``nonfinite`` keeps it."""
+    if name == "loss_nonfinite":
+        return steps.c.nonfinite.op("&")(1)
+    if name == "grad_nonfinite":
+        return steps.c.nonfinite.op("&")(2)
+    if name == "overflow":
+        return cast(steps.c.overflow, Integer)
+    return steps.c[name]
 
 
 def list_runs(conn: Connection, file_ids: list[int] | None = None) -> list[tuple[int, str]]:
@@ -82,31 +42,70 @@ def list_runs(conn: Connection, file_ids: list[int] | None = None) -> list[tuple
     return [(rid, name) for rid, name in conn.execute(query)]
 
 
-def load_run(conn: Connection, run_id: int, name: str) -> RunData:
-    run = RunData(run_id=run_id, name=name)
-    merged = conn.execute(
-        select(steps.c.step, *(agg.label(n) for n, agg in _MERGED))
-        .where(steps.c.run_id == run_id)
-        .group_by(steps.c.step)
-        .order_by(steps.c.step)
-    ).all()
-    names = ["step", *(n for n, _ in _MERGED)]
-    columns = list(zip(*merged)) if merged else [[] for _ in names]
-    run.steps = {n: list(col) for n, col in zip(names, columns)}
+def merged_steps(conn: Connection, run_id: int, fields: dict[str, str]) -> Iterator[dict[str, Any]]:
+    """Every step of the run in order, each field merged over the ranks that reported it (streamed)."""
+    labels = ["step", "t", *fields]
+    query = (select(steps.c.step, func.max(steps.c.t), *(_MERGES[m](_column(f)) for f, m in fields.items()))
+             .where(steps.c.run_id == run_id).group_by(steps.c.step).order_by(steps.c.step))
+    for row in conn.execution_options(yield_per=10_000).execute(query):
+        yield dict(zip(labels, row))
 
-    for row in conn.execute(
-        select(steps.c.rank, *(agg.label(n) for n, agg in _PER_RANK))
-        .where(steps.c.run_id == run_id)
-        .group_by(steps.c.rank)
-    ).mappings():
-        run.per_rank[row["rank"]] = dict(row)
 
-    for rank, kind, step, t, payload in conn.execute(
-        select(events.c.rank, events.c.kind, events.c.step, events.c.t, events.c.payload)
-        .where(events.c.run_id == run_id)
-        .order_by(events.c.t, events.c.id)
-    ):
+def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, str]]) -> dict[int, dict[str, Any]]:
+    """Per rank: step count, first/last step and time, and each declared ``name → (field, aggregate)``."""
+    query = select(steps.c.rank, func.count().label("steps"), func.min(steps.c.step).label("first_step"),
+                   func.max(steps.c.step).label("last_step"), func.max(steps.c.t).label("last_t"),
+                   *(_AGGREGATES[agg](_column(field)).label(name) for name, (field, agg) in aggregates.items())
+                   ).where(steps.c.run_id == run_id).group_by(steps.c.rank)
+    return {row["rank"]: {k: v for k, v in row.items() if k != "rank"} for row in conn.execute(query).mappings()}
+
+
+def run_events(conn: Connection, run_id: int, *, kinds: tuple[str, ...] | None = None,
+               exclude: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+    """The run's non-step events in time order, as ``{**payload, rank, t, step, kind}`` (streamed)."""
+    query = (select(events.c.rank, events.c.kind, events.c.step, events.c.t, events.c.payload)
+             .where(events.c.run_id == run_id).order_by(events.c.t, events.c.id))
+    if kinds is not None:
+        query = query.where(events.c.kind.in_(kinds))
+    if exclude:
+        query = query.where(events.c.kind.not_in(exclude))
+    for rank, kind, step, t, payload in conn.execution_options(yield_per=10_000).execute(query):
         body = json.loads(payload) if isinstance(payload, str) else dict(payload)
-        body.update(rank=rank, t=t, step=step)
-        run.events.setdefault(kind, []).append(body)
-    return run
+        body.update(rank=rank, t=t, step=step, kind=kind)
+        yield body
+
+
+def run_formats(conn: Connection, run_id: int) -> dict[str, str]:
+    """Path → format of every file the run's rows came from."""
+    holders = union(select(steps.c.file_id).where(steps.c.run_id == run_id).distinct(),
+                    select(events.c.file_id).where(events.c.run_id == run_id).distinct()).subquery()
+    return dict(conn.execute(select(files.c.path, files.c.format).where(files.c.id.in_(select(holders.c.file_id)))).all())
+
+
+def saved_state(conn: Connection, run_id: int, *, for_update: bool = False) -> tuple[str, int, str] | None:
+    """``(version, generation, state)`` the run view saved for this run, if any.
+
+    ``for_update`` locks the row to the end of the transaction (PostgreSQL): two watchers
+    writing ranks of one run take turns, each starting from the other's last save.
+    """
+    query = select(run_state.c.version, run_state.c.generation, run_state.c.state).where(run_state.c.run_id == run_id)
+    row = conn.execute(query.with_for_update() if for_update else query).first()
+    return (row[0], row[1], row[2]) if row else None
+
+
+def saved_generation(conn: Connection, run_id: int) -> int | None:
+    """The generation of the run's saved state (locked as ``saved_state`` does): is ours still current?"""
+    return conn.execute(select(run_state.c.generation).where(run_state.c.run_id == run_id).with_for_update()).scalar()
+
+
+def save_state(conn: Connection, run_id: int, version: str, generation: int, state: str) -> None:
+    """Store the view's state in ``conn``'s transaction: it commits with the rows and offsets it covers."""
+    values = {"version": version, "generation": generation, "state": state}
+    done = conn.execute(update(run_state).where(run_state.c.run_id == run_id).values(**values))
+    if not done.rowcount:
+        conn.execute(insert(run_state).values(run_id=run_id, **values))
+
+
+def forget_state(conn: Connection, run_ids: list[int]) -> None:
+    """Drop saved states whose rows changed behind the view (a file's rows deleted): rebuilt on next load."""
+    conn.execute(delete(run_state).where(run_state.c.run_id.in_(run_ids)))

@@ -105,6 +105,17 @@ events = Table(
 )
 Index("ix_events_run_kind", events.c.run_id, events.c.kind)
 
+# The run view's fold state (runview.py), JSON, saved in the transaction that stores the rows
+# and offsets it covers; ``version`` names the code that wrote it, so an upgrade rebuilds it.
+run_state = Table(
+    "run_state",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id"), primary_key=True),
+    Column("version", String(64), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+)
+
 quarantine = Table(
     "quarantine",
     metadata,

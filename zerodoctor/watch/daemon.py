@@ -30,11 +30,10 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from zerodoctor.diagnosis import judge_run
+from zerodoctor.pipeline import Pipeline
 from zerodoctor.rulebook.finding import Finding
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.sources import Batch, run_files, source_patterns
-from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import files, findings
 from zerodoctor.watch.notify import Deliveries, Notifier
 from zerodoctor.watch.tail import FileTail
@@ -66,7 +65,7 @@ class Watcher:
                  rescan_s: float = 5.0, notify_retry_s: float = 30.0) -> None:
         self.engine, self.roots, self.rules, self.announce = engine, roots, rules, announce
         self.judge_every_s, self.tick_s, self.rescan_s = judge_every_s, tick_s, rescan_s
-        self.ingestor = Ingestor()
+        self.pipeline = Pipeline(engine, rules)
         self.tails: dict[Path, FileTail] = {}
         self.stop = threading.Event()
         self.deliveries = Deliveries(engine, notifiers or [], self.stop, notify_retry_s)
@@ -94,7 +93,7 @@ class Watcher:
             self._forget_replaced_sources(conn, formats)
             for path, fmt in fresh:
                 try:
-                    self.tails[path] = FileTail(conn, self.ingestor, path, fmt)
+                    self.tails[path] = self.pipeline.tail(conn, path, fmt)
                 except FileNotFoundError:
                     continue  # gone between the scan and now; a later scan sees what replaces it
         for run_dir in sorted({path.parent for path, _ in fresh}):
@@ -111,7 +110,7 @@ class Watcher:
             if formats.get(path.parent, fmt) != fmt:
                 log.info("%s: now reading the %s files of this run instead; its stored events are dropped",
                          path, formats[path.parent])
-                self.ingestor.forget_file(conn, file_id)
+                self.pipeline.forget_file(conn, file_id)
 
     def ingest(self) -> bool:
         """One pass over every tailed file; True when some file has more lines waiting."""
@@ -130,7 +129,7 @@ class Watcher:
                     if self.stop.is_set():
                         break
                     try:
-                        polled = tail.poll(conn, self.ingestor, emit)
+                        polled = tail.poll(conn, self.pipeline.ingestor, self.pipeline.emit_for(tail, emit))
                     except OSError as exc:
                         log.error("%s: %s", path, exc)
                         continue
@@ -139,8 +138,10 @@ class Watcher:
                         del self.tails[path]
                     more |= polled == "more"
                     if pending >= COMMIT_EVENTS:
+                        self.pipeline.commit_views(conn)
                         trans.commit()
                         trans, pending = conn.begin(), 0
+                self.pipeline.commit_views(conn)
                 trans.commit()
             except Exception as exc:  # noqa: BLE001 - a days-long watch outlives a failed pass
                 # A batch refused for its content is quarantined by the tail; what is left is the
@@ -174,9 +175,8 @@ class Watcher:
         return wait
 
     def _judge_run(self, name: str) -> None:
-        with self.engine.begin() as conn:
-            run_id = self.ingestor.run_id(conn, name)
-        found, _, config = judge_run(self.engine, self.rules, run_id, name)
+        judged = self.pipeline.judge(name, now=time.time())
+        found, config, run_id = judged.findings, judged.config, self.pipeline.view(name).run_id
         with self.engine.begin() as conn:
             unannounced = dict(conn.execute(select(findings.c.rule, findings.c.id).where(
                 findings.c.run_id == run_id, findings.c.notified.is_(False))).all())
@@ -193,7 +193,7 @@ class Watcher:
         self.deliveries.start(force=force)
 
     def _resync(self, conn) -> None:  # noqa: ANN001 - SQLAlchemy Connection
-        self.ingestor = Ingestor()  # its run-id cache may name runs the rollback removed
+        self.pipeline.rolled_back()  # its views and run ids may hold what the rollback removed
         rows = {r["id"]: dict(r) for r in conn.execute(select(files)).mappings()}
         for tail in self.tails.values():
             tail.resync(rows[tail.file_id])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerodoctor.signals.base import Signal
-from zerodoctor.store.runs import RunData
+from zerodoctor.runview import RunView
 
 OPTIMAL_TOKENS_PER_PARAM = 20
 
@@ -26,8 +26,11 @@ SIGNALS = [
 ]
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
-    seen = [r["tokens"] for r in run.per_rank.values() if r.get("tokens")]
+RANK_FIELDS = {"tokens": ("tokens", "sum")}
+
+
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    seen = [r["tokens"] for r in view.per_rank.values() if r.get("tokens")]
     steps, params, planned = values.get("run.steps"), values.get("run.params"), values.get("config.total_steps")
     out: dict[str, Any] = {"data.optimal_tokens": OPTIMAL_TOKENS_PER_PARAM * params if params else None}
     if not seen or not steps:

@@ -1,0 +1,224 @@
+"""The pipeline: files → store rows and run views (one transaction); one run → a ``Judgement``.
+
+Shared by ``diagnose`` (which stops at end of file) and ``watch`` (which never stops):
+both read files through ``FileTail``, both keep each run's view up to date from the
+batches they store, in the transaction that stores them with the file's offset, and both
+judge a run from its view, so a judgement costs what is new, never the whole run.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterator
+
+from sqlalchemy import Connection, Engine
+
+from zerodoctor import plugins, signals
+from zerodoctor.rulebook.engine import evaluate
+from zerodoctor.rulebook.finding import Finding, Unevaluated
+from zerodoctor.rulebook.loader import Rule, load_rules
+from zerodoctor.runview import Reads, RunView
+from zerodoctor.sources import Batch, UnsupportedFormat, detect_format, run_files, source_patterns
+from zerodoctor.store import findings as stored_findings
+from zerodoctor.store import runs as stored_runs
+from zerodoctor.store.ingest import Ingestor
+from zerodoctor.watch.tail import Emit, FileTail
+
+Progress = Callable[[int, int], None]  # (bytes read so far, bytes in all) over the inputs
+
+
+class InputError(ValueError):
+    """An input path that cannot be read; the message names it."""
+
+
+@dataclass
+class Judgement:
+    """One run judged: what fired, what could not be judged, and the facts fixes need."""
+
+    run: str
+    findings: list[Finding] = field(default_factory=list)
+    unevaluated: list[Unevaluated] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    world_size_stated: int | None = None
+
+
+def rules_from(extra_dirs: list[Path] | None = None) -> list[Rule]:
+    """The core's and plugins' rules (``register_rules``), plus ``extra_dirs``, all checked the same way."""
+    dirs = plugins.collected(plugins.hook().register_rules())
+    return load_rules([*dirs, *(extra_dirs or [])], signals.catalog())
+
+
+def expand_inputs(paths: list[Path], input_format: str | None = None) -> list[tuple[Path, str]]:
+    """Run directories become their files (``sources.run_files``); each file gets its format (detected or forced)."""
+    out: list[tuple[Path, str]] = []
+    for path in paths:
+        if path.is_dir():
+            files = run_files(path)
+            if not files:
+                patterns = ", ".join(p for p, _ in source_patterns())
+                raise InputError(f"{path}: none of {patterns} in this directory")
+            out += [(f, input_format or fmt) for f, fmt in files]
+        elif path.is_file():
+            out.append((path, input_format or detect_format(path)))
+        else:
+            raise InputError(f"{path}: no such file or directory")
+    return out
+
+
+class Pipeline:
+    """Stores batches, keeps the views of the runs they touch, and judges runs.
+
+    Args:
+        save_views: persist each view with the rows (a lasting store); ``False`` for a
+            scratch store read once, where the views live only in memory.
+    """
+
+    def __init__(self, engine: Engine, rules: list[Rule], *, modules: list[ModuleType] | None = None,
+                 save_views: bool = True) -> None:
+        self.engine, self.rules, self.save_views = engine, rules, save_views
+        self.modules = modules or signals.signal_modules()
+        self.reads = Reads.of(self.modules)
+        self.ingestor = Ingestor(before_store=self._bring_views_up_to_date)
+        self.views: dict[str, RunView] = {}
+        self._current: set[str] = set()  # views checked against the store in this transaction
+        self._dirty: set[str] = set()
+
+    # -- ingest ---------------------------------------------------------------------
+
+    def tail(self, conn: Connection, path: Path, fmt: str) -> FileTail:
+        return FileTail(conn, self.ingestor, path, fmt)
+
+    def emit_for(self, tail: FileTail, then: Emit | None = None) -> Emit:
+        """What ``tail.poll`` calls with each stored batch: the views take its events, then ``then``."""
+
+        def emit(batch: Batch) -> None:
+            by_run: dict[str, list[dict]] = {}
+            for e in batch.events:
+                by_run.setdefault(e["run"], []).append(e)
+            for name, run_events in by_run.items():
+                self.views[name].add(run_events, tail.name, tail.fmt)
+                self._dirty.add(name)
+            if then is not None:
+                then(batch)
+
+        return emit
+
+    def _bring_views_up_to_date(self, conn: Connection, batch: Batch) -> None:
+        """Before a batch is stored: each run it names has a view matching the store (another writer may have saved)."""
+        for name in {e["run"] for e in batch.events}:
+            run_id = self.ingestor.run_id(conn, name)
+            view = self.views.get(name)
+            if view is not None and view.run_id == run_id and (
+                    name in self._current or not self.save_views
+                    or (stored_runs.saved_generation(conn, run_id) or 0) == view.generation):
+                self._current.add(name)
+                continue
+            self.views[name] = RunView.load(conn, run_id, name, self.reads)
+            self._current.add(name)
+
+    def commit_views(self, conn: Connection, *, final: bool = False) -> None:
+        """Hand finished steps to the folds and save the views, in ``conn``'s transaction (just before it commits)."""
+        for name in sorted(self._dirty):
+            view = self.views[name]
+            view.settle(final=final)
+            if self.save_views:
+                view.save(conn)
+        self._dirty.clear()
+        self._current.clear()
+
+    def rolled_back(self) -> None:
+        """The transaction failed: views may hold events the store no longer has, so they are read again."""
+        for name in self._dirty | self._current:
+            self.views.pop(name, None)
+        self._dirty.clear()
+        self._current.clear()
+        self.ingestor.forget_runs()
+
+    def forget_file(self, conn: Connection, file_id: int) -> None:
+        """Delete a file's rows; the views of the runs it fed are rebuilt from what remains."""
+        run_ids = self.ingestor.forget_file(conn, file_id)
+        stored_runs.forget_state(conn, run_ids)
+        for name in [n for n, v in self.views.items() if v.run_id in run_ids]:
+            del self.views[name]
+
+    def ingest(self, inputs: list[tuple[Path, str]], on_progress: Progress | None = None) -> list[dict]:
+        """Read ``inputs`` to their ends (``diagnose``), a batch from each in turn, and return their file rows.
+
+        Round-robin keeps the ranks of a run in step, so the view merges each step's ranks
+        as they arrive instead of holding one rank's whole file for the next.
+        """
+        tails: list[FileTail] = []
+        try:
+            with self.engine.begin() as conn:
+                for path, fmt in inputs:
+                    try:
+                        tails.append(self.tail(conn, path, fmt))
+                    except UnsupportedFormat as exc:
+                        raise InputError(f"{path}: {exc}") from None
+            total = sum(_size(t.path) for t in tails)
+            with _gc_paused():
+                busy = list(tails)
+                while busy:
+                    with self.engine.begin() as conn:
+                        busy = [t for t in busy if t.poll(conn, self.ingestor, self.emit_for(t)) == "more"]
+                        self.commit_views(conn)
+                    if on_progress is not None:
+                        on_progress(sum(t.offset for t in tails), total)
+                with self.engine.begin() as conn:
+                    for t in tails:
+                        t.finish(conn, self.ingestor, self.emit_for(t))
+                    self.commit_views(conn, final=True)
+        finally:
+            for t in tails:
+                t.close()
+        with self.engine.begin() as conn:
+            return [self.ingestor.register_file(conn, t.path, t.fmt) for t in tails]
+
+    # -- judge ----------------------------------------------------------------------
+
+    def view(self, name: str) -> RunView:
+        """The run's view: the one kept up to date here, else loaded from the store."""
+        view = self.views.get(name)
+        if view is None:
+            with self.engine.begin() as conn:
+                view = self.views[name] = RunView.load(conn, self.ingestor.run_id(conn, name), name, self.reads)
+        return view
+
+    def judge(self, name: str, *, now: float | None = None) -> Judgement:
+        """Signals and rules for one run; findings are recorded with first/last seen.
+
+        ``now`` is the wall clock of a live judgement (what silence is measured against);
+        after the fact it is the run's last event.
+        """
+        view = self.view(name).as_of_now()
+        view.now = now if now is not None else view.last_t
+        values = signals.compute(view, self.modules)
+        found, unevaluated = evaluate(self.rules, values, name, view.ranks())
+        with self.engine.begin() as conn:
+            stored_findings.record(conn, view.run_id, [f.to_json() for f in found], time.time())
+        return Judgement(name, found, unevaluated, values, view.config, view.world_size_stated)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Events are dicts of scalars, so collection finds nothing; pausing it saves ~10% of ingest."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
