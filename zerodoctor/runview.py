@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from types import ModuleType
 from typing import Any, Iterable, Literal
 
@@ -94,6 +95,33 @@ class Reads:
             if fold is not None:
                 folds[name] = fold
         return cls(step_fields, rank_fields, fold_events, folds)
+
+    # The hot path's groupings (``_add_step``), computed once.
+    @cached_property
+    def min_fields(self) -> tuple[str, ...]:
+        return tuple(f for f, m in self.step_fields.items() if m == "min")
+
+    @cached_property
+    def max_fields(self) -> tuple[str, ...]:
+        return tuple(f for f, m in self.step_fields.items() if m == "max")
+
+    @cached_property
+    def add_fields(self) -> tuple[str, ...]:
+        return tuple(f for f, m in self.step_fields.items() if m in ("sum", "mean"))
+
+    @cached_property
+    def mean_fields(self) -> tuple[str, ...]:
+        return tuple(f for f, m in self.step_fields.items() if m == "mean")
+
+    @cached_property
+    def rank_specs(self) -> tuple[tuple[str, str, str], ...]:
+        return tuple((out, field, agg) for out, (field, agg) in self.rank_fields.items())
+
+    @cached_property
+    def nonfinite(self) -> bool:
+        """Some module reads a non-finite flag: NaN became NULL at ingest, its bit is in ``nonfinite``."""
+        read = {*self.step_fields, *(field for field, _ in self.rank_fields.values())}
+        return bool(read & {"loss_nonfinite", "grad_nonfinite"})
 
     @property
     def version(self) -> str:
@@ -191,16 +219,26 @@ class RunView:
                 self.folds[module].event(e)
 
     def _add_step(self, e: dict[str, Any]) -> None:
-        rank, step = e["rank"], e["step"]
+        """One rank's step row: into the rank's totals, and merged into its step until that is finished.
+
+        The hot path of ingest (one call per rank and step): plain dict work, fields grouped by merge.
+        """
+        reads, rank, step, t = self.reads, e["rank"], e["step"], e["t"]
+        if reads.nonfinite:
+            bits = e.get("nonfinite") or 0
+            e["loss_nonfinite"], e["grad_nonfinite"] = bits & 1, bits & 2
         totals = self.per_rank.get(rank)
         if totals is None:
-            totals = self.per_rank[rank] = {"steps": 0, "first_step": step, "last_step": step, "last_t": e["t"]}
+            totals = self.per_rank[rank] = {"steps": 0, "first_step": step, "last_step": step, "last_t": t}
         totals["steps"] += 1
-        totals["first_step"] = min(totals["first_step"], step)
-        totals["last_step"] = max(totals["last_step"], step)
-        totals["last_t"] = max(totals["last_t"] or e["t"], e["t"])
-        for out, (field, agg) in self.reads.rank_fields.items():
-            value = _field(e, field)
+        if step < totals["first_step"]:
+            totals["first_step"] = step
+        if step > totals["last_step"]:
+            totals["last_step"] = step
+        if t > totals["last_t"]:
+            totals["last_t"] = t
+        for out, field, agg in reads.rank_specs:
+            value = e.get(field)
             if value is not None:
                 old = totals.get(out)
                 totals[out] = value if old is None else (old + value if agg == "sum" else
@@ -208,26 +246,30 @@ class RunView:
         if self.released_through is not None and step <= self.released_through:
             self.late_rows += 1
             return
-        row = self._pending.get(step)
-        if row is None:
-            row = self._pending[step] = {"t": e["t"], "fields": {}}
-        elif e["t"] > row["t"]:
-            row["t"] = e["t"]
-        merged = row["fields"]
-        for field, merge in self.reads.step_fields.items():
-            value = _field(e, field)
-            if value is None:
-                continue
-            acc = merged.get(field)
-            if acc is None:
-                merged[field] = [value, 1]
-            elif merge == "min":
-                acc[0] = min(acc[0], value)
-            elif merge == "max":
-                acc[0] = max(acc[0], value)
-            else:  # sum, mean: the count makes the mean at release
-                acc[0] += value
-                acc[1] += 1
+        merged = self._pending.get(step)
+        if merged is None:
+            merged = self._pending[step] = {"t": t, "n": {}}
+        elif t > merged["t"]:
+            merged["t"] = t
+        for field in reads.min_fields:
+            value = e.get(field)
+            if value is not None:
+                old = merged.get(field)
+                if old is None or value < old:
+                    merged[field] = value
+        for field in reads.max_fields:
+            value = e.get(field)
+            if value is not None:
+                old = merged.get(field)
+                if old is None or value > old:
+                    merged[field] = value
+        if reads.add_fields:
+            counts = merged["n"]
+            for field in reads.add_fields:
+                value = e.get(field)
+                if value is not None:
+                    merged[field] = merged.get(field, 0) + value
+                    counts[field] = counts.get(field, 0) + 1
 
     def settle(self, *, final: bool = False) -> None:
         """Hand every finished step to the folds, in step order (all of them when the input ended)."""
@@ -257,12 +299,13 @@ class RunView:
             now._release(step, self._pending[step])
         return now
 
-    def _release(self, step: int, pending: dict[str, Any]) -> None:
-        row: dict[str, Any] = {"step": step, "t": pending["t"]}
-        fields = pending["fields"]
-        for field, merge in self.reads.step_fields.items():
-            acc = fields.get(field)
-            row[field] = None if acc is None else acc[0] / acc[1] if merge == "mean" else acc[0]
+    def _release(self, step: int, merged: dict[str, Any]) -> None:
+        row: dict[str, Any] = {"step": step, "t": merged["t"]}
+        for field in self.reads.step_fields:
+            row[field] = merged.get(field)
+        for field in self.reads.mean_fields:
+            if row[field] is not None:
+                row[field] /= merged["n"][field]
         for fold in self.folds.values():
             fold.step(row, self)
         self.released_through = step
@@ -319,16 +362,6 @@ class RunView:
         """Store the state in ``conn``'s transaction, with the rows and offsets it covers."""
         self.generation += 1
         stored.save_state(conn, self.run_id, self.reads.version, self.generation, self.dump())
-
-
-def _field(e: dict[str, Any], field: str) -> Any:
-    """A step field as the store holds it: NaN became None, its bit went into ``nonfinite``."""
-    if field == "loss_nonfinite":
-        return (e.get("nonfinite") or 0) & 1
-    if field == "grad_nonfinite":
-        return (e.get("nonfinite") or 0) & 2
-    value = e.get(field)
-    return int(value) if isinstance(value, bool) else value
 
 
 def _public(e: dict[str, Any]) -> dict[str, Any]:

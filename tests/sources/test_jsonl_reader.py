@@ -6,9 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from tests.conftest import run_cli
+from zerodoctor import events
 from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.jsonl import JsonlParser
+from zerodoctor.sources.rejects import BadLine
 from zerodoctor.sources.lines import MAX_LINE_BYTES
 
 GOOD = {"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 1}
@@ -114,3 +120,29 @@ def test_any_parser_exception_quarantines_the_line_and_reading_goes_on(tmp_path:
     assert [str(r) for r in rejected] == [f"{path}:2: parser error: KeyError: 'boom'",
                                           f"{path}:3: parser error: KeyError: 'held' at end of input"]
     assert rejected[0].raw == b"boom"
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+                    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["1.5", "x", "", "true"]),
+                    st.lists(st.integers(), max_size=2), st.just({"a": 1}))
+_STEP_FIELDS = sorted(events.Step.model_fields)
+
+
+@settings(max_examples=400, deadline=None)
+@given(fields=st.dictionaries(st.sampled_from([*_STEP_FIELDS, "extra"]), _VALUES, max_size=8),
+       drop=st.sets(st.sampled_from(["v", "t", "run", "rank", "step"]), max_size=1))
+def test_the_fast_step_path_agrees_with_the_schema(fields, drop):
+    """msgspec's path for step lines accepts exactly what the pydantic schema accepts, with the same dict."""
+    body = {"v": 1, "t": 5.0, "run": "r", "rank": 0, "kind": "step", "step": 1, **fields}
+    for key in drop:
+        body.pop(key, None)
+    line = json.dumps(body, allow_nan=True).encode()
+    try:
+        expected = events.EVENT_ADAPTER.validate_json(line)
+    except ValidationError:
+        expected = None
+    try:
+        (got,) = JsonlParser().feed(line)
+    except BadLine:
+        got = None
+    assert repr(got and sorted(got.items())) == repr(expected and sorted(expected.items()))  # repr: NaN != NaN
