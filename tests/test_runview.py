@@ -14,6 +14,7 @@ from sqlalchemy import event
 from zerodoctor import signals
 from zerodoctor.pipeline import Pipeline, rules_from
 from zerodoctor.runview import Reads, ReadsConflict, RunView
+from zerodoctor.sources import Batch
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.runs import list_runs
 from zerodoctor.store.schema import STEP_METRICS
@@ -94,26 +95,35 @@ def test_a_restarted_reader_starts_from_the_saved_state_and_reads_no_step_rows(t
     assert judged.world_size_stated == RANKS
 
 
-def test_a_rank_row_for_a_step_already_handed_on_is_counted_late_not_merged(tmp_path):
-    reads = Reads.of(signals.signal_modules())
-    view = RunView(1, "r", reads)
-    view.add([{"kind": "step", "rank": 0, "step": 1, "t": 1.0, "samples": 4}], "rank-0.jsonl", "jsonl")
-    view.settle(final=True)
-    view.add([{"kind": "step", "rank": 1, "step": 1, "t": 1.1, "samples": 4}], "rank-1.jsonl", "jsonl")
-    view.settle()
+def store_steps(pipeline: Pipeline, rows: list[dict], *, final: bool = False) -> RunView:
+    """Store step rows of run "r" as one batch of one file and let the view take them, as ingest does."""
+    events = [{"v": 1, "run": "r", "kind": "step", **row} for row in rows]
+    with pipeline.engine.begin() as conn:
+        tail_row = pipeline.ingestor.register_file(conn, Path(__file__), "jsonl")
+        batch = Batch(events=events, end=0, last_line=0)
+        pipeline.ingestor.add(conn, tail_row["id"], batch)
+        pipeline.views["r"].add(batch.events, "x", "jsonl")
+        pipeline.views["r"].catch_up(conn)
+        pipeline.views["r"].settle(conn, final=final)
+    return pipeline.views["r"]
+
+
+def test_a_step_waits_for_the_ranks_behind_it(pipeline):
+    view = store_steps(pipeline, [{"rank": r, "step": n, "t": float(n), "overflow": r == 1}
+                                  for r in (0, 1) for n in range(1, 4 if r else 6)])
+    assert view.released_through == 3  # rank 1 has reported up to 3; rank 0's 4 and 5 wait for it
+    with pipeline.engine.connect() as conn:
+        assert view.as_of_now(conn).fold("zerodoctor.signals.run").steps == 5  # a judgement sees them all
+    assert view.fold("zerodoctor.signals.run").steps == 3
+    assert view.fold("zerodoctor.signals.numerics").overflows == 3  # rank 1's overflows merged into steps 1-3
+
+
+def test_a_rank_row_for_a_step_already_handed_on_is_counted_late_not_merged(pipeline):
+    store_steps(pipeline, [{"rank": 0, "step": 1, "t": 1.0, "samples": 4}], final=True)
+    view = store_steps(pipeline, [{"rank": 1, "step": 1, "t": 1.1, "samples": 4}])
     assert view.late_rows == 1
     assert view.per_rank[1]["samples"] == 4  # still in that rank's totals
     assert view.fold("zerodoctor.signals.run").steps == 1
-
-
-def test_a_step_waits_for_the_ranks_behind_it(tmp_path):
-    view = RunView(1, "r", Reads.of(signals.signal_modules()))
-    view.add([{"kind": "step", "rank": r, "step": n, "t": float(n), "overflow": r == 1}
-              for r in (0, 1) for n in range(1, 4 if r else 6)], "x", "jsonl")
-    view.settle()
-    assert view.released_through == 3  # rank 1 has reported up to 3; rank 0's 4 and 5 wait for it
-    view.settle(final=True)
-    assert view.released_through == 5
 
 
 def test_every_declared_step_field_is_a_stored_column():

@@ -126,7 +126,8 @@ class Pipeline:
         """Hand finished steps to the folds and save the views, in ``conn``'s transaction (just before it commits)."""
         for name in sorted(self._dirty):
             view = self.views[name]
-            view.settle(final=final)
+            view.catch_up(conn)
+            view.settle(conn, final=final)
             if self.save_views:
                 view.save(conn)
         self._dirty.clear()
@@ -196,7 +197,8 @@ class Pipeline:
         ``now`` is the wall clock of a live judgement (what silence is measured against);
         after the fact it is the run's last event.
         """
-        view = self.view(name).as_of_now()
+        with self.engine.connect() as conn:
+            view = self.view(name).as_of_now(conn)
         view.now = now if now is not None else view.last_t
         values = signals.compute(view, self.modules)
         found, unevaluated = evaluate(self.rules, values, name, view.ranks())

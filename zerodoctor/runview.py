@@ -2,10 +2,13 @@
 
 Signal modules declare what they read (``STEP_FIELDS`` with a merge across ranks,
 ``RANK_FIELDS`` with an aggregate over a rank's steps, ``FOLD_EVENTS``) and fold it
-(``Fold``). The view merges the ranks of each optimizer step as their lines arrive, hands
-every finished step once, in step order, to each module's fold, and keeps per-rank totals
-and the rare event kinds (run_start, oom, exception, …) as they are. Nothing in it grows
-with the number of steps, so a judgement costs the same on day 3 as in minute 1.
+(``Fold``). The view keeps the rare event kinds (run_start, oom, exception, …) as they
+arrive; step rows it never touches one by one: in the transaction that stored them, the
+store sums the new rows per rank (one grouped query over the rows past the view's mark) and,
+once a step is finished, merges it across its ranks (one grouped query over the new steps),
+and each merged step goes once, in step order, to every module's fold. Nothing here grows with the
+number of steps, so a judgement costs the same on day 3 as in minute 1; reading a run from
+scratch is the same query over all its steps.
 
 A step is finished when every rank that writes steps has reported it or a later one (or
 when the input ends). A rank's row for a step already handed on arrives late: it counts in
@@ -29,7 +32,7 @@ from zerodoctor import __version__
 from zerodoctor.store import runs as stored
 
 WINDOW = 1024  # steps a per-step signal keeps: the "now" of a days-long run, and the scope of `for: N steps`
-MAX_PENDING = 4096  # unfinished steps held for ranks lagging behind; beyond it the oldest are handed on
+MAX_PENDING = 4096  # steps waiting for lagging ranks; beyond it the oldest are handed on without them
 _RANK_FACTS = ("steps", "first_step", "last_step", "last_t")
 
 Merge = Literal["min", "max", "sum", "mean"]  # STEP_FIELDS: across the ranks of one step
@@ -96,33 +99,6 @@ class Reads:
                 folds[name] = fold
         return cls(step_fields, rank_fields, fold_events, folds)
 
-    # The hot path's groupings (``_add_step``), computed once.
-    @cached_property
-    def min_fields(self) -> tuple[str, ...]:
-        return tuple(f for f, m in self.step_fields.items() if m == "min")
-
-    @cached_property
-    def max_fields(self) -> tuple[str, ...]:
-        return tuple(f for f, m in self.step_fields.items() if m == "max")
-
-    @cached_property
-    def add_fields(self) -> tuple[str, ...]:
-        return tuple(f for f, m in self.step_fields.items() if m in ("sum", "mean"))
-
-    @cached_property
-    def mean_fields(self) -> tuple[str, ...]:
-        return tuple(f for f, m in self.step_fields.items() if m == "mean")
-
-    @cached_property
-    def rank_specs(self) -> tuple[tuple[str, str, str], ...]:
-        return tuple((out, field, agg) for out, (field, agg) in self.rank_fields.items())
-
-    @cached_property
-    def nonfinite(self) -> bool:
-        """Some module reads a non-finite flag: NaN became NULL at ingest, its bit is in ``nonfinite``."""
-        read = {*self.step_fields, *(field for field, _ in self.rank_fields.values())}
-        return bool(read & {"loss_nonfinite", "grad_nonfinite"})
-
     @property
     def version(self) -> str:
         """Names the code a saved state came from: any change to what is folded rebuilds it."""
@@ -152,7 +128,9 @@ class RunView:
         self.last_t: float | None = None
         self.now: float | None = None  # set for each judgement: wall clock live, last_t after the fact
         self.generation = 0  # saves of this run's state; another writer's save makes ours stale
-        self._pending: dict[int, dict[str, Any]] = {}
+        self.last_step: int | None = None  # the highest step any rank reported
+        self.mark: int | None = None  # step rows with a higher id are not in ``per_rank`` yet
+        self._first: tuple[int, dict[str, Any]] | None = None
 
     # -- what signals read ------------------------------------------------------------
 
@@ -162,7 +140,12 @@ class RunView:
 
     def first_start(self) -> dict[str, Any]:
         """rank 0's run_start (or the lowest rank's): config and facts shared by all ranks."""
-        return min(self.starts, key=lambda e: e["rank"], default={})
+        starts = self.events.get("run_start")
+        if not starts:
+            return {}
+        if self._first is None or self._first[0] != len(starts):  # folds ask once per step: keep the answer
+            self._first = (len(starts), min(starts, key=lambda e: e["rank"]))
+        return self._first[1]
 
     @property
     def config(self) -> dict[str, Any]:
@@ -197,18 +180,13 @@ class RunView:
     # -- ingest side ------------------------------------------------------------------
 
     def add(self, events: Iterable[dict[str, Any]], path: str, fmt: str) -> None:
-        """Take in this run's events of one stored batch (step rows as the store holds them)."""
+        """Take in this run's events of one stored batch; its step rows are read back by ``catch_up``."""
         self.formats[path] = fmt
-        last_t = self.last_t
         for e in events:
-            t = e["t"]
-            if last_t is None or t > last_t:
-                last_t = t
-            if e["kind"] == "step":
-                self._add_step(e)
-            else:
+            if e["kind"] != "step":
                 self._add_event(e)
-        self.last_t = last_t
+                if self.last_t is None or e["t"] > self.last_t:
+                    self.last_t = e["t"]
 
     def _add_event(self, e: dict[str, Any]) -> None:
         modules = self.reads.fold_events.get(e["kind"])
@@ -218,105 +196,67 @@ class RunView:
             for module in modules:
                 self.folds[module].event(e)
 
-    def _add_step(self, e: dict[str, Any]) -> None:
-        """One rank's step row: into the rank's totals, and merged into its step until that is finished.
+    def catch_up(self, conn: Connection) -> None:
+        """Add the step rows stored since the mark to each rank's totals: one grouped query, in the storing transaction."""
+        late_after = self.released_through if self.released_through is not None else None
+        for rank, new in stored.rank_totals(conn, self.run_id, self.reads.rank_fields, after_id=self.mark,
+                                            late_upto=late_after).items():
+            self.late_rows += new.pop("late")
+            self.mark = max(self.mark or 0, new.pop("max_id"))
+            totals = self.per_rank.get(rank)
+            if totals is None:
+                self.per_rank[rank] = new
+                continue
+            totals["steps"] += new["steps"]
+            totals["first_step"] = min(totals["first_step"], new["first_step"])
+            totals["last_step"] = max(totals["last_step"], new["last_step"])
+            totals["last_t"] = max(totals["last_t"], new["last_t"])
+            for out, (_, agg) in self.reads.rank_fields.items():
+                old, value = totals.get(out), new.get(out)
+                totals[out] = (value if old is None else old if value is None else
+                               old + value if agg == "sum" else max(old, value) if agg == "max" else min(old, value))
+        if self.per_rank:
+            self.last_step = max(t["last_step"] for t in self.per_rank.values())
+            self.last_t = max(self.last_t or 0.0, *(t["last_t"] for t in self.per_rank.values()))
 
-        The hot path of ingest (one call per rank and step): plain dict work, fields grouped by merge.
-        """
-        reads, rank, step, t = self.reads, e["rank"], e["step"], e["t"]
-        if reads.nonfinite:
-            bits = e.get("nonfinite") or 0
-            e["loss_nonfinite"], e["grad_nonfinite"] = bits & 1, bits & 2
-        totals = self.per_rank.get(rank)
-        if totals is None:
-            totals = self.per_rank[rank] = {"steps": 0, "first_step": step, "last_step": step, "last_t": t}
-        totals["steps"] += 1
-        if step < totals["first_step"]:
-            totals["first_step"] = step
-        if step > totals["last_step"]:
-            totals["last_step"] = step
-        if t > totals["last_t"]:
-            totals["last_t"] = t
-        for out, field, agg in reads.rank_specs:
-            value = e.get(field)
-            if value is not None:
-                old = totals.get(out)
-                totals[out] = value if old is None else (old + value if agg == "sum" else
-                                                         max(old, value) if agg == "max" else min(old, value))
-        if self.released_through is not None and step <= self.released_through:
-            self.late_rows += 1
+    def settle(self, conn: Connection, *, final: bool = False) -> None:
+        """Hand every finished step to the folds, merged by the store, in step order (all when the input ended)."""
+        if self.last_step is None or (self.released_through is not None and self.last_step <= self.released_through):
             return
-        merged = self._pending.get(step)
-        if merged is None:
-            merged = self._pending[step] = {"t": t, "n": {}}
-        elif t > merged["t"]:
-            merged["t"] = t
-        for field in reads.min_fields:
-            value = e.get(field)
-            if value is not None:
-                old = merged.get(field)
-                if old is None or value < old:
-                    merged[field] = value
-        for field in reads.max_fields:
-            value = e.get(field)
-            if value is not None:
-                old = merged.get(field)
-                if old is None or value > old:
-                    merged[field] = value
-        if reads.add_fields:
-            counts = merged["n"]
-            for field in reads.add_fields:
-                value = e.get(field)
-                if value is not None:
-                    merged[field] = merged.get(field, 0) + value
-                    counts[field] = counts.get(field, 0) + 1
+        upto = self.last_step
+        if not final:
+            frontier = min(t["last_step"] for t in self.per_rank.values())
+            upto = max(frontier, self.last_step - MAX_PENDING)  # a rank that stopped must not hold the rest forever
+        self._fold_steps(conn, upto)
 
-    def settle(self, *, final: bool = False) -> None:
-        """Hand every finished step to the folds, in step order (all of them when the input ended)."""
-        if not self._pending:
-            return
-        frontier = min(t["last_step"] for t in self.per_rank.values())
-        ready = sorted(self._pending) if final else sorted(s for s in self._pending if s <= frontier)
-        overflow = len(self._pending) - len(ready) - MAX_PENDING
-        if overflow > 0:  # a rank that stopped writing must not hold the others' steps forever
-            waiting = sorted(s for s in self._pending if s > frontier)
-            ready = sorted([*ready, *waiting[:overflow]])
-        for step in ready:
-            self._release(step, self._pending.pop(step))
-
-    def as_of_now(self) -> RunView:
+    def as_of_now(self, conn: Connection) -> RunView:
         """What a judgement sees: a copy whose folds also hold the steps still waiting for lagging ranks.
 
         A rank that reports a NaN at a step the others have not reached yet (or never will:
         they hang) is judged now, not when the step is finished.
         """
-        if not self._pending:
+        if self.last_step is None or (self.released_through is not None and self.last_step <= self.released_through):
             return self
         now = copy.copy(self)
         now.folds = copy.deepcopy(self.folds)
-        now._pending = {}
-        for step in sorted(self._pending):
-            now._release(step, self._pending[step])
+        now._fold_steps(conn, self.last_step)
         return now
 
-    def _release(self, step: int, merged: dict[str, Any]) -> None:
-        row: dict[str, Any] = {"step": step, "t": merged["t"]}
-        for field in self.reads.step_fields:
-            row[field] = merged.get(field)
-        for field in self.reads.mean_fields:
-            if row[field] is not None:
-                row[field] /= merged["n"][field]
-        for fold in self.folds.values():
-            fold.step(row, self)
-        self.released_through = step
+    def _fold_steps(self, conn: Connection, upto: int) -> None:
+        for row in stored.merged_steps(conn, self.run_id, self.reads.step_fields, after=self.released_through,
+                                       upto=upto):
+            for fold in self.folds.values():
+                fold.step(row, self)
+            self.released_through = row["step"]
 
     # -- saved with the rows ----------------------------------------------------------
 
     def dump(self) -> str:
         """The state that rows alone would take a full read to rebuild (rare events stay in the store)."""
         return json.dumps({
-            "released_through": self.released_through, "late_rows": self.late_rows, "last_t": self.last_t,
-            "per_rank": self.per_rank, "pending": self._pending, "formats": self.formats,
+            "released_through": self.released_through, "last_step": self.last_step, "mark": self.mark,
+            "late_rows": self.late_rows,
+            "last_t": self.last_t, "per_rank": self.per_rank, "formats": self.formats,
             "folds": {m: fold.dump() for m, fold in self.folds.items()},
         })
 
@@ -332,28 +272,23 @@ class RunView:
             return view
         _, view.generation, text = saved
         state = json.loads(text)
-        view.released_through, view.late_rows, view.last_t = (state["released_through"], state["late_rows"],
-                                                              state["last_t"])
+        view.released_through, view.last_step, view.mark, view.late_rows, view.last_t = (
+            state["released_through"], state["last_step"], state["mark"], state["late_rows"], state["last_t"])
         view.formats = state["formats"]
         view.per_rank = {int(r): totals for r, totals in state["per_rank"].items()}
-        view._pending = {int(s): row for s, row in state["pending"].items()}
         view.folds = {m: reads.folds[m].load(s) for m, s in state["folds"].items() if m in reads.folds}
         for e in stored.run_events(conn, run_id, exclude=tuple(reads.fold_events)):
             view.events.setdefault(e["kind"], []).append(_public(e))
         return view
 
     def _rebuild(self, conn: Connection) -> None:
-        """One full read of the run's rows: the steps merged in SQL, then the events in time order."""
+        """One full read of the run's rows: what ingest would have built, by the same queries."""
         streamed = tuple(self.reads.fold_events)
         for e in stored.run_events(conn, self.run_id, exclude=streamed):  # run_start first: folds read the config
             self._add_event(e)
             self.last_t = e["t"] if self.last_t is None else max(self.last_t, e["t"])
-        self.per_rank = stored.rank_totals(conn, self.run_id, self.reads.rank_fields)
-        for row in stored.merged_steps(conn, self.run_id, self.reads.step_fields):
-            for fold in self.folds.values():
-                fold.step(row, self)
-            self.released_through = row["step"]
-            self.last_t = row["t"] if self.last_t is None else max(self.last_t, row["t"])
+        self.catch_up(conn)
+        self.settle(conn, final=True)
         for e in stored.run_events(conn, self.run_id, kinds=streamed) if streamed else ():
             self._add_event(e)
             self.last_t = max(self.last_t or e["t"], e["t"])

@@ -114,7 +114,8 @@ class Fold(runview.Fold):
                     self.max_held_scale = scale if self.max_held_scale is None else max(self.max_held_scale, scale)
         if scale is not None:
             self.scale_last = scale
-        replay = _ScalerReplay(view.config, nested(view.config, "fp16.min_loss_scale", 1), self.replay)
+        config = view.config
+        replay = _ScalerReplay(config, nested(config, "fp16.min_loss_scale", 1), self.replay)
         if scale is not None:
             replay.scale = scale  # the scale this step used, as reported: re-sync
         replay.update(flag)

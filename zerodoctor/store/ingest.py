@@ -19,7 +19,7 @@ from sqlalchemy.exc import OperationalError
 from zerodoctor.events import Event
 from zerodoctor.sources import Batch
 from zerodoctor.sources.rejects import Rejected
-from zerodoctor.store.schema import events, files, quarantine, runs, steps
+from zerodoctor.store.schema import STEP_METRICS, events, files, quarantine, runs, steps
 
 _ENVELOPE = {"v", "t", "run", "rank", "kind"}
 
@@ -79,8 +79,8 @@ class Ingestor:
         """Insert ``batch`` and move the file's offset to ``batch.end``, in ``conn``'s transaction."""
         if self.before_store is not None and batch.events:
             self.before_store(conn, batch)
-        step_rows: list[dict] = []
-        other_rows: list[dict] = []
+        step_rows: list[tuple] = []
+        other_rows: list[tuple] = []
         spans: dict[int, list[float]] = {}
         run_ids = self._run_ids
         for e in batch.events:
@@ -142,7 +142,7 @@ class Ingestor:
 
 
 class _BulkInsert:
-    """One compiled INSERT handed straight to the driver's ``executemany``.
+    """One compiled INSERT handed straight to the driver's ``executemany``, rows as tuples in column order.
 
     SQLAlchemy's per-row parameter processing costs more than SQLite's insert itself
     (measured 11 µs vs 2.3 µs per step row); the columns here need no type processing
@@ -152,25 +152,25 @@ class _BulkInsert:
     def __init__(self, table: Table) -> None:
         self.table = table
         self.columns = [c.name for c in table.columns if c.name != "id"]
-        self._compiled: dict[str, tuple[str, list[str] | None]] = {}
+        self._compiled: dict[str, tuple[str, bool]] = {}
 
-    def __call__(self, conn: Connection, rows: list[dict]) -> None:
+    def __call__(self, conn: Connection, rows: list[tuple]) -> None:
         if not rows:
             return
-        dialect = conn.dialect
-        sql, order = self._compiled.get(dialect.name) or self._compile(dialect)
-        params = [tuple(map(row.get, order)) for row in rows] if order else [
-            {c: row.get(c) for c in self.columns} for row in rows]
-        conn.exec_driver_sql(sql, params)
+        sql, positional = self._compiled.get(conn.dialect.name) or self._compile(conn.dialect)
+        conn.exec_driver_sql(sql, rows if positional else [dict(zip(self.columns, row)) for row in rows])
 
-    def _compile(self, dialect) -> tuple[str, list[str] | None]:  # noqa: ANN001 - SQLAlchemy Dialect
+    def _compile(self, dialect) -> tuple[str, bool]:  # noqa: ANN001 - SQLAlchemy Dialect
         compiled = insert(self.table).compile(dialect=dialect, column_keys=self.columns)
-        entry = (str(compiled), list(compiled.positiontup) if compiled.positional else None)
+        if compiled.positional and list(compiled.positiontup) != self.columns:
+            raise RuntimeError(f"{self.table.name}: INSERT binds {compiled.positiontup}, not {self.columns}")
+        entry = (str(compiled), bool(compiled.positional))
         self._compiled[dialect.name] = entry
         return entry
 
 
-def _step_row(e: Event, run_id: int, file_id: int) -> Event:
+def _step_row(e: Event, run_id: int, file_id: int) -> tuple:
+    """The ``steps`` row of a step event, in column order; NaN and inf become NULL, flagged in ``nonfinite``."""
     loss, grad_norm = e.get("loss"), e.get("grad_norm")
     nonfinite = 0
     if loss is not None and not math.isfinite(loss):
@@ -179,14 +179,12 @@ def _step_row(e: Event, run_id: int, file_id: int) -> Event:
     if grad_norm is not None and not math.isfinite(grad_norm):
         nonfinite |= 2
         e["grad_norm"] = None
-    e["run_id"], e["file_id"], e["nonfinite"] = run_id, file_id, nonfinite
-    return e
+    return (run_id, file_id, e["rank"], e["t"], e["step"], nonfinite, *map(e.get, STEP_METRICS))
 
 
-def _event_row(e: Event, run_id: int, file_id: int) -> dict:
+def _event_row(e: Event, run_id: int, file_id: int) -> tuple:
     payload = {k: v for k, v in e.items() if k not in _ENVELOPE}
-    return {"run_id": run_id, "file_id": file_id, "rank": e["rank"], "kind": e["kind"], "t": e["t"],
-            "step": payload.get("step"), "payload": _dump_payload(payload)}
+    return (run_id, file_id, e["rank"], e["kind"], e["t"], payload.get("step"), _dump_payload(payload))
 
 
 def _dump_payload(payload: dict) -> str:

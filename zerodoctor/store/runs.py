@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, Integer, cast, delete, func, insert, select, union, update
+from sqlalchemy import Connection, Integer, case, cast, delete, func, insert, literal, select, union, update
 
 from zerodoctor.store.schema import events, files, run_state, runs, steps
 
@@ -42,21 +42,44 @@ def list_runs(conn: Connection, file_ids: list[int] | None = None) -> list[tuple
     return [(rid, name) for rid, name in conn.execute(query)]
 
 
-def merged_steps(conn: Connection, run_id: int, fields: dict[str, str]) -> Iterator[dict[str, Any]]:
-    """Every step of the run in order, each field merged over the ranks that reported it (streamed)."""
+def merged_steps(conn: Connection, run_id: int, fields: dict[str, str], *, after: int | None = None,
+                 upto: int | None = None) -> Iterator[dict[str, Any]]:
+    """The run's steps in ``(after, upto]`` in order, each field merged over the ranks that reported it (streamed).
+
+    One grouped query over the (run, step) index: the merge runs in the database, not per row in Python.
+    """
     labels = ["step", "t", *fields]
-    query = (select(steps.c.step, func.max(steps.c.t), *(_MERGES[m](_column(f)) for f, m in fields.items()))
-             .where(steps.c.run_id == run_id).group_by(steps.c.step).order_by(steps.c.step))
-    for row in conn.execution_options(yield_per=10_000).execute(query):
+    query = select(steps.c.step, func.max(steps.c.t), *(_MERGES[m](_column(f)) for f, m in fields.items()))
+    query = query.where(steps.c.run_id == run_id)
+    if after is not None:
+        query = query.where(steps.c.step > after)
+    if upto is not None:
+        query = query.where(steps.c.step <= upto)
+    for row in conn.execution_options(yield_per=10_000).execute(query.group_by(steps.c.step).order_by(steps.c.step)):
         yield dict(zip(labels, row))
 
 
-def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, str]]) -> dict[int, dict[str, Any]]:
-    """Per rank: step count, first/last step and time, and each declared ``name → (field, aggregate)``."""
+def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, str]], *,
+                after_id: int | None = None, late_upto: int | None = None) -> dict[int, dict[str, Any]]:
+    """Per rank, over the run's step rows with ``id > after_id``: their count, first/last step and time,
+    each declared ``name → (field, aggregate)``, the highest row id (``max_id``) and how many of them
+    are for steps at or below ``late_upto`` (``late``).
+
+    Rows of one run are written under its state's lock (``saved_state``), so ids past a mark are
+    exactly the rows stored since: the scan covers the new rows only.
+    """
+    late = func.sum(case((steps.c.step <= late_upto, 1), else_=0)) if late_upto is not None else literal(0)
     query = select(steps.c.rank, func.count().label("steps"), func.min(steps.c.step).label("first_step"),
                    func.max(steps.c.step).label("last_step"), func.max(steps.c.t).label("last_t"),
+                   func.max(steps.c.id).label("max_id"), late.label("late"),
                    *(_AGGREGATES[agg](_column(field)).label(name) for name, (field, agg) in aggregates.items())
-                   ).where(steps.c.run_id == run_id).group_by(steps.c.rank)
+                   ).group_by(steps.c.rank)
+    if after_id is None:
+        query = query.where(steps.c.run_id == run_id)
+    else:
+        # ``run_id + 0``: the (run, step) index would visit every row of the run; past a mark,
+        # the primary key's range holds just the new rows, and the planner must take it.
+        query = query.where((steps.c.run_id + 0) == run_id, steps.c.id > after_id)
     return {row["rank"]: {k: v for k, v in row.items() if k != "rank"} for row in conn.execute(query).mappings()}
 
 
