@@ -188,7 +188,8 @@ def watch(
             elif table and console.is_terminal:
                 from rich.live import Live
 
-                from zerodoctor.report.status import collect, table as runs_table
+                from zerodoctor.report.status import table as runs_table
+                from zerodoctor.store.status import collect
 
                 with Live(console=console, auto_refresh=False) as live:
 
@@ -209,7 +210,8 @@ def status(
     fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
 ) -> None:
     """Per run and file: events stored, lines quarantined, byte offset, findings, time of the last event."""
-    from zerodoctor.report.status import collect, render, to_json
+    from zerodoctor.report.status import render, to_json
+    from zerodoctor.store.status import collect
     from zerodoctor.store.db import DEFAULT_DB_NAME, open_engine, url_for
 
     url = url_for(db or Path("runs") / DEFAULT_DB_NAME)
@@ -293,13 +295,13 @@ def check(
     except ConfigError as exc:
         raise fail(str(exc)) from None
     if fmt.value == "json":
-        from zerodoctor.config.report import to_json
+        from zerodoctor.report.check import to_json
 
         typer.echo(json.dumps(to_json(report), indent=2))
     else:
         from rich.console import Console
 
-        from zerodoctor.config.report import render
+        from zerodoctor.report.check import render
 
         render(report, Console(highlight=False, soft_wrap=True))
     if fix:

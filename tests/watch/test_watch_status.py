@@ -53,7 +53,8 @@ def test_status_without_a_store_is_a_usage_error(tmp_path):
 def test_live_table_has_one_row_per_run_with_its_counts(tmp_path):
     from rich.console import Console
 
-    from zerodoctor.report.status import FileStatus, RunStatus, table
+    from zerodoctor.report.status import table
+    from zerodoctor.store.status import FileStatus, RunStatus
 
     statuses = [RunStatus("r1", [FileStatus("a", 5, 2, 10), FileStatus("b", 7, 0, 10)],
                           [{"severity": "error"}, {"severity": "warning"}, {"severity": "error"}], 100.0),

@@ -1,90 +1,17 @@
-"""Report: the store → per run and file, what was read, what was kept aside, what was found (text and JSON).
-
-Read-only and safe beside a running ``watch``: SQLite's WAL gives this a consistent
-snapshot while the watcher commits. A file belongs to the run named by its directory
-(``runs/<run-id>/rank-N.jsonl``); a file from elsewhere (``diagnose --db``) belongs to
-the runs whose events it holds.
-"""
+"""Report, status: what the store holds per run (``store.status``) → text, a live table, or JSON."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from pathlib import PurePath
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from sqlalchemy import Connection, func, select, union
 
 from zerodoctor.report.text import finding_line
-from zerodoctor.store.findings import for_run
-from zerodoctor.store.schema import events, files, quarantine, runs, steps
-
-FIRST_REASONS = 3
-
-
-@dataclass
-class FileStatus:
-    path: str
-    events: int
-    quarantined: int
-    offset: int
-    reasons: list[tuple[int, str]] = field(default_factory=list)  # (line, reason) of the first quarantined lines
-
-
-@dataclass
-class RunStatus:
-    run: str
-    files: list[FileStatus] = field(default_factory=list)
-    findings: list[dict[str, Any]] = field(default_factory=list)
-    last_event_t: float | None = None
-
-
-def collect(conn: Connection, reasons: int = FIRST_REASONS) -> list[RunStatus]:
-    """Every run in the store with its files and findings, in the order runs were first seen."""
-    by_name: dict[str, RunStatus] = {}
-    run_ids: dict[int, str] = {}
-    for rid, name, last in conn.execute(select(runs.c.id, runs.c.name, runs.c.last_event_t).order_by(runs.c.id)):
-        by_name[name] = RunStatus(name, findings=for_run(conn, rid), last_event_t=last)
-        run_ids[rid] = name
-
-    stored = {fid: FileStatus(path, n, q, off) for fid, path, n, q, off in conn.execute(
-        select(files.c.id, files.c.path, files.c.events, files.c.quarantined, files.c.offset).order_by(files.c.path))}
-    for fid, line, reason in _first_reasons(conn, reasons):
-        stored[fid].reasons.append((line, reason))
-
-    elsewhere: list[int] = []
-    for fid, status in stored.items():
-        owner = by_name.get(PurePath(status.path).parent.name)
-        if owner is not None:
-            owner.files.append(status)
-        else:
-            elsewhere.append(fid)
-    if elsewhere:
-        # Only files outside run directories pay for this scan of the event tables.
-        holders = union(select(steps.c.file_id, steps.c.run_id).where(steps.c.file_id.in_(elsewhere)).distinct(),
-                        select(events.c.file_id, events.c.run_id).where(events.c.file_id.in_(elsewhere)).distinct())
-        owned = set()
-        for fid, rid in conn.execute(holders):
-            by_name[run_ids[rid]].files.append(stored[fid])
-            owned.add(fid)
-        for fid in elsewhere:
-            if fid not in owned:  # nothing valid read from it yet: its directory names the run
-                name = PurePath(stored[fid].path).parent.name
-                by_name.setdefault(name, RunStatus(name)).files.append(stored[fid])
-    return list(by_name.values())
-
-
-def _first_reasons(conn: Connection, limit: int) -> list[tuple[int, int, str]]:
-    ranked = select(quarantine.c.file_id, quarantine.c.line, quarantine.c.reason,
-                    func.row_number().over(partition_by=quarantine.c.file_id, order_by=quarantine.c.id).label("n")
-                    ).subquery()
-    return [tuple(r) for r in conn.execute(
-        select(ranked.c.file_id, ranked.c.line, ranked.c.reason).where(ranked.c.n <= limit)
-        .order_by(ranked.c.file_id, ranked.c.n))]
+from zerodoctor.store.status import RunStatus
 
 
 def to_json(statuses: list[RunStatus]) -> dict[str, Any]:

@@ -32,3 +32,14 @@ def record(conn: Connection, run_id: int, bodies: list[dict[str, Any]], now: flo
 def for_run(conn: Connection, run_id: int) -> list[dict[str, Any]]:
     rows = conn.execute(select(findings.c.body).where(findings.c.run_id == run_id).order_by(findings.c.rule))
     return [json.loads(b) if isinstance(b, str) else b for (b,) in rows]
+
+
+def unannounced(conn: Connection, run_id: int) -> dict[str, int]:
+    """Rule → finding id of the run's findings ``watch`` has not printed yet."""
+    return dict(conn.execute(select(findings.c.rule, findings.c.id).where(
+        findings.c.run_id == run_id, findings.c.notified.is_(False))).all())
+
+
+def mark_announced(conn: Connection, finding_ids: list[int]) -> None:
+    if finding_ids:
+        conn.execute(update(findings).where(findings.c.id.in_(finding_ids)).values(notified=True))

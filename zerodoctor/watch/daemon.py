@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 from watchdog.events import (
     DirCreatedEvent,
@@ -34,7 +34,8 @@ from zerodoctor.pipeline import Pipeline
 from zerodoctor.rulebook.finding import Finding
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.sources import Batch, run_files, source_patterns
-from zerodoctor.store.schema import files, findings
+from zerodoctor.store import findings as stored_findings
+from zerodoctor.store.schema import files
 from zerodoctor.watch.notify import Deliveries, Notifier
 from zerodoctor.watch.tail import FileTail
 
@@ -178,15 +179,12 @@ class Watcher:
         judged = self.pipeline.judge(name, now=time.time())
         found, config, run_id = judged.findings, judged.config, self.pipeline.view(name).run_id
         with self.engine.begin() as conn:
-            unannounced = dict(conn.execute(select(findings.c.rule, findings.c.id).where(
-                findings.c.run_id == run_id, findings.c.notified.is_(False))).all())
+            unannounced = stored_findings.unannounced(conn, run_id)
             fresh = [f for f in found if f.rule in unannounced]
             # Announced before the commit: a crash in between repeats an alert rather than losing it.
             for finding in fresh:
                 self.announce(finding, config)
-            if fresh:
-                conn.execute(update(findings).where(findings.c.id.in_([unannounced[f.rule] for f in fresh]))
-                             .values(notified=True))
+            stored_findings.mark_announced(conn, [unannounced[f.rule] for f in fresh])
 
     def notify(self, *, force: bool = False) -> None:
         """Hand pending findings to the notifiers on their thread; after a failure, wait ``notify_retry_s``."""

@@ -1,4 +1,4 @@
-"""Config check: a ``CheckReport`` → text for people (findings, DeepSpeed's verdict, memory plan) or JSON."""
+"""Report, check: a ``CheckReport`` → text for people (findings, DeepSpeed's verdict, memory plan) or JSON."""
 
 from __future__ import annotations
 
