@@ -13,6 +13,7 @@ WAL store like watch's. Then a real ``zerodoctor watch`` subprocess:
    the start and at the end. It must stay flat.
 
     python bench/watch.py [--events-per-file 20000] [--probes 20] [--soak 60]
+    python bench/watch.py --long [--days 3]     # judgement cost against history: bench/watch_long.py
 """
 
 from __future__ import annotations
@@ -209,7 +210,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--writer":
+    if len(sys.argv) > 1 and sys.argv[1] == "--long":
+        from watch_long import main as long_main
+
+        long_main(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--writer":
         run_dir, first_rank, count, steps, pace, first = sys.argv[2:8]
         writer(Path(run_dir), range(int(first_rank), int(first_rank) + int(count)), int(steps), float(pace), int(first))
     else:
