@@ -322,14 +322,17 @@ def fix_command(
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
 ) -> None:
     """Apply the fixes of a run's findings to CONFIG; DeepSpeed must accept the result before it is written."""
+    from zerodoctor.diagnosis import diagnose as run_diagnosis
     from zerodoctor.pipeline import InputError
-    from zerodoctor.fixes.apply import findings_from_run
 
     loaded = _load_rules(rules)
     try:
-        findings, run_world = findings_from_run(source, loaded)
+        report = run_diagnosis(source, rules=loaded)
     except (InputError, OSError) as exc:
         raise fail(str(exc)) from None
+    findings = report.findings
+    # DeepSpeed validates the fix at the world size the run stated, never at the ranks a log happened to show
+    run_world = max((n for n in report.world_sizes.values() if n), default=None)
     if world_size is None and run_world is None:
         raise fail("the run does not say how many ranks it had: pass --world-size N, the size DeepSpeed "
                    "should validate the patched config at")

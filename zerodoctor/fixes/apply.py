@@ -21,7 +21,6 @@ from zerodoctor.config import deepspeed_validate
 from zerodoctor.config.deepspeed_validate import Verdict
 from zerodoctor.fixes.patch import merge_patch, patch_diff
 from zerodoctor.rulebook.finding import Finding, Fix
-from zerodoctor.rulebook.loader import Rule
 
 
 class FixError(ValueError):
@@ -102,14 +101,6 @@ def _indent(source: Path) -> int:
     """The source's indentation when it is pretty-printed (``{`` alone on the first line), else 2."""
     match = re.match(r"\s*\{[ \t]*\n( +)\"", source.read_text(encoding="utf-8"))
     return len(match.group(1)) if match else 2
-
-
-def findings_from_run(paths: list[Path], rules: list[Rule]) -> tuple[list[Finding], int | None]:
-    """``diagnose`` on a run or log, and the world size the run stated (DeepSpeed validates the fix at it; never a guess)."""
-    from zerodoctor.diagnosis import diagnose
-
-    report = diagnose(paths, rules=rules)
-    return report.findings, max((s for s in report.world_sizes.values() if s), default=None)
 
 
 def summary_lines(result: FixResult) -> list[str]:
