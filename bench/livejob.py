@@ -82,6 +82,29 @@ def wait_until(check, timeout: float, every: float = 0.05) -> float:  # noqa: AN
     return time.monotonic()
 
 
+
+def latency(runs: Path, watch: Watch, probes: int, *, settle_s: float = 1.5, timeout: float = 30) -> list[float]:
+    """Seconds from a NaN step appended to its finding printed, one probe run each, sorted."""
+    for i in range(probes):
+        (runs / f"probe-{i}").mkdir()
+        with open(runs / f"probe-{i}" / "rank-0.jsonl", "a") as f:
+            f.writelines(STEP % (time.time(), f"probe-{i}", 0, s, 2.0) for s in range(1, 11))
+    time.sleep(settle_s)  # the probe runs are discovered and judged healthy
+    written: dict[str, float] = {}
+    for i in range(probes):
+        name = f"probe-{i}"
+        with open(runs / name / "rank-0.jsonl", "a") as f:
+            written[name] = time.time()
+            f.write(NAN_STEP % (written[name], name, 11))
+        time.sleep(0.5)
+    wait_until(lambda: sum("ZD204" in line for _, line in watch.lines) >= probes, timeout=timeout)
+    printed = {}
+    for t, line in watch.lines:
+        for name in written:
+            if f"run {name} " in line and name not in printed:
+                printed[name] = t
+    return sorted(printed[n] - written[n] for n in written)
+
 if __name__ == "__main__" and sys.argv[1:2] == ["--writer"]:
     run_dir, first_rank, count, steps, pace, first = sys.argv[2:8]
     writer(Path(run_dir), range(int(first_rank), int(first_rank) + int(count)), int(steps), float(pace), int(first))

@@ -25,11 +25,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import psutil
+from livejob import FILES, Watch, latency, start_writers, wait_until
 
 # -- measurements ----------------------------------------------------------------------
 
@@ -66,29 +65,6 @@ def sustained(runs: Path, db: Path, steps: int) -> tuple[float, float, float]:
     return total / (done - started), total / (written - started), done - started
 
 
-def latency(runs: Path, watch: Watch, probes: int) -> list[float]:
-    """Seconds from a NaN step appended to its finding printed, one probe run each."""
-    for i in range(probes):
-        (runs / f"probe-{i}").mkdir()
-        with open(runs / f"probe-{i}" / "rank-0.jsonl", "a") as f:
-            f.writelines(STEP % (time.time(), f"probe-{i}", 0, s, 2.0) for s in range(1, 11))
-    time.sleep(1.5)  # the probe runs are discovered and judged healthy
-    written: dict[str, float] = {}
-    for i in range(probes):
-        name = f"probe-{i}"
-        with open(runs / name / "rank-0.jsonl", "a") as f:
-            written[name] = time.time()
-            f.write(NAN_STEP % (written[name], name, 11))
-        time.sleep(0.5)
-    wait_until(lambda: sum("ZD204" in line for _, line in watch.lines) >= probes, timeout=30)
-    printed = {}
-    for t, line in watch.lines:
-        for name in written:
-            if f"run {name} " in line and name not in printed:
-                printed[name] = t
-    return [printed[n] - written[n] for n in written]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events-per-file", type=int, default=20_000, help="step lines per file in the ingest phase")
@@ -111,7 +87,7 @@ def main() -> None:
         time.sleep(2)
         rss_start = watch.rss_mib()
         soak_start = time.monotonic()
-        lat = sorted(latency(runs, watch, args.probes))
+        lat = latency(runs, watch, args.probes)
         remaining = args.soak - (time.monotonic() - soak_start)
         if remaining > 0:
             time.sleep(remaining)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from livejob import FILES, NAN_STEP, STEP, Watch, start_writers, wait_until  # noqa: E402
+from livejob import FILES, STEP, Watch, latency, start_writers  # noqa: E402
 
 RUN = "job"
 CHECKPOINTS = (4_000, 3_600 * 1, 32_000, 86_400, 3 * 86_400)
@@ -71,29 +71,6 @@ def judge_costs(db: Path) -> tuple[float, float]:
     return cold, warm
 
 
-def probes(runs: Path, watch: Watch, count: int) -> list[float]:
-    """Seconds from a NaN step appended to a probe run to its ZD204 printed, the big run live meanwhile."""
-    for i in range(count):
-        (runs / f"probe-{i}").mkdir()
-        with open(runs / f"probe-{i}" / "rank-0.jsonl", "a") as f:
-            f.writelines(STEP % (time.time(), f"probe-{i}", 0, s, 2.0) for s in range(1, 11))
-    time.sleep(3)
-    written = {}
-    for i in range(count):
-        name = f"probe-{i}"
-        with open(runs / name / "rank-0.jsonl", "a") as f:
-            written[name] = time.time()
-            f.write(NAN_STEP % (written[name], name, 11))
-        time.sleep(0.5)
-    wait_until(lambda: sum("ZD204" in line for _, line in watch.lines) >= count, timeout=120)
-    printed: dict[str, float] = {}
-    for t, line in watch.lines:
-        for name in written:
-            if f"run {name} " in line and name not in printed:
-                printed[name] = t
-    return sorted(printed[n] - written[n] for n in written)
-
-
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--days", type=float, default=3.0, help="history to fast-forward through, in days of 1 step/s")
@@ -134,7 +111,7 @@ def main(argv: list[str]) -> None:
         time.sleep(5)
         rss_start = watch.rss_mib()
         soak_start = time.monotonic()
-        latencies = probes(runs, watch, args.probes)
+        latencies = latency(runs, watch, args.probes, settle_s=3, timeout=120)
         time.sleep(max(0.0, args.soak - (time.monotonic() - soak_start)))
         rss_end = watch.rss_mib()
     finally:

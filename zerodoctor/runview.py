@@ -22,7 +22,6 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import cached_property
 from types import ModuleType
 from typing import Any, Iterable, Literal
 
