@@ -77,7 +77,7 @@ SIGNALS = [
            f"those needing over {BUCKET_MAX_COLLECTIVES:,} collectives per step: key → elements"),
     Signal("config.bucket_patch", "patch", "merge patch setting them to a size that fits the model"),
     Signal("config.unknown_keys", "keys", "keys DeepSpeed does not know (and ignores)"),
-    Signal("config.close_matches", "keys", "unknown key → the known key it is close to, where one is"),
+    Signal("config.close_matches", "keys", "unknown key → the known key it is close to, where one is (dotted)"),
     Signal("config.unknown_keys_patch", "patch", "merge patch renaming each misspelt key to its close match"),
     Signal("config.auto_keys", "keys", "values written as \"auto\", for HF Trainer or Accelerate to fill"),
     Signal("config.sequence_parallel_size", "ranks", "sequence_parallel_size (default 1)"),
@@ -221,7 +221,7 @@ def _unknown_keys(config: dict[str, Any]) -> dict[str, Any]:
             dotted = ".".join((*path, key))
             found.append(dotted)
             if hint and hint[0] not in node:
-                close[dotted] = hint[0]
+                close[dotted] = ".".join((*path, hint[0]))
                 _patch_at(patch, (*path, key), None)
                 _patch_at(patch, (*path, hint[0]), node[key])
     return {"config.unknown_keys": found, "config.close_matches": close, "config.unknown_keys_patch": patch}

@@ -15,6 +15,7 @@ from zerodoctor import runview
 from zerodoctor.modelstates import model_state_bytes
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal, nested
+from zerodoctor.units import GB
 
 HEADROOM = 0.7  # share of device memory model states may take; the rest is activations and buffers
 
@@ -89,7 +90,7 @@ def _fits(values: dict[str, Any]) -> dict[str, Any]:
         return {"memory.stage2_fit_known": False}
     stage2 = model_state_bytes(params, world, 2)
     stage2_offload = model_state_bytes(params, world, 2, "optimizer")
-    out: dict[str, Any] = {"memory.stage2_gb": stage2 / 1e9, "memory.stage2_offload_gb": stage2_offload / 1e9,
+    out: dict[str, Any] = {"memory.stage2_gb": stage2 / GB, "memory.stage2_offload_gb": stage2_offload / GB,
                            "memory.stage2_fit_known": bool(device)}
     if device:
         out["memory.stage2_fits"] = stage2 <= HEADROOM * device

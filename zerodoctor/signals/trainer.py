@@ -17,7 +17,7 @@ SIGNALS = [
     Signal("trainer.grad_accum_from", "micro-batches", "gradient_accumulation_steps the DeepSpeed config said"),
     Signal("trainer.grad_accum_to", "micro-batches", "gradient_accumulation_steps Accelerate used instead"),
     Signal("trainer.batch_ratio", "ratio", "effective batch / the batch the DeepSpeed config describes"),
-    Signal("trainer.config_mismatches", "keys", "DeepSpeed config values that contradict TrainingArguments"),
+    Signal("trainer.config_mismatches", "values", "DeepSpeed config values that contradict TrainingArguments"),
     Signal("trainer.mismatches", "keys", "each contradicting DeepSpeed key → its value in the DeepSpeed config"),
     Signal("trainer.trainer_values", "keys", "the TrainingArguments side: HF key → its value"),
 ]
