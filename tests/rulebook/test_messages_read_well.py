@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from zerodoctor.diagnosis import rules_from
+from zerodoctor.pipeline import rules_from
 from zerodoctor.rulebook.expr import MissingSignal
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.signals import catalog
