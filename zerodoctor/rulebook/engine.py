@@ -14,6 +14,7 @@ from zerodoctor.rulebook.expr import Condition, MissingSignal
 from zerodoctor.rulebook.finding import Finding, Fix, Unevaluated
 from zerodoctor.rulebook.hints import hint_for
 from zerodoctor.rulebook.loader import Rule
+from zerodoctor.rulebook.strength import evidence_strength
 from zerodoctor.rulebook.template import fill, plain
 from zerodoctor.signals import StepSeries
 
@@ -124,8 +125,7 @@ def _finding(rule: Rule, values: dict[str, Any], run: str, ranks: list[int],
         rule=spec.code, name=spec.name, category=spec.category, severity=spec.severity,
         message=rule.message.render(resolve), run=run, evidence=evidence, steps=steps,
         ranks=list(implicated) if implicated else ranks, fixes=fixes,
-        evidence_strength=next((values[f"evidence.{name.split('.')[0]}"] for name in shown
-                                if values.get(f"evidence.{name.split('.')[0]}")), None),
+        evidence_strength=evidence_strength(shown, values),
     )
 
 
