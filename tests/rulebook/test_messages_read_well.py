@@ -95,3 +95,17 @@ def test_the_check_catches_a_hole() -> None:
                 "stuck; ; more", "skipped:"):
         assert _SCARS.search(bad), bad
     assert not _SCARS.search("the loss scale hit min_loss_scale 1 and DeepSpeed aborted the run (engine.step())")
+
+
+def test_a_log_holding_only_the_min_scale_exception_reads_whole(tmp_path) -> None:  # noqa: ANN001
+    """Issue 11's case: ZD201 on the exception alone printed "n/a overflows (n/a after …), scale now n/a; n/a"."""
+    from tests.conftest import ROOT
+    from zerodoctor.diagnosis import diagnose
+
+    real = (ROOT / "tests/fixtures/logs/deepspeed_collapse_min_scale_wrapped.log").read_text().splitlines()
+    log = tmp_path / "exception-only.log"
+    log.write_text("\n".join(line for line in real if line.startswith("[rank")) + "\n")  # its traceback lines only
+    zd201, = [f for f in diagnose([log], rules=RULES).findings if f.rule == "ZD201"]
+    assert zd201.message == ("the fp16 loss scale hit min_loss_scale 1 and DeepSpeed aborted the run "
+                             "('Current loss scale already at minimum')")
+    assert zd201.evidence_strength == "text: the 'loss scale already at minimum' exception only"
