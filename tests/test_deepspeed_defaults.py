@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -15,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_defaults_are_the_installed_deepspeeds() -> None:
     pytest.importorskip("deepspeed")
+    from deepspeed.runtime.lr_schedules import WarmupLR
     from deepspeed.runtime.precision_config import DeepSpeedFP16Config
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
@@ -24,6 +26,9 @@ def test_the_defaults_are_the_installed_deepspeeds() -> None:
                                                   ds.STAGE3_PREFETCH_BUCKET_SIZE, ds.STAGE3_PARAM_PERSISTENCE_THRESHOLD)
     fp16 = DeepSpeedFP16Config()
     assert {key: getattr(fp16, key) for key in ds.FP16} == ds.FP16
+    warmup = inspect.signature(WarmupLR).parameters
+    assert (warmup["warmup_min_lr"].default, warmup["warmup_num_steps"].default) == (ds.WARMUP_MIN_LR,
+                                                                                     ds.WARMUP_NUM_STEPS)
 
 
 def test_the_batch_keys_are_the_engines_getters() -> None:
