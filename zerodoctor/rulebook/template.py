@@ -6,12 +6,12 @@ The template language (docs/rules.md):
   of three or more integers as ``4-7``; a mapping's keys), ``pairs`` (a mapping as ``a=1, b=2``) and
   ``arrows`` (a mapping as ``a → b, c → d``); ``list:SPEC`` (and ``pairs:SPEC``…) formats each item with SPEC.
   A float without a spec prints as ``:.4g`` would, a bool as yes/no.
-- Spaces a left-out clause leaves doubled, or before ``, ; : . )``, are dropped.
 - ``[...]``: an optional clause, left out when a field inside it has no value (the signal is
   missing, or the value is None or an empty list). Clauses nest.
 - ``[if EXPR: ...]``: an optional clause shown only when EXPR is true (and left out when it
   reads a missing signal); ``[else: ...]`` right after it is shown when it is not.
 - ``{{`` and ``}}``: literal braces; ``{"["}`` and ``{"]"}``: literal brackets (``]]`` closes two clauses).
+- Spaces a left-out clause leaves doubled, or before ``, ; : . )``, are dropped.
 
 A field outside every clause must be one the rule's condition guarantees (the loader checks
 it), so a message never has a hole. Only the expressions are parsed as Python (``expr.py``);
