@@ -69,7 +69,7 @@ def test_auto_values_name_both_fillers_and_their_world_sizes(tmp_path: Path, rul
     config = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
               "gradient_accumulation_steps": "auto", "sequence_parallel_size": 2}
     finding = _rules_fired(config, rules, world_size=8)["ZD611"]
-    assert "× 8 total ranks" in finding.message and "× 4 = world / sequence_parallel_size 2" in finding.message
+    assert "× 8 ranks" in finding.message and "× 4 data-parallel ranks, world / sequence_parallel_size 2" in finding.message
     path = tmp_path / "auto.json"
     path.write_text(json.dumps(config))
     assert not check(path, rules, world_size=8).deepspeed.accepted  # as the message says: not without a filler
