@@ -1,7 +1,8 @@
-"""Shared fixtures: paths of the repository and a way to run the real CLI in a subprocess."""
+"""Shared fixtures: paths of the repository, a way to run the real CLI in a subprocess, and snapshots."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import subprocess
@@ -29,3 +30,42 @@ def diagnose_json(*paths: str | Path, extra: tuple[str, ...] = ()) -> dict:
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+SNAPSHOTS = ROOT / "tests" / "snapshots"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--snapshot-update", action="store_true",
+                     help="rewrite tests/snapshots/ from what the code produces now (review the git diff)")
+
+
+@pytest.fixture
+def snapshot(request: pytest.FixtureRequest):  # noqa: ANN201
+    """``snapshot(name, data)``: compare ``data`` with ``tests/snapshots/<name>.json``, like ruff's insta snapshots.
+
+    A mismatch fails with the diff and leaves ``<name>.json.new`` beside it for review; pass
+    ``--snapshot-update`` (or set ``ZERODOCTOR_SNAPSHOT_UPDATE=1``) to accept what the code produces now.
+    """
+    update = request.config.getoption("--snapshot-update") or os.environ.get("ZERODOCTOR_SNAPSHOT_UPDATE") == "1"
+
+    def check(name: str, data: object) -> None:
+        path = SNAPSHOTS / f"{name}.json"
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        pending = path.with_name(path.name + ".new")
+        if update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            pending.unlink(missing_ok=True)
+            return
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        if old != text:
+            pending.parent.mkdir(parents=True, exist_ok=True)
+            pending.write_text(text, encoding="utf-8")
+            diff = "".join(difflib.unified_diff(old.splitlines(True), text.splitlines(True),
+                                                f"a/{path.relative_to(ROOT)}", f"b/{path.relative_to(ROOT)}"))
+            pytest.fail(f"snapshot {name} {'differs' if old else 'is new'} (review {pending.relative_to(ROOT)}, "
+                        f"then rerun with --snapshot-update):\n{diff}", pytrace=False)
+        pending.unlink(missing_ok=True)
+
+    return check

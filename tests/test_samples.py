@@ -1,4 +1,7 @@
-"""Every sample under ``samples/`` is diagnosed as its ``expected.json`` says (empty list: silent)."""
+"""Every sample under ``samples/`` is diagnosed as its ``expected.json`` says (empty list: silent).
+
+``diagnose --format json``'s findings, whole, are pinned in ``tests/snapshots/samples/``.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +15,12 @@ SAMPLES = sorted(p.parent for p in (ROOT / "samples").glob("*/expected.json"))
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=[p.name for p in SAMPLES])
-def test_sample_findings_match_expected(sample):
+def test_sample_findings_match_expected(sample, snapshot):
     expected = json.loads((sample / "expected.json").read_text())
     assert expected["origin"] in ("recorded", "synthetic") and expected["note"]
-    found = sorted({f["rule"] for f in diagnose_json(sample)["findings"]})
-    assert found == expected["findings"]
+    findings = diagnose_json(sample)["findings"]
+    snapshot(f"samples/{sample.name}", findings)
+    assert sorted({f["rule"] for f in findings}) == expected["findings"]
 
 
 def test_each_sample_is_small_and_complete():

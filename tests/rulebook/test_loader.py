@@ -34,7 +34,7 @@ def test_every_error_in_a_file_is_reported_at_once_with_its_line(tmp_path: Path)
         "category: batch_size\n"                          # 3
         "severity: critical\n"                            # 4  bad value
         "when: batch.grad_acum > 1\n"                     # 5  unknown signal
-        "message: 'x {batch.nope}'\n"                     # 6  unknown template field
+        "message: 'x {batch.nope}'\n"                     # 6  unknown signal in a template field
         "fixes:\n"                                        # 7
         "  - title: t\n"                                  # 8
         "    safety: safe\n"                             # 9
@@ -48,7 +48,7 @@ def test_every_error_in_a_file_is_reported_at_once_with_its_line(tmp_path: Path)
     where = {(line.split(":")[1], line.split(": ")[1]) for line in errors}
     assert ("4", "RL103") in where
     assert ("5", "RL202") in where
-    assert ("6", "RL204") in where
+    assert ("6", "RL202") in where  # an unknown signal, in a condition or a template field
     assert ("10", "RL101") in where and "did you mean 'config_patch'" in proc.stderr
     assert ("11", "RL301") in where
     assert "5 error(s) in rule files" in proc.stderr
@@ -87,6 +87,31 @@ def test_condition_that_reaches_for_python_is_refused_at_load_and_runs_nothing(t
     assert proc.returncode == 2
     assert "RL203" in proc.stderr or "RL201" in proc.stderr, proc.stderr
     assert not marker.exists()
+
+
+def test_a_message_field_the_condition_does_not_guarantee_must_sit_in_a_clause(tmp_path: Path) -> None:
+    from zerodoctor.rulebook.loader import RuleLoadError, load_rules
+    from zerodoctor.signals import catalog
+
+    text = GOOD_RULE.replace("ZD103", "ZD905").replace("micro-batches-per-step-mismatch", "holes")
+    hole = text.replace("per optimizer step, but", "per optimizer step on {run.world_size} ranks, but")
+    with pytest.raises(RuleLoadError) as err:
+        load_rules([_write(tmp_path, "ZD905-holes.yaml", hole)], catalog())
+    assert [(e.line, e.code) for e in err.value.errors] == [(7, "RL206")], err.value
+    assert "run.world_size may be missing" in str(err.value)
+    clause = text.replace("per optimizer step, but", "per optimizer step[ on {run.world_size} ranks], but")
+    assert load_rules([_write(tmp_path, "ZD905-holes.yaml", clause)], catalog())
+
+
+def test_a_fix_patch_expression_is_checked_like_a_condition(tmp_path: Path) -> None:
+    from zerodoctor.rulebook.loader import RuleLoadError, load_rules
+    from zerodoctor.signals import catalog
+
+    text = GOOD_RULE.replace("ZD103", "ZD906").replace("micro-batches-per-step-mismatch", "patchy").replace(
+        "    action: >-", "    config_patch: {gradient_accumulation_steps: \"{batch.grad_acum * 2}\"}\n    action: >-")
+    with pytest.raises(RuleLoadError) as err:
+        load_rules([_write(tmp_path, "ZD906-patchy.yaml", text)], catalog())
+    assert [e.code for e in err.value.errors] == ["RL202"] and "batch.grad_acum" in str(err.value)
 
 
 def test_rules_show_prints_the_explanation() -> None:

@@ -1,7 +1,9 @@
 """Every rule on its fixtures: it fires on ``fires.*`` and is judged silent on ``silent.*``.
 
 Like ``promtool test rules``: the fixtures are data, discovered by parametrize; a rule with no
-fixtures fails here, so none can ship untested.
+fixtures fails here, so none can ship untested. The whole findings of each fixture (message,
+evidence, steps, ranks, every fix's patch) are pinned in ``tests/snapshots/rules/``, reviewed
+like ruff's snapshots: a message with a hole or a wrong step changes a snapshot.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ def _fixture(code: str, case: str) -> Path:
 
 
 @pytest.mark.parametrize("code", [r.code for r in RULES])
-def test_rule_fires_on_its_fixture(code: str) -> None:
+def test_rule_fires_on_its_fixture(code: str, snapshot) -> None:
     report = diagnose([_fixture(code, "fires")], rules=ALL_RULES)
+    snapshot(f"rules/{code}-fires", [f.to_json() for f in report.findings])
     fired = [f for f in report.findings if f.rule == code]
     assert fired, f"{code} did not fire; unevaluated: {[u for u in report.unevaluated if u.rule == code]}"
     finding = fired[0]
@@ -37,7 +40,8 @@ def test_rule_fires_on_its_fixture(code: str) -> None:
 
 
 @pytest.mark.parametrize("code", [r.code for r in RULES])
-def test_rule_is_judged_silent_on_its_fixture(code: str) -> None:
+def test_rule_is_judged_silent_on_its_fixture(code: str, snapshot) -> None:
     report = diagnose([_fixture(code, "silent")], rules=ALL_RULES)
+    snapshot(f"rules/{code}-silent", [f.to_json() for f in report.findings])
     assert code not in {f.rule for f in report.findings}
     assert code not in {u.rule for u in report.unevaluated}, "silent must mean judged, not skipped"

@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from zerodoctor.deepspeed_defaults import BATCH_KEYS
+
 
 # DeepSpeed's pydantic models by the config section they validate, to name the key as the user wrote it.
 SECTIONS = {"DeepSpeedZeroConfig": "zero_optimization", "DeepSpeedFP16Config": "fp16", "DeepSpeedBF16Config": "bf16"}
@@ -70,8 +72,7 @@ def validate(config: dict[str, Any], world_size: int) -> Verdict | None:
         parsed = _AtWorldSize(copy.deepcopy(config))
     except Exception as exc:  # noqa: BLE001 - DeepSpeed raises AssertionError, ValueError, pydantic errors…
         return Verdict(deepspeed.__version__, world_size, False, error=_one_line(exc))
-    derived = {k: getattr(parsed, k) for k in
-               ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")}
+    derived = {k: getattr(parsed, k) for k in BATCH_KEYS}
     return Verdict(deepspeed.__version__, world_size, True, derived=derived)
 
 

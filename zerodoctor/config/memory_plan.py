@@ -15,6 +15,7 @@ from typing import Any
 
 from zerodoctor.modelstates import model_state_bytes
 from zerodoctor.signals.memory import HEADROOM
+from zerodoctor.units import TYPED
 
 # Fastest first: no offload, then optimizer offload (CPU Adam, PCIe once a step), then
 # ZeRO-3 (parameters gathered every layer), then ZeRO-3 with offloads.
@@ -23,8 +24,9 @@ OPTIONS = ((0, "none"), (1, "none"), (1, "optimizer"), (2, "none"), (2, "optimiz
            (3, "none"), (3, "optimizer"), (3, "optimizer+param"))
 ASSUMPTION = (f"an option fits when model states take at most {HEADROOM:.0%} of GPU memory; "
               f"the other {1 - HEADROOM:.0%} is left for activations, buffers and fragmentation")
-_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "b": 1e9,
-          "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+# Byte units as people type them (GB = 10^9), then counts: 7B parameters, 125M; "B" alone is a billion here.
+_UNITS = {**{unit.lower(): size for unit, size in TYPED.items() if unit != "B"},
+          "": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "b": 1e9}
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from zerodoctor.deepspeed_defaults import BATCH_KEYS
+
 # Exact names and prefixes worth seeing in a diagnosis. An allow-list, because a deny-list
 # of secrets (tokens, keys, passwords) always misses one.
 ENV_NAMES = frozenset({
@@ -76,11 +78,7 @@ def run_start_fields(engine: Any, config: dict[str, Any] | None) -> dict[str, An
         "zero_stage": engine.zero_optimization_stage(),
         "precision": precision(engine),
         "config": config,
-        "derived": {
-            "train_batch_size": engine.train_batch_size(),
-            "train_micro_batch_size_per_gpu": engine.train_micro_batch_size_per_gpu(),
-            "gradient_accumulation_steps": engine.gradient_accumulation_steps(),
-        },
+        "derived": {key: getattr(engine, key)() for key in BATCH_KEYS},  # DeepSpeedEngine names its getters so
         "params": param_count(engine.module),
         "versions": versions(),
         "env": allowed_env(),

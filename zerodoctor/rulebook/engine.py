@@ -8,13 +8,14 @@ healthy run costs 1/N of the evaluations.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
-from zerodoctor.rulebook.expr import Condition, MissingSignal, render
+from zerodoctor.rulebook.expr import Condition, MissingSignal
 from zerodoctor.rulebook.finding import Finding, Fix, Unevaluated
 from zerodoctor.rulebook.hints import hint_for
 from zerodoctor.rulebook.loader import Rule
+from zerodoctor.rulebook.strength import evidence_strength
+from zerodoctor.rulebook.template import fill, plain
 from zerodoctor.signals import StepSeries
 
 
@@ -34,12 +35,13 @@ def evaluate(rules: list[Rule], values: dict[str, Any], run: str, ranks: list[in
                 if not rule.condition.evaluate(summary):
                     continue
                 steps = None
+            finding = _finding(rule, values, run, ranks, steps, summary)
         except MissingSignal:
             missing = tuple(s for s in rule.condition.signals if s not in values)
             missing = missing or (rule.condition.signals[0],)
             unevaluated.append(Unevaluated(rule.code, run, missing, hint_for(missing)))
             continue
-        findings.append(_finding(rule, values, run, ranks, steps, summary))
+        findings.append(finding)
     return findings, unevaluated
 
 
@@ -109,11 +111,11 @@ def _finding(rule: Rule, values: dict[str, Any], run: str, ranks: list[int],
                 continue
         try:
             fixes.append(Fix(
-                title=fix.title.render(resolve, strict=True),
+                title=fix.title.render(resolve),
                 safety=fix.spec.safety,
-                config_patch=_fill(fix.spec.config_patch, resolve),
-                env=_fill(fix.spec.env, resolve),
-                action=_fill(fix.spec.action, resolve),
+                config_patch=fill(fix.config_patch, resolve),
+                env=fill(fix.env, resolve),
+                action=fill(fix.action, resolve),
             ))
         except MissingSignal:
             # A fix with a blank in it says nothing, or worse: in a merge patch a missing value
@@ -123,33 +125,10 @@ def _finding(rule: Rule, values: dict[str, Any], run: str, ranks: list[int],
         rule=spec.code, name=spec.name, category=spec.category, severity=spec.severity,
         message=rule.message.render(resolve), run=run, evidence=evidence, steps=steps,
         ranks=list(implicated) if implicated else ranks, fixes=fixes,
-        evidence_strength=next((values[f"evidence.{name.split('.')[0]}"] for name in shown
-                                if values.get(f"evidence.{name.split('.')[0]}")), None),
+        evidence_strength=evidence_strength(shown, values),
     )
 
 
-def _fill(node: Any, resolve: Callable[[str], Any]) -> Any:
-    """Substitute ``{signal}`` fields in a fix; a leaf that is exactly one field keeps its type.
-
-    Raises MissingSignal when a field's signal is absent: the caller drops the whole fix.
-    """
-    if isinstance(node, dict):
-        return {k: _fill(v, resolve) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_fill(v, resolve) for v in node]
-    if isinstance(node, str) and "{" in node:
-        if node.startswith("{") and node.endswith("}") and node.count("{") == 1:
-            return _plain(resolve(node[1:-1]))
-        return render(node, resolve, strict=True)
-    return node
-
-
 def _plain(value: Any) -> Any:
-    """A JSON-friendly form: series → summary, integral floats → int, others rounded for people."""
-    if isinstance(value, StepSeries):
-        value = value.summary
-    if isinstance(value, float):
-        if math.isfinite(value) and value.is_integer() and abs(value) < 2**53:
-            return int(value)
-        return round(value, 6) if math.isfinite(value) else str(value)
-    return value
+    """A JSON-friendly form: series → summary, then ``plain``."""
+    return plain(value.summary if isinstance(value, StepSeries) else value)

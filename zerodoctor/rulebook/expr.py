@@ -1,25 +1,41 @@
-"""Rules: condition and template text → checked, evaluable objects over signal values.
+"""Rules: expression text → checked, evaluable expressions over signal values.
 
-Conditions are Python-syntax expressions evaluated by ``simpleeval`` (no ``eval``): it
-refuses dunder attributes and any function not handed to it. On top of that, a
-condition is checked at load against a whitelist of syntax (comparisons, boolean logic,
-arithmetic, ``abs``/``min``/``max``) and the signal catalogue, so a bad rule is
-refused before it ever runs, with every problem named.
+Conditions, template fields and fix values are Python-syntax expressions evaluated by
+``simpleeval`` (no ``eval``): it refuses dunder attributes and any function not handed to
+it. On top of that, an expression is checked at load against a whitelist of syntax
+(comparisons, boolean logic, arithmetic, the functions in ``FUNCTIONS``) and the signal
+catalogue, so a bad rule is refused before it ever runs, with every problem named.
 """
 
 from __future__ import annotations
 
 import ast
-import string
+import math
 from typing import Any, Callable
 
 from simpleeval import EvalWithCompoundTypes
 
-FUNCTIONS: dict[str, Callable] = {"abs": abs, "min": min, "max": max, "len": len}
+def patch(paths: dict[str, Any]) -> dict[str, Any]:
+    """``{"optimizer.params.lr": 1e-4}`` → ``{"optimizer": {"params": {"lr": 1e-4}}}``: a map of dotted
+    config keys (as signals name them) as the JSON merge patch that sets them."""
+    out: dict[str, Any] = {}
+    for path, value in paths.items():
+        *parents, leaf = str(path).split(".")
+        node = out
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return out
+
+
+FUNCTIONS: dict[str, Callable] = {
+    "abs": abs, "min": min, "max": max, "len": len, "round": round,
+    "ceil": math.ceil, "floor": math.floor, "log2": math.log2, "patch": patch,
+}
 
 _ALLOWED_NODES = (
-    ast.Module, ast.Expression, ast.Expr, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
-    ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Compare,
+    ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
+    ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.Compare,
     ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.IfExp,
     ast.Call, ast.Name, ast.Load, ast.Attribute, ast.Constant, ast.List, ast.Tuple,
 )
@@ -36,7 +52,7 @@ class ExprError(ValueError):
 
 
 class MissingSignal(Exception):
-    """Raised during evaluation when a condition needs a signal the run does not have."""
+    """Raised during evaluation when an expression needs a signal the run does not have."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
@@ -55,23 +71,35 @@ class _Scope:
         return self._resolve(f"{self._prefix}.{attr}")
 
 
-class Condition:
-    """A rule condition, parsed and checked once, evaluated many times."""
+class Expression:
+    """An expression over signals, parsed and checked once, evaluated many times.
+
+    ``signals`` are all the signals it may read; ``guaranteed`` those it reads whenever it
+    comes out true, so a template may print them without a clause around them.
+    """
+
+    what = "expression"
 
     def __init__(self, text: str, known: set[str]) -> None:
         self.text = text
         self._resolve: Resolver = _unset
-        self._evaluator = EvalWithCompoundTypes(functions=FUNCTIONS, names=self._name)
+        self._evaluator = EvalWithCompoundTypes(functions=dict(FUNCTIONS), names=self._name)
         try:
-            self._tree = self._evaluator.parse(text)
+            tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
-            raise ExprError("RL201", f"condition is not a valid expression: {exc.msg}") from None
-        self.signals = _check(self._tree, known)
+            raise ExprError("RL201", f"{self.what} {text.strip()!r} is not a valid expression: {exc.msg}") from None
+        self.signals = _check(tree, known, self.what)
+        self.guaranteed = _read_when_true(tree.body, set(known))
+        self._tree = tree.body
 
-    def evaluate(self, resolve: Resolver) -> bool:
+    def value(self, resolve: Resolver) -> Any:
         """Evaluate with ``resolve(name)`` giving each signal's value (or raising MissingSignal)."""
         self._resolve = resolve
-        return bool(self._evaluator.eval(self.text, previously_parsed=self._tree))
+        try:
+            return self._evaluator.eval(self.text, previously_parsed=self._tree)
+        except (ArithmeticError, TypeError, ValueError):
+            # 1/0, min() of nothing, a number compared with a name: the run lacks a usable value.
+            raise MissingSignal(self.signals[0] if self.signals else self.text) from None
 
     def _name(self, node: ast.Name) -> Any:
         if node.id in FUNCTIONS:
@@ -79,20 +107,37 @@ class Condition:
         return _Scope(node.id, self._resolve)
 
 
+class Condition(Expression):
+    """A rule's or a fix's ``when``: an expression taken as true or false."""
+
+    what = "condition"
+
+    def evaluate(self, resolve: Resolver) -> bool:
+        return bool(self.value(resolve))
+
+
 def _unset(name: str) -> Any:
     raise MissingSignal(name)
 
 
-def _check(tree: ast.AST, known: set[str]) -> list[str]:
+def _signal_name(node: ast.AST) -> str | None:
+    """``fp16.overflow_rate`` for the outermost node of a dotted name, else None."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, (ast.Name, ast.Attribute)):
+        inner = _signal_name(node.value) if isinstance(node.value, ast.Attribute) else node.value.id
+        return f"{inner}.{node.attr}" if inner else None
+    return None
+
+
+def _check(tree: ast.AST, known: set[str], what: str) -> list[str]:
     """Return the signals ``tree`` reads; raise ExprError naming every problem."""
     problems: list[str] = []
     used: list[str] = []
     inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
-            problems.append(f"'{type(node).__name__}' is not allowed in a condition")
+            problems.append(f"'{type(node).__name__}' is not allowed in a {what}")
         elif isinstance(node, ast.Call):
-            if not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS):
+            if not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS) or node.keywords:
                 problems.append(f"call to '{ast.unparse(node.func)}' is not allowed (only {', '.join(FUNCTIONS)})")
         elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
             problems.append(f"attribute '{node.attr}' is not allowed")
@@ -110,41 +155,20 @@ def _check(tree: ast.AST, known: set[str]) -> list[str]:
     return used
 
 
-class Template:
-    """A message or fix text with ``{signal.name:format}`` fields, checked at load."""
-
-    def __init__(self, text: str, known: set[str]) -> None:
-        self.text = text
-        try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
-        except ValueError as exc:
-            raise ExprError("RL204", f"template {text!r}: {exc}") from None
-        unknown = [f for f in fields if f not in known]
-        if unknown:
-            raise ExprError("RL204", f"template names unknown signal(s): {', '.join(unknown)}")
-
-    def render(self, resolve: Resolver, *, strict: bool = False) -> str:
-        return render(self.text, resolve, strict=strict)
+def _always_read(node: ast.AST, known: set[str]) -> set[str]:
+    """Signals evaluated whenever ``node`` is: ``a or b`` always reads ``a``, maybe not ``b``."""
+    name = _signal_name(node)
+    if name is not None:
+        return {name} & known
+    if isinstance(node, ast.BoolOp):
+        return _always_read(node.values[0], known)
+    if isinstance(node, ast.IfExp):
+        return _always_read(node.test, known)
+    return set().union(*(_always_read(child, known) for child in ast.iter_child_nodes(node)))
 
 
-def render(text: str, resolve: Resolver, *, strict: bool = False) -> str:
-    """Fill ``{signal:format}`` fields; a signal the run lacks prints as ``n/a``, or raises MissingSignal if ``strict``."""
-    return _Formatter(resolve, strict).format(text)
-
-
-class _Formatter(string.Formatter):
-    def __init__(self, resolve: Resolver, strict: bool) -> None:
-        self._resolve, self._strict = resolve, strict
-
-    def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
-        try:
-            return self._resolve(field_name), field_name
-        except MissingSignal:
-            if self._strict:
-                raise
-            return _NotAvailable(), field_name
-
-
-class _NotAvailable:
-    def __format__(self, spec: str) -> str:
-        return "n/a"
+def _read_when_true(node: ast.AST, known: set[str]) -> set[str]:
+    """Signals certainly read (so present) when ``node`` came out true: every operand of a true ``and``."""
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return set().union(*(_read_when_true(v, known) for v in node.values))
+    return _always_read(node, known)

@@ -2,7 +2,8 @@
 
 Error codes: RL100 YAML, RL101 unknown key, RL102 missing key, RL103 bad value,
 RL201 condition syntax, RL202 unknown signal, RL203 forbidden construct, RL204 template,
-RL205 hold without a per-step signal, RL301 doc section missing, RL401 duplicate code,
+RL205 hold without a per-step signal, RL206 a message field outside a clause that the condition does not
+guarantee (it could print a hole), RL301 doc section missing, RL401 duplicate code,
 RL402 file name does not match code and name, RL403 folder does not match category.
 """
 
@@ -17,7 +18,8 @@ from typing import Any, Iterable
 import yaml
 from pydantic import ValidationError
 
-from zerodoctor.rulebook.expr import Condition, ExprError, Template
+from zerodoctor.rulebook.expr import Condition, ExprError
+from zerodoctor.rulebook.template import Template
 from zerodoctor.rulebook.model import CATEGORIES, FixSpec, RuleSpec
 from zerodoctor.signals import Signal
 
@@ -47,6 +49,10 @@ class CompiledFix:
     spec: Any
     title: Template
     when: Condition | None
+    # the fix's fields with every string leaf compiled to a Template (``fill`` evaluates them)
+    config_patch: Any = None
+    env: Any = None
+    action: Any = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,11 @@ def _load_file(path: Path, catalog: dict[str, Signal]) -> tuple[Rule | None, lis
         data.get("when"), str) else None
     message = _compile(lambda: Template(data["message"], known), ("message",), err) if isinstance(
         data.get("message"), str) else None
+    if condition and message:
+        holes = [s for s in message.required if s not in condition.guaranteed]
+        if holes:
+            err(("message",), "RL206", f"{', '.join(holes)} may be missing when the rule fires: put the field in an "
+                "optional '[...]' clause, or make the condition read it")
     if condition and data.get("for") is not None and not any(catalog[s].per_step for s in condition.signals):
         err(("for",), "RL205", "'for' needs a condition over a per-step signal (" + ", ".join(
             s.name for s in catalog.values() if s.per_step) + ")")
@@ -148,28 +159,27 @@ def _load_file(path: Path, catalog: dict[str, Signal]) -> tuple[Rule | None, lis
         title = _compile(lambda: Template(str(fix.get("title", "")), known), ("fixes", i, "title"), err)
         when = _compile(lambda: Condition(fix["when"], known), ("fixes", i, "when"), err) if isinstance(
             fix.get("when"), str) else None
-        for field in ("action", "env", "config_patch"):
-            for text in _strings(fix.get(field)):
-                _compile(lambda: Template(text, known), ("fixes", i, field), err)
-        fixes.append((title, when))
+        fields = {key: _compile(lambda: _templates(fix.get(key), known), ("fixes", i, key), err)
+                  for key in ("config_patch", "env", "action")}
+        fixes.append((title, when, fields))
     _check_doc(data.get("doc"), err)
     _check_location(path, data, err)
 
     if errors or spec is None or condition is None or message is None:
         return None, errors
-    compiled = tuple(CompiledFix(s, t, w) for s, (t, w) in zip(spec.fixes, fixes))
+    compiled = tuple(CompiledFix(s, t, w, **f) for s, (t, w, f) in zip(spec.fixes, fixes))
     return Rule(spec, path, condition, message, compiled), []
 
 
-def _strings(node: Any) -> list[str]:
-    """Every string leaf of a fix's action, env or config patch (each may hold fields)."""
+def _templates(node: Any, known: set[str]) -> Any:
+    """A fix's action, env or config patch with each string leaf compiled (each may hold fields)."""
     if isinstance(node, str):
-        return [node]
+        return Template(node, known)
     if isinstance(node, dict):
-        return [s for v in node.values() for s in _strings(v)]
+        return {k: _templates(v, known) for k, v in node.items()}
     if isinstance(node, list):
-        return [s for v in node for s in _strings(v)]
-    return []
+        return [_templates(v, known) for v in node]
+    return node
 
 
 def _compile(build, loc: tuple, err):  # noqa: ANN001, ANN202 - local helper

@@ -19,20 +19,21 @@ Severity = Literal[SEVERITIES]  # type: ignore[valid-type]
 class FixSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    title: str = Field(description="the remedy in one line; may use {signal} fields")
+    title: str = Field(description="the remedy in one line; a template (docs/rules.md)")
     safety: Literal["safe", "unsafe"] = Field(description="unsafe when it changes training math (batch, lr, precision)")
     when: str | None = Field(None, description="condition under which this fix is offered")
     config_patch: dict[str, Any] | str | None = Field(
-        None, description="JSON merge patch for the DeepSpeed config, or one '{signal}' whose value is the patch "
-        "(for patches whose keys depend on the config, e.g. renaming a misspelt key)")
-    env: dict[str, str] | None = Field(None, description="environment variables to set")
-    action: str | None = Field(None, description="what to change outside the config")
+        None, description="JSON merge patch for the DeepSpeed config; a leaf that is one '{EXPR}' takes the "
+        "expression's value (a number stays a number); the whole patch may be one '{EXPR}' whose value is the "
+        "patch (for patches whose keys depend on the config, e.g. renaming a misspelt key)")
+    env: dict[str, str] | None = Field(None, description="environment variables to set (values are templates)")
+    action: str | None = Field(None, description="what to change outside the config (a template)")
 
     @field_validator("config_patch")
     @classmethod
     def _one_field(cls, value: Any) -> Any:
-        if isinstance(value, str) and not re.fullmatch(r"\{[\w.]+\}", value):
-            raise ValueError("a config_patch string must be exactly one '{signal}'")
+        if isinstance(value, str) and not re.fullmatch(r"\{[^{}]+\}", value):
+            raise ValueError("a config_patch string must be exactly one '{EXPR}' whose value is the patch")
         return value
 
 
@@ -47,7 +48,8 @@ class RuleSpec(BaseModel):
     static: bool = Field(False, description="judged from the config alone: 'zerodoctor check' runs it before launch")
     when: str = Field(description="condition over signals")
     hold: int | None = Field(None, alias="for", description="'N steps': the condition must hold N steps in a row")
-    message: str = Field(description="the fault in one line, with numbers")
+    message: str = Field(description="the fault in one line, with numbers: a template (docs/rules.md) whose "
+                         "fields outside '[...]' clauses the condition guarantees")
     evidence: list[str] = Field(default_factory=list, description="signals shown besides those in the condition")
     steps: list[str] | None = Field(None, description="two signals giving the first and last step involved")
     ranks: str | None = Field(None, description="signal listing the ranks involved (default: all ranks)")

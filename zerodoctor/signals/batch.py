@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerodoctor import runview
+from zerodoctor.deepspeed_defaults import BATCH_KEYS as _KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal
-
-_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
 SIGNALS = [
     Signal("batch.config_explicit", "bool", "the config sets train_batch_size, micro-batch and grad-accum all three"),
@@ -23,10 +22,6 @@ SIGNALS = [
     Signal("batch.train_batch_size", "samples", "global batch per optimizer step, as configured (or derived)"),
     Signal("batch.micro_batch", "samples", "train_micro_batch_size_per_gpu, as configured (or derived)"),
     Signal("batch.grad_accum", "micro-batches", "gradient_accumulation_steps, as configured (or derived)"),
-    Signal("batch.grad_accum_for_target", "micro-batches",
-           "grad-accum that makes micro × grad-accum × world size equal train_batch_size, when one does"),
-    Signal("batch.half_micro", "samples", "half the micro-batch (at least 1), to cut activation memory"),
-    Signal("batch.double_grad_accum", "micro-batches", "grad-accum that keeps the global batch at half the micro-batch"),
     Signal("batch.samples_per_micro", "samples", "samples the model received per micro-batch (median over ranks)"),
     Signal("batch.micro_batches_per_step", "micro-batches", "backward calls per optimizer step (median over steps)"),
     Signal("batch.effective_batch", "samples", "samples per optimizer step over all ranks, as fed"),
@@ -84,21 +79,12 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     explicit = all(written[k] is not None for k in _KEYS)
     out: dict[str, Any] = {
         "batch.config_explicit": explicit,
-        "batch.train_batch_size": resolved["train_batch_size"],
-        "batch.micro_batch": resolved["train_micro_batch_size_per_gpu"],
-        "batch.grad_accum": resolved["gradient_accumulation_steps"],
+        "batch.train_batch_size": resolved[TRAIN_BATCH],
+        "batch.micro_batch": resolved[MICRO_BATCH],
+        "batch.grad_accum": resolved[GRAD_ACCUM],
     }
     if explicit and world:
-        out["batch.config_product"] = (
-            written["train_micro_batch_size_per_gpu"] * written["gradient_accumulation_steps"] * world
-        )
-        per_accum = written["train_micro_batch_size_per_gpu"] * world
-        if written["train_batch_size"] % per_accum == 0:
-            out["batch.grad_accum_for_target"] = written["train_batch_size"] // per_accum
-    micro, accum = resolved["train_micro_batch_size_per_gpu"], resolved["gradient_accumulation_steps"]
-    if micro and accum and micro > 1:
-        out["batch.half_micro"] = micro // 2
-        out["batch.double_grad_accum"] = accum * micro // (micro // 2) if micro % 2 == 0 else None
+        out["batch.config_product"] = written[MICRO_BATCH] * written[GRAD_ACCUM] * world
 
     per_micro = {
         rank: r["samples"] / r["micro_batches"]
@@ -107,7 +93,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     }
     if per_micro:
         out["batch.samples_per_micro"] = statistics.median(per_micro.values())
-        micro = resolved["train_micro_batch_size_per_gpu"]
+        micro = resolved[MICRO_BATCH]
         if micro:
             out["batch.mismatched_ranks"] = sorted(r for r, v in per_micro.items() if abs(v - micro) > 1e-9)
     micro_counts = view.fold(__name__).micro_batches
@@ -116,6 +102,6 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if per_micro and micro_counts and world:
         effective = out["batch.samples_per_micro"] * out["batch.micro_batches_per_step"] * world
         out["batch.effective_batch"] = effective
-        if resolved["train_batch_size"]:
-            out["batch.effective_ratio"] = effective / resolved["train_batch_size"]
+        if resolved[TRAIN_BATCH]:
+            out["batch.effective_ratio"] = effective / resolved[TRAIN_BATCH]
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerodoctor import deepspeed_defaults as ds
 from zerodoctor import runview
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal, StepWindow, nested, ratio
@@ -19,10 +20,10 @@ SIGNALS = [
     Signal("comm.compute_s", "s", "forward + backward + optimizer time outside collectives, per step (median)"),
     Signal("comm.top_op", "name", "collective with the most time"),
     Signal("comm.top_op_share", "ratio", "share of collective time spent in comm.top_op"),
-    Signal("comm.prefetch_bucket_size", "elements", "stage3_prefetch_bucket_size in effect (default 5e7)"),
-    Signal("comm.larger_prefetch_bucket", "elements", "4x the prefetch bucket: fewer, larger all-gathers ahead of use"),
-    Signal("comm.persistence_threshold", "elements", "stage3_param_persistence_threshold in effect (default 1e5)"),
-    Signal("comm.larger_persistence_threshold", "elements", "10x the threshold: small params stay whole, not re-gathered"),
+    Signal("comm.prefetch_bucket_size", "elements",
+           f"stage3_prefetch_bucket_size in effect (default {ds.STAGE3_PREFETCH_BUCKET_SIZE:.0e})"),
+    Signal("comm.persistence_threshold", "elements",
+           f"stage3_param_persistence_threshold in effect (default {ds.STAGE3_PARAM_PERSISTENCE_THRESHOLD:.0e})"),
 ]
 
 
@@ -61,11 +62,11 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["comm.compute_s"] = compute_series.summary if compute_series else None
 
     config = view.config
-    prefetch = nested(config, "zero_optimization.stage3_prefetch_bucket_size", 5e7)
-    persist = nested(config, "zero_optimization.stage3_param_persistence_threshold", 1e5)
+    prefetch = nested(config, "zero_optimization.stage3_prefetch_bucket_size", ds.STAGE3_PREFETCH_BUCKET_SIZE)
+    persist = nested(config, "zero_optimization.stage3_param_persistence_threshold",
+                     ds.STAGE3_PARAM_PERSISTENCE_THRESHOLD)
     if isinstance(prefetch, (int, float)) and isinstance(persist, (int, float)):
-        out["comm.prefetch_bucket_size"], out["comm.larger_prefetch_bucket"] = int(prefetch), int(prefetch * 4)
-        out["comm.persistence_threshold"], out["comm.larger_persistence_threshold"] = int(persist), int(persist * 10)
+        out["comm.prefetch_bucket_size"], out["comm.persistence_threshold"] = int(prefetch), int(persist)
 
     if fold.per_op_s:
         top = max(fold.per_op_s, key=fold.per_op_s.__getitem__)

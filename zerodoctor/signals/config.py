@@ -10,10 +10,10 @@ DeepSpeed validates itself with pydantic (``zero_optimization``, ``fp16``…) ar
 from __future__ import annotations
 
 import difflib
-import math
 import re
 from typing import Any, Iterator
 
+from zerodoctor import deepspeed_defaults as ds
 from zerodoctor.signals.base import Signal, nested
 from zerodoctor.runview import RunView
 
@@ -43,43 +43,43 @@ CHECKPOINTING_KNOBS = ("partition_activations", "cpu_checkpointing", "contiguous
                        "synchronize_checkpoint_boundary", "profile")
 WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR")
 # (key, default elements, stages it applies to)
-BUCKETS = (("reduce_bucket_size", 5e8, (1, 2, 3)), ("allgather_bucket_size", 5e8, (1, 2)),
-           ("stage3_prefetch_bucket_size", 5e7, (3,)))
+BUCKETS = (("reduce_bucket_size", ds.REDUCE_BUCKET_SIZE, (1, 2, 3)),
+           ("allgather_bucket_size", ds.ALLGATHER_BUCKET_SIZE, (1, 2)),
+           ("stage3_prefetch_bucket_size", ds.STAGE3_PREFETCH_BUCKET_SIZE, (3,)))
 BUCKET_MAX_COLLECTIVES = 10_000  # buckets per step beyond which collectives are latency-bound
 FP16_MAX = 65504.0
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 SIGNALS = [
-    Signal("config.string_numbers", "keys", "config values that are numbers written as JSON strings"),
-    Signal("config.string_numbers_text", "text", "those keys with their values, for messages"),
-    Signal("config.string_numbers_patch", "patch", "merge patch writing them as numbers"),
+    Signal("config.string_numbers", "keys", "config values that are numbers written as JSON strings: "
+           "dotted key → the number"),
     Signal("config.zero_stage", "stage", "zero_optimization.stage as written (DeepSpeed's default 0)"),
     Signal("config.offload_param_ignored", "bool", "offload_param is set but ZeRO stage < 3, where it does nothing"),
     Signal("config.checkpointing_knobs", "keys", "activation_checkpointing knobs set to true"),
-    Signal("config.checkpointing_knobs_text", "text", "those knobs, comma-separated"),
     Signal("config.fp16_enabled", "bool", "fp16.enabled is true"),
     Signal("config.bf16_enabled", "bool", "bf16.enabled (or bfloat16.enabled) is true"),
     Signal("config.min_loss_scale", "scale", "fp16.min_loss_scale as written"),
     Signal("config.min_loss_scale_integral", "bool", "fp16.min_loss_scale is an integer (DeepSpeed ≥ 0.17 insists)"),
-    Signal("config.min_loss_scale_ceil", "scale", "the nearest integer at or above min_loss_scale, at least 1"),
+    Signal("config.loss_scale", "scale", "fp16.loss_scale as written (0: dynamic)"),
+    Signal("config.initial_scale_power", "log2", "fp16.initial_scale_power as written (default 16)"),
+    Signal("config.static_scale_over_fp16_max", "bool", f"a static loss_scale above fp16's largest value {FP16_MAX:g}"),
+    Signal("config.min_scale_at_initial", "bool", "dynamic scaling with min_loss_scale ≥ 2^initial_scale_power"),
     Signal("config.overflow_prone", "bool", "fp16 loss-scale settings that overflow or abort on the first bad steps"),
-    Signal("config.overflow_reason", "text", "why the loss-scale settings are overflow-prone"),
-    Signal("config.overflow_patch", "patch", "merge patch that makes the loss scale able to back off"),
     Signal("config.scheduler", "name", "scheduler.type ('none' without a scheduler)"),
     Signal("config.warmup_scheduler", "bool", "the scheduler warms up: WarmupLR or WarmupDecayLR"),
     Signal("config.warmup_min_lr", "lr", "learning rate the warm-up starts from (WarmupLR default 0)"),
     Signal("config.warmup_max_lr", "lr", "learning rate the warm-up ends at"),
-    Signal("config.warmup_min_lr_suggested", "lr", "warmup_max_lr / 100, a start that makes step 1 count"),
     Signal("config.warmup_steps", "steps", "scheduler warmup_num_steps (WarmupLR default 1000)"),
     Signal("config.total_steps", "steps", "scheduler total_num_steps, else the last step of a run that ended"),
     Signal("config.bucket_outliers", "keys", "ZeRO bucket sizes larger than the model or too small for it"),
-    Signal("config.bucket_outliers_text", "text", "those buckets with their sizes"),
+    Signal("config.buckets_over_model", "keys", "those larger than the whole model: key → elements"),
+    Signal("config.buckets_too_small", "keys",
+           f"those needing over {BUCKET_MAX_COLLECTIVES:,} collectives per step: key → elements"),
     Signal("config.bucket_patch", "patch", "merge patch setting them to a size that fits the model"),
     Signal("config.unknown_keys", "keys", "keys DeepSpeed does not know (and ignores)"),
-    Signal("config.unknown_keys_text", "text", "those keys, with a did-you-mean where one is close"),
+    Signal("config.close_matches", "keys", "unknown key → the known key it is close to, where one is (dotted)"),
     Signal("config.unknown_keys_patch", "patch", "merge patch renaming each misspelt key to its close match"),
     Signal("config.auto_keys", "keys", "values written as \"auto\", for HF Trainer or Accelerate to fill"),
-    Signal("config.auto_keys_text", "text", "those keys, comma-separated"),
     Signal("config.sequence_parallel_size", "ranks", "sequence_parallel_size (default 1)"),
     Signal("config.accelerate_dp_size", "ranks", "world size / sequence_parallel_size: the ranks Accelerate fills for"),
     Signal("config.auto_batch_checkable", "bool",
@@ -138,14 +138,7 @@ def _patch_at(patch: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 
 def _string_numbers(config: dict[str, Any]) -> dict[str, Any]:
     found = [(p, v) for p, v in _leaves(config) if isinstance(v, str) and _number(v) is not None]
-    patch: dict[str, Any] = {}
-    for path, value in found:
-        _patch_at(patch, path, _number(value))
-    return {
-        "config.string_numbers": [".".join(p) for p, _ in found],
-        "config.string_numbers_text": ", ".join(f'{".".join(p)}="{v}"' for p, v in found),
-        "config.string_numbers_patch": patch,
-    }
+    return {"config.string_numbers": {".".join(p): _number(v) for p, v in found}}
 
 
 def _precision(config: dict[str, Any]) -> dict[str, Any]:
@@ -161,29 +154,22 @@ def _precision(config: dict[str, Any]) -> dict[str, Any]:
     if floor is not None:
         out["config.min_loss_scale"] = floor
         out["config.min_loss_scale_integral"] = float(floor).is_integer()
-        out["config.min_loss_scale_ceil"] = max(1, math.ceil(floor))
-    static = _number(fp16.get("loss_scale", 0)) or 0
-    start = 2.0 ** (_number(fp16.get("initial_scale_power", 16)) or 16)
-    reason, patch = "", {}
-    if static > FP16_MAX:
-        reason = (f"static loss_scale {static:g} is above fp16's largest value {FP16_MAX:g}: any loss ≥ 1 "
-                  "overflows and the step is skipped, every step")
-        patch = {"fp16": {"loss_scale": 0}}
-    elif not static and floor is not None and floor >= start:
-        reason = (f"min_loss_scale {floor:g} ≥ the initial scale 2^{math.log2(start):g}: the dynamic scale cannot "
-                  "back off, and DeepSpeed aborts the run at the first overflow it cannot absorb")
-        patch = {"fp16": {"min_loss_scale": 1}}
-    out["config.overflow_prone"] = bool(reason)
-    if reason:
-        out["config.overflow_reason"] = reason
-        out["config.overflow_patch"] = patch
+    static = _number(fp16.get("loss_scale", ds.FP16["loss_scale"])) or 0
+    power = _number(fp16.get("initial_scale_power", ds.FP16["initial_scale_power"]))
+    power = ds.FP16["initial_scale_power"] if power is None else power
+    out["config.loss_scale"], out["config.initial_scale_power"] = static, power
+    # A static scale over fp16's range makes every loss ≥ 1 overflow; a floor at the starting scale
+    # leaves the dynamic scaler no room to back off, and DeepSpeed raises at the first overflow.
+    out["config.static_scale_over_fp16_max"] = static > FP16_MAX
+    out["config.min_scale_at_initial"] = not static and floor is not None and floor >= 2.0 ** power
+    out["config.overflow_prone"] = out["config.static_scale_over_fp16_max"] or out["config.min_scale_at_initial"]
     return out
 
 
 def _checkpointing(config: dict[str, Any]) -> dict[str, Any]:
     block = config.get("activation_checkpointing")
     knobs = [k for k in CHECKPOINTING_KNOBS if isinstance(block, dict) and block.get(k) is True]
-    return {"config.checkpointing_knobs": knobs, "config.checkpointing_knobs_text": ", ".join(knobs)}
+    return {"config.checkpointing_knobs": knobs}
 
 
 def _warmup(config: dict[str, Any], values: dict[str, Any], finished: bool) -> dict[str, Any]:
@@ -197,37 +183,34 @@ def _warmup(config: dict[str, Any], values: dict[str, Any], finished: bool) -> d
                                values.get("run.last_step") if finished else None)}
     if not out["config.warmup_scheduler"]:
         return out
-    low, high = _number(params.get("warmup_min_lr", 0)), _number(params.get("warmup_max_lr"))
-    out["config.warmup_min_lr"] = low
-    out["config.warmup_max_lr"] = high
-    if high:
-        out["config.warmup_min_lr_suggested"] = float(f"{high / 100:.2g}")
-    out["config.warmup_steps"] = _number(params.get("warmup_num_steps", 1000))
+    out["config.warmup_min_lr"] = _number(params.get("warmup_min_lr", ds.WARMUP_MIN_LR))
+    out["config.warmup_max_lr"] = _number(params.get("warmup_max_lr"))
+    out["config.warmup_steps"] = _number(params.get("warmup_num_steps", ds.WARMUP_NUM_STEPS))
     return out
 
 
 def _buckets(config: dict[str, Any], stage: int, params: int) -> dict[str, Any]:
     zero = config.get("zero_optimization") if isinstance(config.get("zero_optimization"), dict) else {}
-    outliers, text, patch = [], [], {}
+    over: dict[str, float] = {}
+    small: dict[str, float] = {}
+    patch = {}
     for key, default, stages in BUCKETS:
         size = _number(zero.get(key, default))
         if stage not in stages or size is None:
             continue
         if size > params:
-            why = f"{key}={size:.3g} elements, more than the whole model ({params:.3g} parameters)"
+            over[key] = size
         elif size * BUCKET_MAX_COLLECTIVES < params:
-            why = f"{key}={size:.3g} elements, {params / size:,.0f} collectives per step for {params:.3g} parameters"
+            small[key] = size
         else:
             continue
-        outliers.append(key)
-        text.append(why)
         patch[key] = int(float(f"{min(default, params // 4):.2g}"))
-    return {"config.bucket_outliers": outliers, "config.bucket_outliers_text": "; ".join(text),
+    return {"config.bucket_outliers": [*over, *small], "config.buckets_over_model": over, "config.buckets_too_small": small,
             "config.bucket_patch": {"zero_optimization": patch} if patch else {}}
 
 
 def _unknown_keys(config: dict[str, Any]) -> dict[str, Any]:
-    found, patch = [], {}
+    found, close, patch = [], {}, {}
     scopes = [((), config, TOP_LEVEL_KEYS)] + [
         ((name,), config[name], keys) for name, keys in SECTION_KEYS.items() if isinstance(config.get(name), dict)]
     for path, node, known in scopes:
@@ -236,26 +219,23 @@ def _unknown_keys(config: dict[str, Any]) -> dict[str, Any]:
                 continue
             hint = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
             dotted = ".".join((*path, key))
+            found.append(dotted)
             if hint and hint[0] not in node:
-                found.append(f"{dotted} (did you mean {hint[0]}?)")
+                close[dotted] = ".".join((*path, hint[0]))
                 _patch_at(patch, (*path, key), None)
                 _patch_at(patch, (*path, hint[0]), node[key])
-            else:
-                found.append(dotted)
-    return {"config.unknown_keys": found, "config.unknown_keys_text": ", ".join(found),
-            "config.unknown_keys_patch": patch}
+    return {"config.unknown_keys": found, "config.close_matches": close, "config.unknown_keys_patch": patch}
 
 
 def _auto(config: dict[str, Any], world: int | None) -> dict[str, Any]:
     auto = [".".join(p) for p, v in _leaves(config) if v == "auto"]
     sp = _number(config.get("sequence_parallel_size", 1)) or 1
-    out: dict[str, Any] = {"config.auto_keys": auto, "config.auto_keys_text": ", ".join(auto),
-                           "config.sequence_parallel_size": sp}
+    out: dict[str, Any] = {"config.auto_keys": auto, "config.sequence_parallel_size": sp}
     if not world:
         return out
     out["config.accelerate_dp_size"] = world / sp
-    train, micro = config.get("train_batch_size"), config.get("train_micro_batch_size_per_gpu")
-    filled = (micro, config.get("gradient_accumulation_steps"))
+    train, micro = config.get(ds.TRAIN_BATCH), config.get(ds.MICRO_BATCH)
+    filled = (micro, config.get(ds.GRAD_ACCUM))
     out["config.auto_batch_checkable"] = isinstance(train, int) and not isinstance(train, bool) and "auto" in filled
     if out["config.auto_batch_checkable"] and world % sp == 0:
         # DeepSpeed asserts train == micro × grad-accum × (world / sp) whoever fills the rest.

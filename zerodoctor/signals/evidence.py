@@ -1,47 +1,32 @@
-"""Signals, evidence: how strong the evidence behind each family of signals is, for runs read from a console log.
+"""Signals, evidence: what a run read from a console log could show at all → facts the findings' strength is worded from.
 
 Events from the probe cover every rank and step; a console log shows what DeepSpeed chose to
 print — rank 0's lines for most of its messages, one OOM message, the watchdogs that fired.
-``evidence.<family>`` says so in words; the rule engine attaches it to a finding as
-``evidence_strength`` by the family of the finding's signals. Absent for runs with events.
+These signals say which of that the log held; ``rulebook/strength.py`` words it as a finding's
+``evidence_strength``. Absent for runs with events.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from zerodoctor.signals.base import Signal
 from zerodoctor.runview import RunView
+from zerodoctor.signals.base import Signal
 
-FAMILIES = ("fp16", "numerics", "comm", "offload", "batch", "memory", "hang", "trainer")
+# Console messages that carry the batch and trainer settings, in the words a finding uses for them.
+MESSAGES = {"batch_assertion": "DeepSpeed's batch assertion", "trainer_batch": "the Trainer's batch header",
+            "grad_accum_update": "Accelerate's grad-accum update", "hf_config_mismatch": "the Trainer's mismatch error"}
 
-SIGNALS = [Signal(f"evidence.{family}", "text", f"how strong the evidence behind the {family}.* signals is "
-                  "(console logs only)") for family in FAMILIES]
+SIGNALS = [
+    Signal("evidence.console_log", "bool", "the run was read from console logs only, not the probe's events"),
+    Signal("evidence.step_ranks", "ranks", "ranks whose per-step lines the log holds (console logs only)"),
+    Signal("evidence.messages", "keys", "batch and trainer messages the log holds: " + ", ".join(MESSAGES)),
+]
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if not view.from_console_log:
         return {}
-    logs = view.events.get("log", [])
-    step_ranks = sorted(view.per_rank)
-    steps = values.get("run.steps") or 0
-    if step_ranks:
-        who = "rank 0's lines only" if step_ranks == [0] else "lines of ranks " + ", ".join(map(str, step_ranks))
-        stepwise = f"text: {who}, {steps} step(s) seen"
-    else:
-        stepwise = "text: no per-step lines"
-    out = {f"evidence.{family}": stepwise for family in ("fp16", "numerics", "comm", "offload")}
-    if values.get("fp16.hit_min_scale") and not steps:
-        out["evidence.fp16"] = "text: the 'loss scale already at minimum' exception only"
-    ooms = view.events.get("oom", [])
-    if ooms:
-        ranks = sorted({e["rank"] for e in ooms})
-        out["evidence.memory"] = ("text: a single OOM message" if len(ooms) == 1 else
-                                  f"text: {len(ooms)} OOM messages from ranks {', '.join(map(str, ranks))}")
-    timeouts = sorted({e["rank"] for e in logs if e.get("what") == "collective_timeout"})
-    if timeouts:
-        out["evidence.hang"] = f"text: watchdog lines from rank(s) {', '.join(map(str, timeouts))}"
-    said = [e.get("what") for e in logs if e.get("what") in ("batch_assertion", "trainer_batch", "grad_accum_update")]
-    out["evidence.batch"] = out["evidence.trainer"] = (
-        "text: " + ", ".join(dict.fromkeys(w.replace("_", " ") for w in said)) + " message(s)" if said else stepwise)
-    return out
+    said = [e.get("what") for e in view.events.get("log", []) if e.get("what") in MESSAGES]
+    return {"evidence.console_log": True, "evidence.step_ranks": sorted(view.per_rank) or None,
+            "evidence.messages": list(dict.fromkeys(said)) or None}

@@ -19,9 +19,9 @@ SIGNALS = [
     Signal("hang.seq", "SeqNum", "sequence number of that collective on its process group"),
     Signal("hang.timeout_s", "s", "the process group's timeout"),
     Signal("hang.timeout_ranks", "ranks", "ranks whose watchdog reported the timeout"),
-    Signal("hang.timeout_ranks_text", "text", "those ranks, for messages"),
     Signal("hang.suspect_ranks", "ranks", "ranks stuck on an older collective, or that reported none while others did"),
-    Signal("hang.suspects_text", "text", "the suspects, in words"),
+    Signal("hang.behind_ranks", "ranks", "ranks that timed out on an older collective (a smaller SeqNum)"),
+    Signal("hang.silent_ranks", "ranks", "ranks of the job that reported no timeout while others did"),
     Signal("hang.failed_ranks", "ranks", "ranks that exited non-zero or by a signal"),
 ]
 
@@ -38,22 +38,12 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     seq_votes = Counter((d.get("seq"), d.get("op")) for _, d in data)
     (seq, op), _ = seq_votes.most_common(1)[0]
     ranks = sorted({r for r, _ in data})
-    out.update({"hang.collective": op, "hang.seq": seq, "hang.timeout_ranks": ranks,
-                "hang.timeout_ranks_text": ", ".join(map(str, ranks))})
+    out.update({"hang.collective": op, "hang.seq": seq, "hang.timeout_ranks": ranks})
     out["hang.timeout_s"] = next((d["timeout_s"] for _, d in data if d.get("timeout_s") is not None), None)
     behind = sorted({r for r, d in data if seq is not None and d.get("seq") is not None and d["seq"] < seq})
     world = values.get("run.world_size")
     silent = sorted(set(range(world)) - set(ranks)) if isinstance(world, int) and world > len(ranks) else []
     suspects = sorted(set(behind) | set(silent))
     out["hang.suspect_ranks"] = suspects or None
-    if suspects:
-        parts = []
-        if behind:
-            parts.append(f"rank(s) {', '.join(map(str, behind))} stuck on an earlier collective")
-        if silent:
-            parts.append(f"rank(s) {', '.join(map(str, silent))} never reported it (not in the collective)")
-        out["hang.suspects_text"] = "; ".join(parts)
-    else:
-        out["hang.suspects_text"] = ("every rank that logged timed out on the same collective: the missing "
-                                     "rank's log, or a rank-dependent branch before it, shows which one did not join")
+    out["hang.behind_ranks"], out["hang.silent_ranks"] = behind or None, silent or None
     return out

@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from zerodoctor import deepspeed_defaults as ds
 from zerodoctor import runview
 from zerodoctor.modelstates import model_state_bytes
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal, nested
+from zerodoctor.units import GB
 
 HEADROOM = 0.7  # share of device memory model states may take; the rest is activations and buffers
 
@@ -22,18 +24,15 @@ SIGNALS = [
     Signal("memory.oom_ranks", "ranks", "ranks that hit an OOM"),
     Signal("memory.oom_step", "step", "step of the first OOM"),
     Signal("memory.oom_requested_bytes", "bytes", "size of the failed allocation (first OOM)"),
-    Signal("memory.oom_requested", "text", "size of the failed allocation in PyTorch's units (MiB/GiB)"),
     Signal("memory.oom_free_unallocated_bytes", "bytes", "reserved but unallocated at the first OOM"),
-    Signal("memory.oom_free_unallocated", "text", "reserved but unallocated at the first OOM, in MiB/GiB"),
     Signal("memory.oom_frag_ratio", "ratio", "reserved-but-unallocated / requested at the first OOM"),
     Signal("memory.oom_reserved_bytes", "bytes", "memory reserved by PyTorch at the first OOM"),
-    Signal("memory.oom_reserved", "text", "memory reserved by PyTorch at the first OOM, in MiB/GiB"),
     Signal("memory.alloc_retries", "retries", "cudaMalloc retries (cache flushes) in the steps, the OOM's own retry excluded"),
     Signal("memory.expandable_segments", "bool", "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True"),
     Signal("memory.alloc_conf", "text", "PYTORCH_CUDA_ALLOC_CONF as recorded ('unset' when absent)"),
     Signal("memory.stage2_fit_known", "bool", "parameters, world size and device memory are all known"),
-    Signal("memory.reduce_bucket_size", "elements", "zero_optimization.reduce_bucket_size in effect (default 5e8)"),
-    Signal("memory.smaller_bucket_size", "elements", "a quarter of the current bucket size, the next lever"),
+    Signal("memory.reduce_bucket_size", "elements",
+           f"zero_optimization.reduce_bucket_size in effect (default {ds.REDUCE_BUCKET_SIZE:.0e})"),
     Signal("memory.stage2_gb", "GB", "model states per GPU under ZeRO-2, no offload (ZeRO paper)"),
     Signal("memory.stage2_fits", "bool", f"ZeRO-2 model states fit in {HEADROOM:.0%} of device memory"),
     Signal("memory.stage2_offload_gb", "GB", "model states per GPU under ZeRO-2 with optimizer offload"),
@@ -63,10 +62,9 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         (o["alloc_conf"] for o in ooms if o.get("alloc_conf")), "")
     out["memory.expandable_segments"] = "expandable_segments:true" in conf.replace(" ", "").lower()
     out["memory.alloc_conf"] = conf or "unset"
-    bucket = nested(config, "zero_optimization.reduce_bucket_size", 5e8)
+    bucket = nested(config, "zero_optimization.reduce_bucket_size", ds.REDUCE_BUCKET_SIZE)
     if isinstance(bucket, (int, float)):
         out["memory.reduce_bucket_size"] = int(bucket)
-        out["memory.smaller_bucket_size"] = int(bucket // 4)
     # From the steps only: PyTorch frees its cache and retries once before raising any OOM, so the
     # OOM's own count is 1 even on a plainly full GPU (seen on an H200: capacity OOM, retries 0 → 1).
     out["memory.alloc_retries"] = view.fold(__name__).alloc_retries
@@ -76,24 +74,14 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         out["memory.oom_step"] = first.get("step")
         requested, reserved, allocated = (first.get(k) for k in ("requested_bytes", "reserved_bytes", "allocated_bytes"))
         out["memory.oom_requested_bytes"] = requested
-        out["memory.oom_requested"] = _binary(requested)
         out["memory.oom_reserved_bytes"] = reserved
-        out["memory.oom_reserved"] = _binary(reserved)
         if reserved is not None and allocated is not None:
             spare = max(reserved - allocated, 0)
             out["memory.oom_free_unallocated_bytes"] = spare
-            out["memory.oom_free_unallocated"] = _binary(spare)
             if requested:
                 out["memory.oom_frag_ratio"] = spare / requested
     out.update(_fits(values))
     return out
-
-
-def _binary(size: int | None) -> str | None:
-    """Bytes in the units PyTorch's own OOM message uses, so the numbers match at a glance."""
-    if size is None:
-        return None
-    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def _fits(values: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +90,7 @@ def _fits(values: dict[str, Any]) -> dict[str, Any]:
         return {"memory.stage2_fit_known": False}
     stage2 = model_state_bytes(params, world, 2)
     stage2_offload = model_state_bytes(params, world, 2, "optimizer")
-    out: dict[str, Any] = {"memory.stage2_gb": stage2 / 1e9, "memory.stage2_offload_gb": stage2_offload / 1e9,
+    out: dict[str, Any] = {"memory.stage2_gb": stage2 / GB, "memory.stage2_offload_gb": stage2_offload / GB,
                            "memory.stage2_fit_known": bool(device)}
     if device:
         out["memory.stage2_fits"] = stage2 <= HEADROOM * device

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerodoctor import runview
+from zerodoctor.deepspeed_defaults import FP16
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal, nested
 
@@ -35,7 +36,6 @@ SIGNALS = [
     Signal("fp16.loss_scale_last", "scale", "loss scale of the last recorded step"),
     Signal("fp16.max_held_scale", "scale", f"largest scale that ran {CLEAN_STREAK} steps without overflow"),
     Signal("fp16.overflows_to_min", "overflows", "consecutive overflows left before DeepSpeed aborts at min scale"),
-    Signal("fp16.outlook", "text", "what happens next to the loss scale, in words"),
     Signal("fp16.calibrated_scale_power", "log2", "log2 of the first scale that held: an initial_scale_power that skips calibration"),
     Signal("fp16.suggested_lr", "lr", "stable_lr when lr grew into the overflows, else half the last lr"),
     Signal("fp16.hit_min_scale", "bool", "DeepSpeed raised 'Current loss scale already at minimum'"),
@@ -141,12 +141,12 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["fp16.enabled"] = fp16
     if not fp16:
         return out
-    static = nested(config, "fp16.loss_scale", 0) or 0
+    static = nested(config, "fp16.loss_scale", FP16["loss_scale"]) or 0
     if not config and not hit_min:
         static = fold.scales_seen[0] if len(fold.scales_seen) == 1 and fold.overflows else 0
     out["fp16.dynamic"] = not (static or static_seen)
     out["fp16.static_scale"] = static or None
-    min_scale = nested(config, "fp16.min_loss_scale", 1)
+    min_scale = nested(config, "fp16.min_loss_scale", FP16["min_loss_scale"])
     out["fp16.min_loss_scale"] = min_scale
     if not fold.known:
         return out
@@ -165,8 +165,6 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if out["fp16.dynamic"]:
         left = 0 if hit_min else _ScalerReplay(config, min_scale, fold.replay).overflows_to_min()
         out["fp16.overflows_to_min"] = left
-        out["fp16.outlook"] = ("DeepSpeed already aborted: 'Current loss scale already at minimum'" if hit_min else
-                               f"{left} more overflow(s) in a row abort the run")
     if fold.lr_last is not None:
         stable = fold.lr_max_before_late if fold.first_late_step is not None else None
         suggested = stable if stable is not None and stable < 0.95 * fold.lr_last else fold.lr_last / 2
@@ -178,12 +176,12 @@ class _ScalerReplay:
     """DeepSpeed's ``DynamicLossScaler.update_scale`` (runtime/fp16/loss_scaler.py), state only."""
 
     def __init__(self, config: dict, min_scale: float, state: dict[str, Any] | None = None) -> None:
-        self.window = nested(config, "fp16.loss_scale_window", 1000)
-        self.delayed_shift = nested(config, "fp16.hysteresis", 2)
-        self.consecutive = nested(config, "fp16.consecutive_hysteresis", False)
+        self.window = nested(config, "fp16.loss_scale_window", FP16["loss_scale_window"])
+        self.delayed_shift = nested(config, "fp16.hysteresis", FP16["hysteresis"])
+        self.consecutive = nested(config, "fp16.consecutive_hysteresis", FP16["consecutive_hysteresis"])
         self.min_scale = min_scale
         if state is None:
-            self.scale = 2.0 ** nested(config, "fp16.initial_scale_power", 16)
+            self.scale = 2.0 ** nested(config, "fp16.initial_scale_power", FP16["initial_scale_power"])
             self.hysteresis, self.it, self.last_overflow = self.delayed_shift, 0, -1
         else:
             self.scale, self.hysteresis, self.it, self.last_overflow = (

@@ -15,6 +15,7 @@ from zerodoctor.modelstates import model_state_bytes
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal, StepWindow, nested, ratio
 from zerodoctor.signals.memory import HEADROOM
+from zerodoctor.units import GB
 
 _OFFLOADED = ("cpu", "nvme")
 
@@ -49,7 +50,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     params, world, device = values.get("run.params"), values.get("run.world_size"), values.get("run.device_memory_bytes")
     if params and world:
         need = model_state_bytes(params, world, 3, "optimizer")
-        out["offload.optimizer_only_gb"] = need / 1e9
+        out["offload.optimizer_only_gb"] = need / GB
         if device:
             out["offload.optimizer_only_fits"] = need <= HEADROOM * device
     return out

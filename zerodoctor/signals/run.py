@@ -8,6 +8,7 @@ from typing import Any
 from zerodoctor import runview
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal, nested
+from zerodoctor.units import GB
 
 SIGNALS = [
     Signal("run.world_size", "ranks", "ranks in the job (run_start, else the ranks seen)"),
@@ -62,7 +63,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "run.first_step": fold.first_step,
         "run.last_step": fold.last_step,
         "run.device_memory_bytes": mem,
-        "run.device_memory_gb": mem / 1e9 if mem else None,
+        "run.device_memory_gb": mem / GB if mem else None,
         "run.device_name": start.get("device_name"),
         "run.exit_code": max(codes, key=abs) if codes else None,
     }

@@ -17,9 +17,9 @@ SIGNALS = [
     Signal("trainer.grad_accum_from", "micro-batches", "gradient_accumulation_steps the DeepSpeed config said"),
     Signal("trainer.grad_accum_to", "micro-batches", "gradient_accumulation_steps Accelerate used instead"),
     Signal("trainer.batch_ratio", "ratio", "effective batch / the batch the DeepSpeed config describes"),
-    Signal("trainer.config_mismatches", "keys", "DeepSpeed config values that contradict TrainingArguments"),
-    Signal("trainer.mismatch_text", "text", "each contradiction as 'ds key=value vs hf key=value'"),
-    Signal("trainer.mismatch_keys", "text", "the DeepSpeed keys to set to \"auto\""),
+    Signal("trainer.config_mismatches", "values", "DeepSpeed config values that contradict TrainingArguments"),
+    Signal("trainer.mismatches", "keys", "each contradicting DeepSpeed key → its value in the DeepSpeed config"),
+    Signal("trainer.trainer_values", "keys", "the TrainingArguments side: HF key → its value"),
 ]
 
 
@@ -37,7 +37,6 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
             for row in (e.get("data") or {}).get("mismatches", [])]
     out["trainer.config_mismatches"] = len(rows)
     if rows:
-        out["trainer.mismatch_text"] = "; ".join(
-            f"ds {r['ds_key']}={r['ds_value']} vs hf {r['hf_key']}={r['hf_value']}" for r in rows)
-        out["trainer.mismatch_keys"] = ", ".join(dict.fromkeys(r["ds_key"] for r in rows))
+        out["trainer.mismatches"] = {r["ds_key"]: r["ds_value"] for r in rows}
+        out["trainer.trainer_values"] = {r["hf_key"]: r["hf_value"] for r in rows}
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from zerodoctor.deepspeed_defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.events import Event
 from zerodoctor.sources.dsblocks import CommsTable, ConfigDump
 from zerodoctor.sources.stepclock import StepClock
@@ -53,9 +54,9 @@ _GLOBAL_TIMERS = {"fwd": "fwd_s", "forward": "fwd_s", "bwd": "bwd_s", "backward"
                   "step": "optim_s", "bwd_allreduce": "comm_s", "backward_allreduce": "comm_s"}
 _MICRO_TIMERS = {f"{name}_microstep": key for name, key in _GLOBAL_TIMERS.items()}
 _OPTIM_TIMERS = {"optimizer_allgather": "comm_s", "optimizer_step": "optim_s", "update_optims": "optim_s"}
-_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "world_size")
-_NONPOSITIVE_KEYS = {"Train batch size": "train_batch_size", "Micro batch size per gpu": "train_micro_batch_size_per_gpu",
-                     "Gradient accumulation steps": "gradient_accumulation_steps"}
+_BATCH_KEYS = (*BATCH_KEYS, "world_size")  # the batch assertion's four numbers, in its order
+_NONPOSITIVE_KEYS = {"Train batch size": TRAIN_BATCH, "Micro batch size per gpu": MICRO_BATCH,
+                     "Gradient accumulation steps": GRAD_ACCUM}
 
 
 class DeepSpeedDialect:

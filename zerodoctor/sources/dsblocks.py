@@ -14,15 +14,15 @@ import json
 import re
 from typing import Any
 
+from zerodoctor.deepspeed_defaults import BATCH_KEYS
 from zerodoctor.events import Event
 from zerodoctor.sources.text import NUM, Context, Line
+from zerodoctor.units import LOGGED  # the comms logger's KB/MB are powers of 1024 (convert_size)
 
 MAX_BLOCK_LINES = 2000  # a dump that never closes (a truncated log) is let go, not held forever
 _ATTR = re.compile(r"(?:^|\s)(\w+) \.{2,} (.*?)\s*$")
-_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40, "PB": 1 << 50}
 _ROW = re.compile(rf"^\s+({NUM}) ([KMGTP]?B)\s+(\d+)\s+({NUM})\s+({NUM})")
 _OP = re.compile(r"^([A-Za-z_][\w.]*)\s*$")
-_DERIVED = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
 
 class ConfigDump:
@@ -90,7 +90,7 @@ class ConfigDump:
         if config is None and not attrs:
             return []
         config = config or {}
-        facts: dict[str, Any] = {"config": config or None, "derived": {k: _int(attrs.get(k)) for k in _DERIVED
+        facts: dict[str, Any] = {"config": config or None, "derived": {k: _int(attrs.get(k)) for k in BATCH_KEYS
                                                                        if _int(attrs.get(k)) is not None} or None}
         facts["world_size"] = _int(attrs.get("world_size"))
         stage = (config.get("zero_optimization") or {}).get("stage", _int(attrs.get("zero_optimization_stage")))
@@ -140,7 +140,7 @@ class CommsTable:
             size, unit, count, total_ms, _ = row.groups()
             calls = int(count)
             return [self.context.event("comm", line, op=self._op, count=calls,
-                                       bytes=int(float(size) * _UNITS[unit]) * calls, total_s=float(total_ms) / 1000.0,
+                                       bytes=int(float(size) * LOGGED[unit]) * calls, total_s=float(total_ms) / 1000.0,
                                        step=self.context.step or None)]
         op = _OP.match(text)
         if op and not text.startswith(" "):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from zerodoctor.deepspeed_defaults import GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.events import Event
 from zerodoctor.sources.text import NUM, Context, Line
 
@@ -21,9 +22,9 @@ _TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _ACCUM = re.compile(r"Updating DeepSpeed's gradient accumulation steps to (\d+) from (\d+)")
 _MISMATCH = re.compile(r"^\W*- ds (\S+?)=(.*?) vs hf (\S+?)=(.*?)\s*$")
 _HEADER_ROW = re.compile(r"\s{2}([A-Z][\w .&(),-]*?) = ([\d,]+)\s*$")
-_HEADER = {"Instantaneous batch size per device": "train_micro_batch_size_per_gpu",
-           "Total train batch size (w. parallel, distributed & accumulation)": "train_batch_size",
-           "Gradient Accumulation steps": "gradient_accumulation_steps",
+_HEADER = {"Instantaneous batch size per device": MICRO_BATCH,
+           "Total train batch size (w. parallel, distributed & accumulation)": TRAIN_BATCH,
+           "Gradient Accumulation steps": GRAD_ACCUM,
            "Total optimization steps": "max_steps", "Number of trainable parameters": "params"}
 MAX_BLOCK_LINES = 64
 
@@ -93,8 +94,7 @@ class HuggingFaceDialect:
                                        what="hf_config_mismatch", data=data)]
         if block == "header":
             data = {_HEADER[k]: int(v.replace(",", "")) for k, v in rows if k in _HEADER}
-            micro, accum, total = (data.get(k) for k in (
-                "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size"))
+            micro, accum, total = (data.get(k) for k in (MICRO_BATCH, GRAD_ACCUM, TRAIN_BATCH))
             if micro and accum and total and total % (micro * accum) == 0:
                 data["world_size"] = total // (micro * accum)
             if data:

@@ -17,10 +17,9 @@ from __future__ import annotations
 import re
 from zerodoctor.events import Event
 from zerodoctor.sources.text import NUM, Context, Line
+from zerodoctor.units import LOGGED
 
-SIZE = rf"({NUM}) ?(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB)"
-_UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "KB": 1 << 10, "MiB": 1 << 20, "MB": 1 << 20,
-          "GiB": 1 << 30, "GB": 1 << 30, "TiB": 1 << 40}
+SIZE = rf"({NUM}) ?({'|'.join(sorted(LOGGED, key=len, reverse=True))})"
 _START = re.compile(r"(?:\[rank(\d+)\]:\s?)?(?:[\w.]*OutOfMemoryError: )?CUDA out of memory\.")
 _FIELDS = {
     "requested_bytes": re.compile(rf"Tried to allocate {SIZE}"),
@@ -124,7 +123,7 @@ def oom_numbers(message: str) -> dict[str, int]:
         match = pattern.search(message)
         if match:
             number, unit = [g for g in match.groups() if g is not None][:2]
-            fields[name] = int(float(number) * _UNITS[unit])
+            fields[name] = int(float(number) * LOGGED[unit])
     unallocated = fields.pop("_unallocated", None)
     if unallocated is not None and "allocated_bytes" in fields:
         fields["reserved_bytes"] = fields["allocated_bytes"] + unallocated

@@ -1,0 +1,111 @@
+"""Every rule's message and fix titles read well with any subset of their evidence missing.
+
+A rule fires on whatever the run happened to show: a console log may hold only the exception,
+a probe run every number. For every rule, each signal its message or a fix title reads is given
+a plausible value or taken away (all combinations, or a fixed sample of 400 for large sets; a bool
+also as False), except those the condition guarantees when it is true. The text must never show
+a hole ("n/a", "None", a brace or bracket) or the scars of a clause left out (double spaces, a
+space before a comma, empty parentheses, a dangling separator).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from typing import Any
+
+import pytest
+
+from zerodoctor.pipeline import rules_from
+from zerodoctor.rulebook.expr import MissingSignal
+from zerodoctor.rulebook.loader import Rule
+from zerodoctor.signals import catalog
+
+RULES = rules_from()
+CATALOG = catalog()
+SAMPLE = 400
+_MISSING = object()
+_SCARS = re.compile(r"n/a|None|[{}\[\]]|  | [,;:.)]|(^|\s)\(\s*\)|[,;:]\s*[,;:]|[,;:(]$|^[,;: ]")
+# plausible values by unit: what a signal of that unit looks like to a template
+_BY_UNIT: dict[str, Any] = {
+    "bytes": 1_610_612_736, "keys": {"optimizer.params.lr": 1e-4, "zero_optimisation": 3},
+    "name": "ALLREDUCE", "text": "expandable_segments:True", "ratio": 0.25, "lr": 3e-4, "GB": 12.5,
+}
+
+
+def _value(name: str) -> Any:
+    if name.endswith("_ranks"):  # a list of ranks; run.world_size is a count in the same unit
+        return [0, 1, 3]
+    return _BY_UNIT.get(CATALOG[name].unit, 8)
+
+
+def _states(name: str, guaranteed: set[str]) -> list[Any]:
+    present = [True, False] if CATALOG[name].unit == "bool" else [_value(name)]
+    return present if name in guaranteed else [*present, _MISSING]
+
+
+def _combinations(names: list[str], guaranteed: set[str]) -> list[dict[str, Any]]:
+    choices = [_states(n, guaranteed) for n in names]
+    total = 1
+    for c in choices:
+        total *= len(c)
+    if total <= SAMPLE:
+        combos = list(itertools.product(*choices))
+    else:
+        rng = random.Random(0)
+        combos = [tuple(c[0] for c in choices), tuple(c[-1] for c in choices)]
+        combos += [tuple(rng.choice(c) for c in choices) for _ in range(SAMPLE)]
+    return [{n: v for n, v in zip(names, combo) if v is not _MISSING} for combo in combos]
+
+
+def _resolver(values: dict[str, Any]):  # noqa: ANN202
+    def resolve(name: str) -> Any:
+        if name not in values:
+            raise MissingSignal(name)
+        return values[name]
+    return resolve
+
+
+def _texts(rule: Rule) -> list[tuple[str, Any, set[str]]]:
+    """(what, template, signals guaranteed) for the message and each fix title."""
+    out = [("message", rule.message, set(rule.condition.guaranteed))]
+    for i, fix in enumerate(rule.fixes):
+        when = set(fix.when.guaranteed) if fix.when else set()
+        out.append((f"fix {i} title", fix.title, set(rule.condition.guaranteed) | when))
+    return out
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
+def test_no_subset_of_the_evidence_leaves_a_hole(rule: Rule) -> None:
+    for what, template, guaranteed in _texts(rule):
+        names = template.signals
+        for values in _combinations(names, guaranteed):
+            try:
+                text = template.render(_resolver(values))
+            except MissingSignal:
+                assert what != "message", f"{rule.code} message needs a missing signal: {values}"
+                continue  # a fix title with a blank: the fix is not offered
+            assert text and not _SCARS.search(text), f"{rule.code} {what} with {sorted(values)}:\n  {text!r}"
+
+
+def test_the_check_catches_a_hole() -> None:
+    """The scan above fails a message that would print a missing value or an empty clause's scars."""
+    for bad in ("3 overflows (n/a after calibration)", "scale now None", "ranks [0, 1]", "a  b", "a , b", "a ()",
+                "stuck; ; more", "skipped:"):
+        assert _SCARS.search(bad), bad
+    assert not _SCARS.search("the loss scale hit min_loss_scale 1 and DeepSpeed aborted the run (engine.step())")
+
+
+def test_a_log_holding_only_the_min_scale_exception_reads_whole(tmp_path) -> None:  # noqa: ANN001
+    """Issue 11's case: ZD201 on the exception alone printed "n/a overflows (n/a after …), scale now n/a; n/a"."""
+    from tests.conftest import ROOT
+    from zerodoctor.diagnosis import diagnose
+
+    real = (ROOT / "tests/fixtures/logs/deepspeed_collapse_min_scale_wrapped.log").read_text().splitlines()
+    log = tmp_path / "exception-only.log"
+    log.write_text("\n".join(line for line in real if line.startswith("[rank")) + "\n")  # its traceback lines only
+    zd201, = [f for f in diagnose([log], rules=RULES).findings if f.rule == "ZD201"]
+    assert zd201.message == ("the fp16 loss scale hit min_loss_scale 1 and DeepSpeed aborted the run "
+                             "('Current loss scale already at minimum')")
+    assert zd201.evidence_strength == "text: the 'loss scale already at minimum' exception only"

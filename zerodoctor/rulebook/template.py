@@ -1,0 +1,291 @@
+"""Rules: message and fix templates → checked trees → text, or a typed value for a fix field.
+
+The template language (docs/rules.md):
+- ``{EXPR}`` or ``{EXPR:SPEC}``: EXPR is an expression in the condition language, SPEC a Python
+  format spec or one of ``bytes`` (PyTorch's units: ``1.50 GiB``), ``list`` (``0, 1, 3``; runs
+  of three or more integers as ``4-7``; a mapping's keys), ``pairs`` (a mapping as ``a=1, b=2``) and
+  ``arrows`` (a mapping as ``a → b, c → d``); ``list:SPEC`` (and ``pairs:SPEC``…) formats each item with SPEC.
+  A float without a spec prints as ``:.4g`` would, a bool as yes/no.
+- ``[...]``: an optional clause, left out when a field inside it has no value (the signal is
+  missing, or the value is None or an empty list). Clauses nest.
+- ``[if EXPR: ...]``: an optional clause shown only when EXPR is true (and left out when it
+  reads a missing signal); ``[else: ...]`` right after it is shown when it is not.
+- ``{{`` and ``}}``: literal braces; ``{"["}`` and ``{"]"}``: literal brackets (``]]`` closes two clauses).
+- Spaces a left-out clause leaves doubled, or before ``, ; : . )``, are dropped.
+
+A field outside every clause must be one the rule's condition guarantees (the loader checks
+it), so a message never has a hole. Only the expressions are parsed as Python (``expr.py``);
+this module merely finds where fields and clauses begin and end.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from zerodoctor.rulebook.expr import Condition, Expression, ExprError, MissingSignal, Resolver
+from zerodoctor.units import format_bytes
+
+_FORMATS = ("bytes", "list", "pairs", "arrows")
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
+_PUNCT = re.compile(r" +([,;:.)])")
+
+
+@dataclass(frozen=True)
+class Field:
+    expr: Expression
+    spec: str
+
+
+@dataclass(frozen=True)
+class Clause:
+    guard: Condition | None
+    parts: list[Part] = field(default_factory=list)
+    otherwise: bool = False  # an [else: ...]: shown when the clause before it was not
+
+
+Part = Union[str, Field, Clause]
+
+
+class Template:
+    """A message, fix title, action or patch value, parsed and checked once."""
+
+    def __init__(self, text: str, known: set[str]) -> None:
+        self.text = text
+        self.parts = _parse(text, known)
+
+    @property
+    def signals(self) -> list[str]:
+        """Every signal the template may read, in order of first use."""
+        return list(dict.fromkeys(s for expr in _expressions(self.parts, outside=False) for s in expr.signals))
+
+    @property
+    def required(self) -> list[str]:
+        """Signals read by fields outside every clause: a missing one leaves a hole."""
+        return list(dict.fromkeys(s for expr in _expressions(self.parts, outside=True) for s in expr.signals))
+
+    @property
+    def single(self) -> Field | None:
+        """The field when the template is exactly one ``{EXPR}``: its value keeps its type in a patch."""
+        return self.parts[0] if len(self.parts) == 1 and isinstance(self.parts[0], Field) else None
+
+    def render(self, resolve: Resolver) -> str:
+        """The text; raises MissingSignal when a field outside every clause has no value."""
+        # a clause left out may leave two spaces where its neighbours met, or one before a comma
+        return _PUNCT.sub(r"\1", re.sub(r" {2,}", " ", _render(self.parts, resolve))).strip()
+
+
+def _expressions(parts: list[Part], outside: bool) -> list[Expression]:
+    found: list[Expression] = []
+    for part in parts:
+        if isinstance(part, Field):
+            found.append(part.expr)
+        elif isinstance(part, Clause) and not outside:
+            found += [part.guard] if part.guard else []
+            found += _expressions(part.parts, outside)
+    return found
+
+
+def _render(parts: list[Part], resolve: Resolver) -> str:
+    out: list[str] = []
+    shown = True  # whether the last clause was
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+        elif isinstance(part, Field):
+            out.append(format_value(value_of(part.expr, resolve), part.spec))
+        elif part.otherwise and shown:
+            continue
+        else:
+            try:
+                if part.guard is None or part.guard.evaluate(resolve):
+                    out.append(_render(part.parts, resolve))
+                    shown = True
+                    continue
+            except MissingSignal:
+                pass
+            shown = False
+    return "".join(out)
+
+
+def value_of(expr: Expression, resolve: Resolver) -> Any:
+    """The expression's value; None and empty lists count as missing, as a blank in the text would."""
+    value = expr.value(resolve)
+    if value is None or (isinstance(value, (list, tuple, dict, str)) and not value):
+        raise MissingSignal(expr.signals[0] if expr.signals else expr.text)
+    return value
+
+
+def format_value(value: Any, spec: str) -> str:
+    spec, _, item = spec.partition(":") if spec.split(":")[0] in _FORMATS else (spec, "", "")
+    if spec == "bytes":
+        return format_bytes(value)
+    if spec == "list":
+        return _list(value, item)
+    if spec in ("pairs", "arrows"):
+        between = "=" if spec == "pairs" else " → "
+        return ", ".join(f"{k}{between}{format_value(v, item)}" for k, v in dict(value).items())
+    if isinstance(value, bool) and not spec:
+        return "yes" if value else "no"
+    if isinstance(value, float) and not spec:
+        spec = ".4g"
+    try:
+        return format(value, spec)
+    except (TypeError, ValueError):
+        raise MissingSignal(f"{value!r}:{spec}") from None
+
+
+def _list(values: Any, spec: str) -> str:
+    """``0, 1, 3`` or ``0-3, 7``: consecutive integers of three or more shown as a range."""
+    items = list(values)
+    if spec or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        return ", ".join(format_value(v, spec) for v in items)
+    runs: list[list[int]] = []
+    for v in sorted(set(items)):
+        if runs and v == runs[-1][-1] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) >= 3 else ", ".join(map(str, r)) for r in runs)
+
+
+def _parse(text: str, known: set[str]) -> list[Part]:
+    stack: list[list[Part]] = [[]]
+    opened: list[tuple[Condition | None, bool]] = []
+    literal: list[str] = []
+    i = 0
+
+    def flush() -> None:
+        if literal:
+            stack[-1].append("".join(literal))
+            literal.clear()
+
+    while i < len(text):
+        char = text[i]
+        if char in "{}" and text[i + 1:i + 2] == char:
+            literal.append(char)
+            i += 2
+        elif char == "{":
+            flush()
+            end = _scan(text, i + 1, "}")
+            body = text[i + 1:end]
+            colon = _scan(body + ":", 0, ":")  # the spec starts at the first ':' outside brackets and quotes
+            expr, spec = body[:colon], body[colon + 1:].strip()
+            if not expr.strip():
+                raise ExprError("RL204", f"template {text!r}: empty field at character {i}")
+            if "{" in spec or "}" in spec:
+                raise ExprError("RL204", f"template {text!r}: nested fields in a format spec are not supported")
+            stack[-1].append(_field(expr, spec, known, text))
+            i = end + 1
+        elif char == "[":
+            flush()
+            guard, otherwise = None, text.startswith("else:", i + 1)
+            if text.startswith("if ", i + 1):
+                colon = _scan(text, i + 4, ":")
+                guard = _compile(Condition, text[i + 4:colon], known, text)
+                i = colon + 1
+            elif otherwise:
+                last = stack[-1][-1] if stack[-1] else None
+                if not (isinstance(last, Clause) and last.guard is not None):
+                    raise ExprError("RL204", f"template {text!r}: '[else:' must follow an '[if ...:' clause directly")
+                i += len("[else:")
+            else:
+                i += 1
+            if guard is not None or otherwise:
+                i += text[i:i + 1] == " "  # "[if x: text]" reads as "text"
+            opened.append((guard, otherwise))
+            stack.append([])
+        elif char == "]":
+            if len(stack) == 1:
+                raise ExprError("RL204", f"template {text!r}: ']' without its '[' at character {i}")
+            flush()
+            parts = stack.pop()
+            guard, otherwise = opened.pop()
+            stack[-1].append(Clause(guard, parts, otherwise))
+            i += 1
+        elif char == "}":
+            raise ExprError("RL204", f"template {text!r}: '}}' without its '{{' at character {i} (write '}}}}')")
+        else:
+            literal.append(char)
+            i += 1
+    if len(stack) > 1:
+        raise ExprError("RL204", f"template {text!r}: a '[' clause is never closed")
+    flush()
+    return stack[0]
+
+
+def _field(expr: str, spec: str, known: set[str], text: str) -> Field:
+    head, _, item = spec.partition(":")
+    checked = item if head in _FORMATS[1:] else spec  # list:.0% formats each item with .0%
+    if checked and checked not in _FORMATS:
+        try:
+            format(1.5, checked)
+        except ValueError:
+            try:
+                format(1, checked)
+            except ValueError:
+                raise ExprError("RL204", f"template {text!r}: unknown format '{spec}' (a Python format spec, "
+                                f"or {' / '.join(_FORMATS)})") from None
+    return Field(_compile(Expression, expr, known, text), spec)
+
+
+def _compile(kind: type, expr: str, known: set[str], text: str) -> Any:
+    try:
+        return kind(expr, known)
+    except ExprError as exc:
+        raise ExprError(exc.code, f"template {text!r}: {exc}") from None
+
+
+def _scan(text: str, start: int, stop: str) -> int:
+    """Index of the first ``stop`` at ``start`` or after, outside brackets and quotes."""
+    depth: list[str] = []
+    quote = ""
+    for i in range(start, len(text)):
+        char = text[i]
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == stop and not depth:
+            return i
+        elif char in _PAIRS:
+            depth.append(_PAIRS[char])
+        elif depth and char == depth[-1]:
+            depth.pop()
+    raise ExprError("RL204", f"template {text!r}: '{stop}' expected after character {start - 1}")
+
+
+def plain(value: Any) -> Any:
+    """JSON-friendly numbers, in nested dicts and lists too: integral floats → int, others to 6 significant
+    digits (an lr of 3e-07 stays 3e-07; rounding to decimals would make it 0)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value.is_integer() and abs(value) < 2**53:
+            return int(value)
+        return float(f"{value:.6g}")
+    return value
+
+
+def fill(node: Any, resolve: Resolver) -> Any:
+    """A fix's compiled patch, env or action → its value; a leaf that is exactly one field keeps its type.
+
+    Raises MissingSignal when a field outside a clause has no value: the caller drops the whole fix
+    (in a merge patch a blank would be null, which deletes the key: "lr": null drops the user's lr).
+    """
+    if isinstance(node, dict):
+        return {k: fill(v, resolve) for k, v in node.items()}
+    if isinstance(node, list):
+        return [fill(v, resolve) for v in node]
+    if isinstance(node, Template):
+        single = node.single
+        if single is not None and not single.spec:
+            return plain(value_of(single.expr, resolve))
+        return node.render(resolve)
+    return node
