@@ -41,6 +41,22 @@ def test_builtins_are_listed_with_the_hooks_they_implement() -> None:
         "register_sources", "register_parsers", "register_dialects", "register_signals", "register_rules"}
 
 
+TWO_RANKS = """\
+code: ZD990
+name: two-ranks
+category: other
+severity: info
+when: hello.ranks == 2
+message: "{hello.ranks} ranks reported steps"
+doc: |
+  ## What it does
+  Says hello to a two-rank run.
+
+  ## Why is this bad?
+  It is not: it shows a plugin's signal in a rule.
+"""
+
+
 def test_the_hello_world_of_the_docs_runs(tmp_path: Path) -> None:
     code = re.search(r"```python\n(# zerodoctor_hello.py\n.*?)```", DOC, re.S).group(1)
     assert len(code.splitlines()) < 30
@@ -50,13 +66,34 @@ def test_the_hello_world_of_the_docs_runs(tmp_path: Path) -> None:
     assert listed["hello"]["hooks"] == ["register_commands", "register_signals"]
     rule_dir = tmp_path / "rules"
     rule_dir.mkdir()
-    rule = (ROOT / "rules/batch_size/ZD103-micro-batches-per-step-mismatch.yaml").read_text()
-    (rule_dir / "ZD990-two-ranks.yaml").write_text(
-        rule.replace("ZD103", "ZD990").replace("micro-batches-per-step-mismatch", "two-ranks")
-        .replace("when: batch.micro_batches_per_step != batch.grad_accum", "when: hello.ranks == 2"))
+    (rule_dir / "ZD990-two-ranks.yaml").write_text(TWO_RANKS)
     out = _zerodoctor("diagnose", "--format", "json", "--fail-on", "never", "--rules", str(rule_dir),
                       str(ROOT / "tests/fixtures/rules/ZD102/fires.jsonl"), site=tmp_path)
     assert "ZD990" in {f["rule"] for f in json.loads(out.stdout)["findings"]}, out.stderr
+
+
+def test_the_folding_signal_of_the_docs_folds_real_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docs' fold example, loaded as a module beside the core's, through the real pipeline."""
+    import types
+
+    from zerodoctor import signals
+    from zerodoctor.pipeline import Pipeline
+    from zerodoctor.store.db import open_engine
+
+    code = re.search(r"```python\n(# zerodoctor_worst_loss.py\n.*?)```", DOC, re.S).group(1)
+    module = types.ModuleType("zerodoctor_worst_loss")
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look their module up
+    exec(compile(code, "docs/plugins.md", "exec"), module.__dict__)  # noqa: S102 - our own docs
+    log = tmp_path / "r" / "rank-0.jsonl"
+    log.parent.mkdir()
+    log.write_text("".join(json.dumps({"v": 1, "t": float(n), "run": "r", "rank": rank, "kind": "step", "step": n,
+                                       "loss": n * (1 + rank)}) + "\n" for n in (1, 2, 3) for rank in (0, 1)))
+    engine = open_engine(tmp_path / "zd.db")
+    pipeline = Pipeline(engine, rules=[], modules=[*signals.signal_modules(), module])
+    pipeline.ingest([(log, "jsonl")])
+    assert pipeline.judge("r").values["hello.worst_loss"] == 6  # step 3, rank 1: merged with "max"
+    assert pipeline.view("r").per_rank[1]["loss_sum"] == 12
+    engine.dispose()
 
 
 def test_a_plugin_that_fails_to_import_is_reported_once_and_the_rest_works(tmp_path: Path) -> None:
