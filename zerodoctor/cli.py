@@ -32,6 +32,7 @@ class Format(str, Enum):
     text = "text"
     json = "json"
     markdown = "markdown"
+    html = "html"
 
 
 class Output(str, Enum):
@@ -95,34 +96,105 @@ def diagnose(
     paths: List[Path] = typer.Argument(..., help="Run directories (runs/<id>/) or events JSONL files."),
     db: Optional[str] = typer.Option(None, help="Store to use (SQLAlchemy URL or SQLite path); default: a scratch file."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
-    fmt: Format = typer.Option(Format.text, "--format", help="Output format."),
+    fmt: Format = typer.Option(Format.text, "--format", help="Output format (html: one self-contained page with plots)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
+    explain: bool = typer.Option(False, "--explain", help="List every rule not judged and what would show it."),
     fail_on: FailOn = typer.Option(FailOn.error, help="Exit 1 when a finding is at or above this severity."),
     input_format: Optional[str] = typer.Option(None, help="Force the input format instead of detecting it."),
 ) -> None:
     """Diagnose finished (or running) training from its events; exit 1 on findings at --fail-on."""
     from zerodoctor.diagnosis import diagnose as run_diagnosis
     from zerodoctor.pipeline import InputError
+    from zerodoctor.report.progress import ingest_progress
 
     loaded = _load_rules(rules)
     try:
-        report = run_diagnosis(paths, db=db, rules=loaded, input_format=input_format)
+        with ingest_progress() as on_progress:
+            report = run_diagnosis(paths, db=db, rules=loaded, input_format=input_format, on_progress=on_progress)
     except (InputError, OSError) as exc:
         raise fail(str(exc)) from None
-    if fmt.value == "json":
+    if fmt is Format.text:
+        _write_text(report, output, explain)
+    else:
+        _emit(_rendered(report, fmt, explain), output)
+    _exit_on(report.findings, fail_on)
+
+
+def _rendered(report, fmt: Format, explain: bool) -> str:  # noqa: ANN001 - a report.model Report
+    if fmt is Format.json:
         from zerodoctor.report.json import to_json
 
-        typer.echo(json.dumps(to_json(report), indent=2))
-    elif fmt is Format.markdown:
+        return json.dumps(to_json(report), indent=2)
+    if fmt is Format.markdown:
         from zerodoctor.report.markdown import to_markdown
 
-        typer.echo(to_markdown(report))
+        return to_markdown(report, explain=explain)
+    from zerodoctor.report.html import to_html
+
+    return to_html(report)
+
+
+def _write_text(report, output: Optional[Path], explain: bool) -> None:  # noqa: ANN001 - a report.model Report
+    from rich.console import Console
+
+    from zerodoctor.report.text import render
+
+    if output is None:
+        render(report, Console(highlight=False, soft_wrap=True), explain=explain)
+        return
+    try:
+        with output.open("w", encoding="utf-8") as f:
+            render(report, Console(file=f, highlight=False, soft_wrap=True), explain=explain)
+    except OSError as exc:
+        raise fail(f"{output}: {exc}") from None
+    typer.echo(f"wrote {output}", err=True)
+
+
+def _emit(text: str, output: Optional[Path]) -> None:
+    if output is None:
+        typer.echo(text)
+        return
+    try:
+        output.write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise fail(f"{output}: {exc}") from None
+    typer.echo(f"wrote {output}", err=True)
+
+
+@app.command()
+def compare(
+    run_a: Path = typer.Argument(..., help="The run that went well: a run directory, an events JSONL or a console log."),
+    run_b: Path = typer.Argument(..., help="The run to explain, in any of the same forms."),
+    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
+    fmt: Format = typer.Option(Format.text, "--format", help="Output format (text, json or html)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the comparison to this file instead of stdout."),
+) -> None:
+    """What differs between two runs: config, per-step numbers side by side, rules that fire in one only."""
+    from zerodoctor.diagnosis import diagnose as run_diagnosis
+    from zerodoctor.pipeline import InputError
+    from zerodoctor.report.compare import compare as compare_runs, side, to_json
+    from zerodoctor.report.compare_view import lines, to_html
+
+    if fmt is Format.markdown:
+        raise fail("compare has no Markdown form: use --format text, json or html")
+    loaded = _load_rules(rules)
+    try:
+        a, b = (side(str(p), run_diagnosis([p], rules=loaded)) for p in (run_a, run_b))
+    except (InputError, OSError) as exc:
+        raise fail(str(exc)) from None
+    comparison = compare_runs(a, b)
+    if fmt is Format.json:
+        _emit(json.dumps(to_json(comparison), indent=2), output)
+    elif fmt is Format.html:
+        _emit(to_html(comparison), output)
     else:
         from rich.console import Console
 
-        from zerodoctor.report.text import render
-
-        render(report, Console(highlight=False, soft_wrap=True))
-    _exit_on(report.findings, fail_on)
+        text = "\n".join(lines(comparison))
+        if output is None:
+            Console(highlight=False, soft_wrap=True).print(text)
+        else:
+            _emit(Console(highlight=False, soft_wrap=True, no_color=True).render_str(text).plain, output)
 
 
 @app.command(context_settings={"ignore_unknown_options": True})

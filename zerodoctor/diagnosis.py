@@ -25,7 +25,7 @@ def diagnose(paths: list[Path], *, db: str | None = None, rules: list[Rule], inp
         try:
             pipeline = Pipeline(engine, rules, save_views=db is not None)
             rows = pipeline.ingest(inputs, on_progress)
-            report = Report(inputs=[InputSummary(str(path), fmt, row["events"], row["quarantined"])
+            report = Report(inputs=[InputSummary(str(path), fmt, row["events"], row["quarantined"], row["lines"])
                                     for (path, fmt), row in zip(inputs, rows)])
             file_ids = [row["id"] for row in rows]
             with engine.connect() as conn:
@@ -33,6 +33,7 @@ def diagnose(paths: list[Path], *, db: str | None = None, rules: list[Rule], inp
                 touched = list_runs(conn, file_ids)
             for _, name in touched:
                 report.add(pipeline.judge(name))
+                report.series[name] = pipeline.series(name)
             return report
         finally:
             engine.dispose()
