@@ -224,6 +224,7 @@ def watch(
     full: bool = typer.Option(False, "--full", help="Print each new finding as diagnose's full block, not one line."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Log only problems (quarantined lines, errors)."),
     table: bool = typer.Option(False, "--table", help="On a terminal, keep a live table of runs below the findings."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Keep a live HTML page per run and an index.html here."),
 ) -> None:
     """Tail run directories into the store; print each new finding once, as the run goes."""
     import logging
@@ -239,6 +240,11 @@ def watch(
     for d in dirs:
         if not d.is_dir():
             raise fail(f"{d}: no such directory")
+    if html is not None:
+        try:
+            html.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise fail(f"{html}: cannot keep pages there: {exc.strerror}") from None
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="zerodoctor: %(message)s")
     loaded = _load_rules(rules)
     url = url_for(db or dirs[0] / DEFAULT_DB_NAME)
@@ -254,26 +260,44 @@ def watch(
             from zerodoctor.watch.notify import notifiers
 
             watcher = Watcher(open_engine(url), [d.absolute() for d in dirs], loaded, announce, notifiers=notifiers())
+            pages = None
+            if html is not None:
+                from zerodoctor.report.live import LivePages
+
+                pages = LivePages(html, watcher.pipeline.series)
+                watcher.on_judged = pages.judged
             stop_on_signals(watcher)
-            if once:
-                watcher.once()
-            elif table and console.is_terminal:
-                from rich.live import Live
-
-                from zerodoctor.report.status import table as runs_table
-                from zerodoctor.store.status import collect
-
-                with Live(console=console, auto_refresh=False) as live:
-
-                    def redraw() -> None:
-                        with watcher.engine.connect() as conn:
-                            live.update(runs_table(collect(conn)), refresh=True)
-
-                    watcher.serve(polling=poll, every_tick=redraw)
-            else:
-                watcher.serve(polling=poll)
+            try:
+                _watch_loop(watcher, console, once=once, poll=poll, table=table,
+                            flush=pages.flush if pages is not None else None)
+            finally:
+                if pages is not None:
+                    pages.flush(force=True)  # the last judgements, whatever their wait
     except StoreBusy as exc:
         raise fail(str(exc)) from None
+
+
+def _watch_loop(watcher, console, *, once: bool, poll: bool, table: bool, flush) -> None:  # noqa: ANN001
+    """``once``, the live table, or plain serving; ``flush`` (live pages) rides on the watcher's tick."""
+    if once:
+        watcher.once()
+    elif table and console.is_terminal:
+        from rich.live import Live
+
+        from zerodoctor.report.status import table as runs_table
+        from zerodoctor.store.status import collect
+
+        with Live(console=console, auto_refresh=False) as live:
+
+            def redraw() -> None:
+                with watcher.engine.connect() as conn:
+                    live.update(runs_table(collect(conn)), refresh=True)
+                if flush is not None:
+                    flush()
+
+            watcher.serve(polling=poll, every_tick=redraw)
+    else:
+        watcher.serve(polling=poll, every_tick=flush)
 
 
 @app.command()

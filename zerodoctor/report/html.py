@@ -47,9 +47,10 @@ def document(title: str, body: str, runs: list[dict[str, Any]], *, refresh_s: in
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{refresh}'
             f'<meta name="viewport" content="width=device-width,initial-scale=1"><title>{escape(title)}</title>'
             f"<style>{_asset('uPlot.min.css')}{CSS}</style></head><body>{body}"
-            f'<p class="meta">zerodoctor {__version__}</p>'
-            f'<script type="application/json" id="zd-data">{data}</script>'
-            f"<script>{_asset('uPlot.iife.min.js')}</script><script>{_asset('plots.js')}</script></body></html>")
+            f'<p class="meta">zerodoctor {__version__}</p>' + (
+                f'<script type="application/json" id="zd-data">{data}</script>'
+                f"<script>{_asset('uPlot.iife.min.js')}</script><script>{_asset('plots.js')}</script>"
+                if any(r["plots"] for r in runs) else "") + "</body></html>")
 
 
 def worst(findings: Iterable[Finding]) -> Finding | None:
