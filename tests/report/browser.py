@@ -121,7 +121,7 @@ class Browser:
         self.call("Page.navigate", session, url=page.absolute().as_uri())
         self._wait_for("Page.loadEventFired", session)
         out = Rendered(value=None, load_s=time.monotonic() - started)
-        result = self.call("Runtime.evaluate", session, expression=expression, returnByValue=True)
+        result = self.call("Runtime.evaluate", session, expression=expression, returnByValue=True, awaitPromise=True)
         out.value = result.get("result", {}).get("value")
         if screenshot is not None:
             shot = self.call("Page.captureScreenshot", session, format="png", captureBeyondViewport=True)
