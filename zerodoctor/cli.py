@@ -110,7 +110,8 @@ def diagnose(
     loaded = _load_rules(rules)
     try:
         with ingest_progress() as on_progress:
-            report = run_diagnosis(paths, db=db, rules=loaded, input_format=input_format, on_progress=on_progress)
+            report = run_diagnosis(paths, db=db, rules=loaded, input_format=input_format, on_progress=on_progress,
+                                   plots=fmt is Format.html)
     except (InputError, OSError) as exc:
         raise fail(str(exc)) from None
     if fmt is Format.text:
@@ -179,7 +180,7 @@ def compare(
         raise fail("compare has no Markdown form: use --format text, json or html")
     loaded = _load_rules(rules)
     try:
-        a, b = (side(str(p), run_diagnosis([p], rules=loaded)) for p in (run_a, run_b))
+        a, b = (side(str(p), run_diagnosis([p], rules=loaded, plots=True)) for p in (run_a, run_b))
     except (InputError, OSError) as exc:
         raise fail(str(exc)) from None
     comparison = compare_runs(a, b)

@@ -115,7 +115,9 @@
     }
     if (spec.bars) {
       opts.scales.x = { time: false, range: (u, a, b) => [a - 0.6, b + 0.6] };
-      opts.axes[0].splits = () => spec.x;  // one tick per rank, never rank 0.25
+      // whole ranks only (never rank 0.25), at most ~16 labels however many ranks
+      const every = Math.ceil(spec.x.length / 16);
+      opts.axes[0].splits = () => spec.x.filter((r, i) => i % every === 0);
     }
     return new uPlot(opts, data, el);
   }
