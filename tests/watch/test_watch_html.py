@@ -56,6 +56,17 @@ def test_live_page_and_index_follow_the_run(tmp_path: Path) -> None:
         code, _, err = stop(proc)
     assert code == 0, err
 
+    # a restarted watch judges only the run with new lines; the index still lists the other one
+    healthy = runs / "healthy-zero2"
+    healthy.mkdir()
+    for f in (ROOT / "samples/healthy-zero2").glob("rank-*.jsonl"):
+        (healthy / f.name).write_text(f.read_text())
+    again = start_watch(str(runs), "--once", "--html", str(out))
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    listed = index.read_text()
+    assert "healthy-zero2.html" in listed and "fp16-loss-scale-collapse" in listed
+
 
 def test_html_dir_must_be_creatable(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
