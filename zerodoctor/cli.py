@@ -42,6 +42,14 @@ class Output(str, Enum):
     json = "json"
 
 
+class Page(str, Enum):
+    """For commands with text, JSON and an HTML page but no Markdown form (``compare``)."""
+
+    text = "text"
+    json = "json"
+    html = "html"
+
+
 class FailOn(str, Enum):
     info = "info"
     warning = "warning"
@@ -167,7 +175,7 @@ def compare(
     run_a: Path = typer.Argument(..., help="The run that went well: a run directory, an events JSONL or a console log."),
     run_b: Path = typer.Argument(..., help="The run to explain, in any of the same forms."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
-    fmt: Format = typer.Option(Format.text, "--format", help="Output format (text, json or html)."),
+    fmt: Page = typer.Option(Page.text, "--format", help="Output format (html: one self-contained page with plots)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the comparison to this file instead of stdout."),
 ) -> None:
     """What differs between two runs: config, per-step numbers side by side, rules that fire in one only."""
@@ -176,17 +184,15 @@ def compare(
     from zerodoctor.report.compare import compare as compare_runs, side, to_json
     from zerodoctor.report.compare_view import lines, to_html
 
-    if fmt is Format.markdown:
-        raise fail("compare has no Markdown form: use --format text, json or html")
     loaded = _load_rules(rules)
     try:
         a, b = (side(str(p), run_diagnosis([p], rules=loaded, plots=True)) for p in (run_a, run_b))
     except (InputError, OSError) as exc:
         raise fail(str(exc)) from None
     comparison = compare_runs(a, b)
-    if fmt is Format.json:
+    if fmt is Page.json:
         _emit(json.dumps(to_json(comparison), indent=2), output)
-    elif fmt is Format.html:
+    elif fmt is Page.html:
         _emit(to_html(comparison), output)
     else:
         from rich.console import Console
