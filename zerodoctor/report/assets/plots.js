@@ -69,7 +69,7 @@
       .concat(...(spec.points || []).map((p) => p.y.filter((v) => v != null)));
     return function (u, min, max) {
       for (const v of extra) { min = min == null ? v : Math.min(min, v); max = max == null ? v : Math.max(max, v); }
-      if (min == null) return [0, 1];
+      if (min == null) return spec.log ? [1, 2] : [0, 1];  // only marks without a value (skips with no scale logged)
       if (spec.log) return uPlot.rangeLog(Math.max(min, 1e-12), Math.max(max, 1e-12), 2, true);
       return uPlot.rangeNum(spec.bars ? 0 : min, max, 0.1, true);
     };
