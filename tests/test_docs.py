@@ -38,7 +38,7 @@ def test_each_kind_has_an_example_line_that_validates(kind: str) -> None:
         assert set(EVENT_MODELS[kind].model_fields) - set(event) <= {"signal", "local_rank", "argv", "host", "pid"}
 
 
-@pytest.mark.parametrize("command", [["diagnose"], ["run"], ["watch"], ["status"], ["check"], ["fix"], ["rules", "list"],
+@pytest.mark.parametrize("command", [["diagnose"], ["run"], ["watch"], ["status"], ["check"], ["fix"], ["compare"], ["rules", "list"],
                                      ["rules", "show"], ["plugins", "list"]])
 def test_every_command_has_help(command: list[str]) -> None:
     proc = run_cli(*command, "--help")

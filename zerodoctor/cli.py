@@ -32,6 +32,7 @@ class Format(str, Enum):
     text = "text"
     json = "json"
     markdown = "markdown"
+    html = "html"
 
 
 class Output(str, Enum):
@@ -39,6 +40,14 @@ class Output(str, Enum):
 
     text = "text"
     json = "json"
+
+
+class Page(str, Enum):
+    """For commands with text, JSON and an HTML page but no Markdown form (``compare``)."""
+
+    text = "text"
+    json = "json"
+    html = "html"
 
 
 class FailOn(str, Enum):
@@ -95,34 +104,104 @@ def diagnose(
     paths: List[Path] = typer.Argument(..., help="Run directories (runs/<id>/) or events JSONL files."),
     db: Optional[str] = typer.Option(None, help="Store to use (SQLAlchemy URL or SQLite path); default: a scratch file."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
-    fmt: Format = typer.Option(Format.text, "--format", help="Output format."),
+    fmt: Format = typer.Option(Format.text, "--format", help="Output format (html: one self-contained page with plots)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
+    explain: bool = typer.Option(False, "--explain", help="List every rule not judged and what would show it."),
     fail_on: FailOn = typer.Option(FailOn.error, help="Exit 1 when a finding is at or above this severity."),
     input_format: Optional[str] = typer.Option(None, help="Force the input format instead of detecting it."),
 ) -> None:
     """Diagnose finished (or running) training from its events; exit 1 on findings at --fail-on."""
     from zerodoctor.diagnosis import diagnose as run_diagnosis
     from zerodoctor.pipeline import InputError
+    from zerodoctor.report.progress import ingest_progress
 
     loaded = _load_rules(rules)
     try:
-        report = run_diagnosis(paths, db=db, rules=loaded, input_format=input_format)
+        with ingest_progress() as on_progress:
+            report = run_diagnosis(paths, db=db, rules=loaded, input_format=input_format, on_progress=on_progress,
+                                   plots=fmt is Format.html)
     except (InputError, OSError) as exc:
         raise fail(str(exc)) from None
-    if fmt.value == "json":
+    if fmt is Format.text:
+        _write_text(report, output, explain)
+    else:
+        _emit(_rendered(report, fmt, explain), output)
+    _exit_on(report.findings, fail_on)
+
+
+def _rendered(report, fmt: Format, explain: bool) -> str:  # noqa: ANN001 - a report.model Report
+    if fmt is Format.json:
         from zerodoctor.report.json import to_json
 
-        typer.echo(json.dumps(to_json(report), indent=2))
-    elif fmt is Format.markdown:
+        return json.dumps(to_json(report), indent=2)
+    if fmt is Format.markdown:
         from zerodoctor.report.markdown import to_markdown
 
-        typer.echo(to_markdown(report))
+        return to_markdown(report, explain=explain)
+    from zerodoctor.report.html import to_html
+
+    return to_html(report)
+
+
+def _write_text(report, output: Optional[Path], explain: bool) -> None:  # noqa: ANN001 - a report.model Report
+    from rich.console import Console
+
+    from zerodoctor.report.text import render
+
+    if output is None:
+        render(report, Console(highlight=False, soft_wrap=True), explain=explain)
+        return
+    try:
+        with output.open("w", encoding="utf-8") as f:
+            render(report, Console(file=f, highlight=False, soft_wrap=True), explain=explain)
+    except OSError as exc:
+        raise fail(f"{output}: {exc}") from None
+    typer.echo(f"wrote {output}", err=True)
+
+
+def _emit(text: str, output: Optional[Path]) -> None:
+    if output is None:
+        typer.echo(text)
+        return
+    try:
+        output.write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise fail(f"{output}: {exc}") from None
+    typer.echo(f"wrote {output}", err=True)
+
+
+@app.command()
+def compare(
+    run_a: Path = typer.Argument(..., help="The run that went well: a run directory, an events JSONL or a console log."),
+    run_b: Path = typer.Argument(..., help="The run to explain, in any of the same forms."),
+    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
+    fmt: Page = typer.Option(Page.text, "--format", help="Output format (html: one self-contained page with plots)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the comparison to this file instead of stdout."),
+) -> None:
+    """What differs between two runs: config, per-step numbers side by side, rules that fire in one only."""
+    from zerodoctor.diagnosis import diagnose as run_diagnosis
+    from zerodoctor.pipeline import InputError
+    from zerodoctor.report.compare import compare as compare_runs, side, to_json
+    from zerodoctor.report.compare_view import lines, to_html
+
+    loaded = _load_rules(rules)
+    try:
+        a, b = (side(str(p), run_diagnosis([p], rules=loaded, plots=True)) for p in (run_a, run_b))
+    except (InputError, OSError) as exc:
+        raise fail(str(exc)) from None
+    comparison = compare_runs(a, b)
+    if fmt is Page.json:
+        _emit(json.dumps(to_json(comparison), indent=2), output)
+    elif fmt is Page.html:
+        _emit(to_html(comparison), output)
     else:
         from rich.console import Console
 
-        from zerodoctor.report.text import render
-
-        render(report, Console(highlight=False, soft_wrap=True))
-    _exit_on(report.findings, fail_on)
+        text = "\n".join(lines(comparison))
+        if output is None:
+            Console(highlight=False, soft_wrap=True).print(text)
+        else:
+            _emit(Console(highlight=False, soft_wrap=True, no_color=True).render_str(text).plain, output)
 
 
 @app.command(context_settings={"ignore_unknown_options": True})
@@ -152,6 +231,7 @@ def watch(
     full: bool = typer.Option(False, "--full", help="Print each new finding as diagnose's full block, not one line."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Log only problems (quarantined lines, errors)."),
     table: bool = typer.Option(False, "--table", help="On a terminal, keep a live table of runs below the findings."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Keep a live HTML page per run and an index.html here."),
 ) -> None:
     """Tail run directories into the store; print each new finding once, as the run goes."""
     import logging
@@ -167,6 +247,11 @@ def watch(
     for d in dirs:
         if not d.is_dir():
             raise fail(f"{d}: no such directory")
+    if html is not None:
+        try:
+            html.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise fail(f"{html}: cannot keep pages there: {exc.strerror}") from None
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="zerodoctor: %(message)s")
     loaded = _load_rules(rules)
     url = url_for(db or dirs[0] / DEFAULT_DB_NAME)
@@ -182,26 +267,44 @@ def watch(
             from zerodoctor.watch.notify import notifiers
 
             watcher = Watcher(open_engine(url), [d.absolute() for d in dirs], loaded, announce, notifiers=notifiers())
+            pages = None
+            if html is not None:
+                from zerodoctor.report.live import LivePages
+
+                pages = LivePages(html, watcher.pipeline.series)
+                watcher.on_judged = pages.judged
             stop_on_signals(watcher)
-            if once:
-                watcher.once()
-            elif table and console.is_terminal:
-                from rich.live import Live
-
-                from zerodoctor.report.status import table as runs_table
-                from zerodoctor.store.status import collect
-
-                with Live(console=console, auto_refresh=False) as live:
-
-                    def redraw() -> None:
-                        with watcher.engine.connect() as conn:
-                            live.update(runs_table(collect(conn)), refresh=True)
-
-                    watcher.serve(polling=poll, every_tick=redraw)
-            else:
-                watcher.serve(polling=poll)
+            try:
+                _watch_loop(watcher, console, once=once, poll=poll, table=table,
+                            flush=pages.flush if pages is not None else None)
+            finally:
+                if pages is not None:
+                    pages.flush(force=True)  # the last judgements, whatever their wait
     except StoreBusy as exc:
         raise fail(str(exc)) from None
+
+
+def _watch_loop(watcher, console, *, once: bool, poll: bool, table: bool, flush) -> None:  # noqa: ANN001
+    """``once``, the live table, or plain serving; ``flush`` (live pages) rides on the watcher's tick."""
+    if once:
+        watcher.once()
+    elif table and console.is_terminal:
+        from rich.live import Live
+
+        from zerodoctor.report.status import table as runs_table
+        from zerodoctor.store.status import collect
+
+        with Live(console=console, auto_refresh=False) as live:
+
+            def redraw() -> None:
+                with watcher.engine.connect() as conn:
+                    live.update(runs_table(collect(conn)), refresh=True)
+                if flush is not None:
+                    flush()
+
+            watcher.serve(polling=poll, every_tick=redraw)
+    else:
+        watcher.serve(polling=poll, every_tick=flush)
 
 
 @app.command()

@@ -27,6 +27,7 @@ from zerodoctor.sources import Batch, UnsupportedFormat, detect_format, run_file
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store.ingest import Ingestor
+from zerodoctor.store.series import RunSeries, read_series
 from zerodoctor.watch.tail import Emit, FileTail
 
 Progress = Callable[[int, int], None]  # (bytes read so far, bytes in all) over the inputs
@@ -205,6 +206,12 @@ class Pipeline:
         with self.engine.begin() as conn:
             stored_findings.record(conn, view.run_id, [f.to_json() for f in found], time.time())
         return Judgement(name, found, unevaluated, values, view.config, view.world_size_stated)
+
+
+    def series(self, name: str) -> RunSeries:
+        """What the run's plots draw, downsampled in the store (the view keeps no per-step lists)."""
+        with self.engine.connect() as conn:
+            return read_series(conn, self.ingestor.run_id(conn, name))
 
 
 def _size(path: Path) -> int:

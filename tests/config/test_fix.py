@@ -99,6 +99,6 @@ def test_check_no_deepspeed_says_skipped_and_prints_only_evidence_it_has(tmp_pat
     assert "config parser: skipped (--no-deepspeed)" in proc.stdout
     assert "not validated: skipped (--no-deepspeed)" in proc.stdout  # the --fix summary
     lines = proc.stdout.splitlines()
-    assert "  evidence: config.min_loss_scale=0.5" in lines  # ZD605's number
+    assert "  evidence: fp16.min_loss_scale as written: 0.5" in lines  # ZD605's number, in words
     assert "  evidence:" not in [line.rstrip() for line in lines]  # ZD604 is gated by flags only
     assert f"2 errors in {path}" in proc.stdout

@@ -1,1 +1,1 @@
-"""Report: findings → text for people (rich), JSON for tools, Markdown for issues and PRs."""
+"""Report: findings → text (rich), JSON, Markdown, a self-contained HTML page with plots, live pages, run vs run."""

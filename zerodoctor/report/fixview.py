@@ -21,15 +21,3 @@ def fix_lines(fix: Fix, config: dict[str, Any] | None) -> list[str]:
     if fix.action:
         lines.append(fix.action)
     return lines
-
-
-def evidence_text(evidence: dict[str, Any]) -> str:
-    return " · ".join(f"{k}={_fmt(v)}" for k, v in evidence.items())
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list) and len(value) > 8:
-        return "[" + ", ".join(map(str, value[:8])) + f", … {len(value) - 8} more]"
-    return str(value)

@@ -11,7 +11,8 @@ from zerodoctor.report.model import Report
 def to_json(report: Report) -> dict[str, Any]:
     return {
         "zerodoctor": __version__,
-        "inputs": [vars(i) for i in report.inputs],
+        "inputs": [{"path": i.path, "format": i.format, "events": i.events, "quarantined": i.quarantined}
+                   for i in report.inputs],
         "findings": [f.to_json() for f in report.findings],
         "unevaluated": [u.to_json() for u in report.unevaluated],
     }

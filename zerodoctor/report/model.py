@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.sources.rejects import Rejected
+from zerodoctor.store.series import RunSeries
 
 if TYPE_CHECKING:
     from zerodoctor.pipeline import Judgement
@@ -18,6 +19,7 @@ class InputSummary:
     format: str
     events: int
     quarantined: int
+    lines: int = 0  # lines read, for saying so when none was recognised (not in the findings JSON)
 
 
 @dataclass
@@ -28,6 +30,7 @@ class Report:
     rejected: list[Rejected] = field(default_factory=list)
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     world_sizes: dict[str, int | None] = field(default_factory=dict)  # as each run stated it; never guessed
+    series: dict[str, RunSeries] = field(default_factory=dict)  # what the HTML page plots, per run
 
     def add(self, judgement: Judgement) -> None:
         self.findings += judgement.findings

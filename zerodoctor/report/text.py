@@ -7,9 +7,11 @@ from collections import Counter
 from rich.console import Console
 from rich.markup import escape
 
+from zerodoctor.report.coverage import not_judged_line, unrecognised
+from zerodoctor.report.fixview import fix_lines
 from zerodoctor.report.model import Report
-from zerodoctor.report.fixview import evidence_text, fix_lines
-from zerodoctor.rulebook.finding import Finding
+from zerodoctor.report.units import evidence_items
+from zerodoctor.rulebook.finding import Finding, Unevaluated
 
 STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold blue"}
 SHOW_REJECTED = 5
@@ -36,7 +38,9 @@ def finding_block(f: Finding, config: dict | None) -> str:
         f"  {escape(f.message)}",
     ]
     if f.evidence:  # a rule gated only by flags has nothing more to show than its message
-        out.append(f"  [dim]evidence: {escape(evidence_text(f.evidence))}[/]")
+        items = evidence_items(f.evidence)
+        out.append(f"  [dim]evidence: {escape(items[0])}[/]")
+        out += [f"  [dim]          {escape(item)}[/]" for item in items[1:]]
     if f.evidence_strength:
         out.append(f"  [dim]evidence strength: {escape(f.evidence_strength)}[/]")
     for fix in f.fixes:
@@ -48,10 +52,18 @@ def finding_block(f: Finding, config: dict | None) -> str:
     return "\n".join(out)
 
 
-def render(report: Report, console: Console) -> None:
+def render(report: Report, console: Console, *, explain: bool = False) -> None:
+    """Findings first; quarantined lines and rules not judged after, the latter in one line unless ``explain``."""
+    if report.inputs and not any(i.events for i in report.inputs):
+        for i in report.inputs:
+            console.print(escape(unrecognised(i)))
+        return
     for f in report.findings:
         console.print(finding_block(f, report.configs.get(f.run)))
         console.print()
+    for i in report.inputs:
+        if not i.events:
+            console.print(f"[yellow]{escape(unrecognised(i))}[/]")
     if report.rejected:
         console.print(f"[yellow]{len(report.rejected)} line(s) quarantined[/] (kept in the store, not used):")
         for r in report.rejected[:SHOW_REJECTED]:
@@ -59,21 +71,28 @@ def render(report: Report, console: Console) -> None:
         if len(report.rejected) > SHOW_REJECTED:
             console.print(f"  … and {len(report.rejected) - SHOW_REJECTED} more")
     if report.unevaluated:
-        console.print("[dim]not judged (signal missing):[/]")
-        # one line per remedy, not per rule: a log without a config leaves a dozen config rules
-        # unjudged for the same reason, and one switch shows what several rules need
-        groups: dict[tuple, tuple[list[str], dict[str, None]]] = {}
-        for u in report.unevaluated:
-            codes, missing = groups.setdefault((u.run, u.hint), ([], {}))
-            codes.append(u.rule)
-            missing.update(dict.fromkeys(u.missing))
-        for (run, hint), (codes, missing) in groups.items():
-            names = list(missing)
-            needs = ", ".join(names[:SHOW_MISSING]) + (f", … {len(names) - SHOW_MISSING} more"
-                                                        if len(names) > SHOW_MISSING else "")
-            console.print(f"  [dim]{', '.join(codes)} in run {escape(run)}: needs {needs}[/]"
-                          + (f"\n    [dim]to see it: {escape(hint)}[/]" if hint else ""))
+        if explain:
+            _explain(report.unevaluated, console)
+        else:
+            console.print(f"[dim]{escape(not_judged_line(report))}[/]")
     counts = Counter(f.severity for f in report.findings)
     events = sum(i.events for i in report.inputs)
     summary = ", ".join(f"{counts[s]} {s}" for s in ("error", "warning", "info") if counts[s]) or "no findings"
     console.print(f"[bold]{summary}[/] from {events} events in {len(report.inputs)} file(s)")
+
+
+def _explain(unevaluated: list[Unevaluated], console: Console) -> None:
+    console.print("[dim]not judged (signal missing):[/]")
+    # one line per remedy, not per rule: a log without a config leaves a dozen config rules
+    # unjudged for the same reason, and one switch shows what several rules need
+    groups: dict[tuple, tuple[list[str], dict[str, None]]] = {}
+    for u in unevaluated:
+        codes, missing = groups.setdefault((u.run, u.hint), ([], {}))
+        codes.append(u.rule)
+        missing.update(dict.fromkeys(u.missing))
+    for (run, hint), (codes, missing) in groups.items():
+        names = list(missing)
+        needs = ", ".join(names[:SHOW_MISSING]) + (f", … {len(names) - SHOW_MISSING} more"
+                                                    if len(names) > SHOW_MISSING else "")
+        console.print(f"  [dim]{', '.join(codes)} in run {escape(run)}: needs {needs}[/]"
+                      + (f"\n    [dim]to see it: {escape(hint)}[/]" if hint else ""))

@@ -30,7 +30,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from zerodoctor.pipeline import Pipeline
+from zerodoctor.pipeline import Judgement, Pipeline
 from zerodoctor.rulebook.finding import Finding
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.sources import Batch, run_files, source_patterns
@@ -54,6 +54,7 @@ class Watcher:
     """Tails every run directory under ``roots`` into ``engine`` and judges the runs that changed.
 
     Args:
+        on_judged: called with every ``Judgement`` (``watch --html`` keeps its pages from them).
         judge_every_s: least time between two judgements of one run; stretched to four
             times the last judgement's cost, so a large run never spends most of the loop
             being judged.
@@ -62,9 +63,11 @@ class Watcher:
     """
 
     def __init__(self, engine: Engine, roots: list[Path], rules: list[Rule], announce: Announce, *,
-                 notifiers: list[Notifier] | None = None, judge_every_s: float = 0.2, tick_s: float = 1.0,
+                 notifiers: list[Notifier] | None = None, on_judged: Callable[[Judgement], None] | None = None,
+                 judge_every_s: float = 0.2, tick_s: float = 1.0,
                  rescan_s: float = 5.0, notify_retry_s: float = 30.0) -> None:
         self.engine, self.roots, self.rules, self.announce = engine, roots, rules, announce
+        self.on_judged = on_judged
         self.judge_every_s, self.tick_s, self.rescan_s = judge_every_s, tick_s, rescan_s
         self.pipeline = Pipeline(engine, rules)
         self.tails: dict[Path, FileTail] = {}
@@ -177,6 +180,8 @@ class Watcher:
 
     def _judge_run(self, name: str) -> None:
         judged = self.pipeline.judge(name, now=time.time())
+        if self.on_judged is not None:
+            self.on_judged(judged)
         found, config, run_id = judged.findings, judged.config, self.pipeline.view(name).run_id
         with self.engine.begin() as conn:
             unannounced = stored_findings.unannounced(conn, run_id)

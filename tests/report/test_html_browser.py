@@ -1,0 +1,80 @@
+"""The HTML report in a real headless Chromium: the plots are drawn, no JS error, nothing fetched.
+
+Each page is written by the real CLI (``diagnose --format html -o``); the screenshots stay in
+``test-artifacts/`` (gitignored) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+from tests.report.browser import Browser, chromium
+
+ARTIFACTS = ROOT / "test-artifacts"
+
+# input (a sample run directory, or a real console log among the fixtures) → the plots its page must draw
+EXPECTED = {
+    "samples/fp16-min-scale": {"scale", "loss", "time", "ranks"},
+    "samples/fragmentation-oom": {"loss", "time", "memory", "ranks"},
+    "samples/healthy-zero2": {"loss", "time", "ranks"},
+    "samples/gpu-capacity-oom-h200": {"loss", "time", "memory"},
+    "samples/offload-zero3": {"loss", "time", "ranks"},
+    # skips logged without a scale, and timers and memory on the last step only
+    "tests/fixtures/logs/deepspeed_progress_throughput_memory.log": {"scale", "time", "memory"},
+    "tests/fixtures/logs/deepspeed_loss_scaler_calibration.log": {"scale"},
+}
+
+# per plot on the page: its id, canvases drawn, and how many pixels are not background
+PROBE = """JSON.stringify([...document.querySelectorAll('.plot')].map(el => ({
+  id: el.id.replace(/^run\\d+-/, ''),
+  canvases: el.querySelectorAll('.uplot canvas').length,
+  inked: [...el.querySelectorAll('canvas')].map(c => {
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
+    for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }).reduce((a, b) => a + b, 0),
+  legend: [...el.querySelectorAll('.u-legend .u-label')].map(l => l.textContent),
+})))"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if chromium() is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs Debian's chromium")
+        pytest.skip("chromium is not installed here (CI installs it)")
+    with Browser() as b:
+        yield b
+
+
+@pytest.mark.parametrize("source", sorted(EXPECTED))
+def test_sample_page_draws_its_plots_without_errors(browser: Browser, source: str, tmp_path: Path) -> None:
+    sample = Path(source).stem
+    page = tmp_path / f"{sample}.html"
+    proc = run_cli("diagnose", str(ROOT / source), "--format", "html", "-o", str(page), "--fail-on", "never")
+    assert proc.returncode == 0, proc.stderr
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / f"report-{sample}.png"
+    rendered = browser.render(page, PROBE, shot)
+    print(f"screenshot: {shot} (page {page.stat().st_size} bytes, loaded in {rendered.load_s:.2f} s)")
+
+    assert rendered.errors == []
+    assert rendered.requests == [page.absolute().as_uri()]  # self-contained: nothing else fetched
+    plots = {p["id"]: p for p in json.loads(rendered.value)}
+    assert set(plots) == EXPECTED[source]
+    for p in plots.values():
+        assert p["canvases"] >= 1 and p["inked"] > 2000, p  # drawn, not an empty frame
+        assert p["legend"], p
+    assert shot.stat().st_size > 10_000
+
+
+def test_a_script_error_is_caught(browser: Browser, tmp_path: Path) -> None:
+    """The capture itself can fail: a page that throws is reported."""
+    page = tmp_path / "broken.html"
+    page.write_text("<!doctype html><body><script>console.error('logged'); undefinedCall();</script></body>")
+    rendered = browser.render(page, "1")
+    assert any("logged" in e for e in rendered.errors)
+    assert any("undefinedCall" in e for e in rendered.errors)

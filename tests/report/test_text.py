@@ -1,0 +1,82 @@
+"""The terminal report: the finding first and on one screen, rules not judged in one line unless
+``--explain``, evidence in words and units (JSON keeps the signal names), and an input nothing
+was recognised in said so plainly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import ROOT, run_cli
+from zerodoctor.report.units import evidence_items, quantity
+
+SCREEN = 24  # lines of a default terminal
+
+
+def test_console_log_diagnosis_fits_one_screen_with_the_finding_first() -> None:
+    proc = run_cli("diagnose", str(ROOT / "samples/fp16-min-scale/console.log"))
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("ERROR ZD201 fp16-loss-scale-collapse")
+    assert len(lines) <= SCREEN, proc.stdout
+    not_judged = [line for line in lines if "not judged" in line]
+    assert not_judged == ["18 rules not judged: this log has no config dump or per-step lines; "
+                          "needs data.tokens_per_param; `--explain` lists them"]
+
+
+def test_explain_lists_every_rule_not_judged() -> None:
+    proc = run_cli("diagnose", "--explain", str(ROOT / "samples/fp16-min-scale/console.log"))
+    assert "not judged (signal missing):" in proc.stdout
+    for code in ("ZD102", "ZD301", "ZD601", "ZD609", "ZD801"):
+        assert code in proc.stdout
+    assert "`--explain` lists them" not in proc.stdout
+
+
+def test_evidence_reads_as_words_and_units_in_text_and_markdown_but_json_keeps_names() -> None:
+    sample = str(ROOT / "samples/fp16-min-scale")
+    text = run_cli("diagnose", sample).stdout
+    assert "skipped share of the last 100 steps (fewer in a short run): 23%" in text
+    assert "consecutive overflows left before DeepSpeed aborts at min scale: 0" in text
+    assert "fp16.recent_overflow_rate" not in text
+    markdown = run_cli("diagnose", "--format", "markdown", sample).stdout
+    assert "- skipped share of the last 100 steps (fewer in a short run): 23%" in markdown
+    body = json.loads(run_cli("diagnose", "--format", "json", sample).stdout)
+    assert body["findings"][0]["evidence"]["fp16.recent_overflow_rate"] == 0.230769
+    assert set(body["inputs"][0]) == {"path", "format", "events", "quarantined"}
+
+
+def test_quantities_in_their_units() -> None:
+    assert quantity(3 * 2**30 + 2**29, "bytes") == "3.5 GiB"
+    assert quantity(64 * 2**20, "bytes") == "64.0 MiB"
+    assert quantity(0.2308, "ratio") == "23%"
+    assert quantity(0.0426, "s") == "42.6 ms"
+    assert quantity(12.5, "s") == "12.5 s"
+    assert quantity(2.92e7, "elements") == "29.2M elements"
+    assert quantity(True, "bool") == "yes"
+    assert evidence_items({"memory.oom_requested_bytes": 2 << 30, "not.a.signal": 3}) == [
+        "size of the failed allocation (first OOM): 2.0 GiB", "not.a.signal=3"]
+
+
+def test_a_log_with_nothing_recognised_says_so(tmp_path: Path) -> None:
+    log = tmp_path / "train.out"
+    log.write_text("epoch 1 done\nsaving checkpoint\nall good\n")
+    proc = run_cli("diagnose", str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        f"{log}: nothing recognised (3 lines read, as text); zerodoctor knows zerodoctor's events "
+        "(rank-N.jsonl) and console logs with deepspeed, torch, nccl, hf, megatron lines")
+    assert "no findings" not in proc.stdout
+    markdown = run_cli("diagnose", "--format", "markdown", str(log)).stdout
+    assert "nothing recognised (3 lines read" in markdown and "No findings" not in markdown
+
+
+def test_output_file_for_any_format(tmp_path: Path) -> None:
+    for fmt in ("text", "json", "markdown", "html"):
+        out = tmp_path / f"report.{fmt}"
+        proc = run_cli("diagnose", "--format", fmt, "-o", str(out), "--fail-on", "never",
+                       str(ROOT / "samples/healthy-zero2"))
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == ""
+        assert f"wrote {out}" in proc.stderr
+        assert out.stat().st_size > 100
+    assert json.loads((tmp_path / "report.json").read_text())["findings"] == []

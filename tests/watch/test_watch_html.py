@@ -1,0 +1,85 @@
+"""``watch --html DIR``: a real watch subprocess, a run directory its ranks append to, and the live
+page and index following along, written atomically, drawing in a real browser."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.report.browser import Browser, chromium
+from tests.watch.conftest import start_watch, stop, wait_for
+
+SAMPLE = ROOT / "samples/fp16-min-scale"
+HEALTHY_LINES = 20  # run_start and the steps before the first overflow (step 31)
+
+
+def _append(run_dir: Path, part: slice) -> None:
+    for rank in (0, 1):
+        lines = (SAMPLE / f"rank-{rank}.jsonl").read_text().splitlines(keepends=True)
+        with open(run_dir / f"rank-{rank}.jsonl", "a") as f:
+            f.writelines(lines[part])
+
+
+def test_live_page_and_index_follow_the_run(tmp_path: Path) -> None:
+    runs, out = tmp_path / "runs", tmp_path / "html"
+    run_dir = runs / "fp16-min-scale"
+    run_dir.mkdir(parents=True)
+    _append(run_dir, slice(0, HEALTHY_LINES))
+    proc = start_watch(str(runs), "--html", str(out))
+    try:
+        page, index = out / "fp16-min-scale.html", out / "index.html"
+        wait_for(lambda: page.exists() and index.exists(), timeout=60)
+        first = page.read_text()
+        assert '<meta http-equiv="refresh" content="5">' in first
+        assert "no findings" in first and "ZD201" not in first
+        assert "fp16-min-scale.html" in index.read_text()
+
+        _append(run_dir, slice(HEALTHY_LINES, None))  # the overflows, then DeepSpeed's abort
+        wait_for(lambda: "ZD201" in page.read_text(), timeout=60)
+        assert "fp16-loss-scale-collapse" in index.read_text()
+        assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # os.replace left no temporary file
+
+        # nothing new, nothing written: a page is written only after a judgement
+        before = os.stat(page).st_mtime_ns
+        time.sleep(4)
+        assert os.stat(page).st_mtime_ns == before
+
+        if chromium() is not None or os.environ.get("CI"):
+            with Browser() as browser:
+                rendered = browser.render(page, "document.querySelectorAll('.plot .uplot canvas').length")
+            assert rendered.errors == [] and rendered.value >= 4
+    finally:
+        code, _, err = stop(proc)
+    assert code == 0, err
+
+    # a restarted watch judges only the run with new lines; the index still lists the other one
+    healthy = runs / "healthy-zero2"
+    healthy.mkdir()
+    for f in (ROOT / "samples/healthy-zero2").glob("rank-*.jsonl"):
+        (healthy / f.name).write_text(f.read_text())
+    again = start_watch(str(runs), "--once", "--html", str(out))
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    listed = index.read_text()
+    assert "healthy-zero2.html" in listed and "fp16-loss-scale-collapse" in listed
+
+
+def test_html_dir_must_be_creatable(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    (tmp_path / "runs").mkdir()
+    proc = start_watch(str(tmp_path / "runs"), "--once", "--html", str(blocker / "sub"))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert err.startswith("zerodoctor: error: ") and "file/sub" in err
+
+
+@pytest.mark.parametrize("name", ["a/b", "run 1"])
+def test_page_names_are_safe(name: str) -> None:
+    from zerodoctor.report.live import page_name
+
+    assert "/" not in page_name(name) and " " not in page_name(name)

@@ -1,0 +1,111 @@
+"""Report: each judgement ``watch`` makes → one live HTML page per run, beside an index of runs and their worst finding.
+
+Pages are written atomically (a temporary file, then ``os.replace``), so a browser never
+loads half a page, and they reload themselves every ``REFRESH_S``. A run's page is written
+only after it was judged, and at most once per ``every_s`` (stretched to ten times the last
+write's cost): a judgement every 0.2 s on a busy run costs one store query and one page
+every few seconds, never one per judgement. ``index.json`` keeps what the index shows, so a
+restarted ``watch`` lists the runs it has not judged again yet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from zerodoctor.report.html import document, to_html, worst
+from zerodoctor.report.model import Report
+from zerodoctor.store.series import RunSeries
+
+if TYPE_CHECKING:
+    from zerodoctor.pipeline import Judgement
+
+REFRESH_S = 5
+EVERY_S = 3.0
+
+
+def page_name(run: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", run) + ".html"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+@dataclass
+class _Run:
+    judgement: Judgement | None = None  # the latest one not yet written
+    written_at: float = -1e9
+    every_s: float = EVERY_S
+    shown: dict = field(default_factory=dict)  # what the index says: worst finding, count, time judged
+
+
+class LivePages:
+    """Keeps ``directory`` holding ``index.html`` and one page per judged run.
+
+    Args:
+        series: reads a run's plot series from the store (``Pipeline.series``).
+    """
+
+    def __init__(self, directory: Path, series: Callable[[str], RunSeries], *, every_s: float = EVERY_S) -> None:
+        self.directory, self.series, self.every_s = directory, series, every_s
+        directory.mkdir(parents=True, exist_ok=True)
+        self.runs: dict[str, _Run] = {}
+        try:
+            shown = json.loads((directory / "index.json").read_text())
+        except (OSError, ValueError):
+            shown = {}
+        for name, entry in shown.items():
+            self.runs[name] = _Run(every_s=every_s, shown=entry)
+
+    def judged(self, judgement: Judgement) -> None:
+        """A run was judged: its page is due now, or at the end of its wait (``flush``)."""
+        run = self.runs.setdefault(judgement.run, _Run(every_s=self.every_s))
+        run.judgement = judgement
+        self.flush()
+
+    def flush(self, *, force: bool = False) -> None:
+        """Write the pages whose run was judged since its last write and whose wait is over."""
+        now = time.monotonic()
+        wrote = False
+        for name, run in self.runs.items():
+            if run.judgement is None or (not force and now < run.written_at + run.every_s):
+                continue
+            started = time.monotonic()
+            self._write_run(name, run)
+            run.every_s = max(self.every_s, 10 * (time.monotonic() - started))
+            run.written_at = time.monotonic()
+            wrote = True
+        if wrote:
+            self._write_index()
+
+    def _write_run(self, name: str, run: _Run) -> None:
+        j, run.judgement = run.judgement, None
+        report = Report(findings=j.findings, unevaluated=j.unevaluated, configs={name: j.config},
+                        series={name: self.series(name)})
+        top = worst(j.findings)
+        run.shown = {"findings": len(j.findings), "updated": time.time(),
+                     "worst": {k: getattr(top, k) for k in ("severity", "rule", "name", "message")} if top else None}
+        write_atomically(self.directory / page_name(name), to_html(report, refresh_s=REFRESH_S))
+
+    def _write_index(self) -> None:
+        rows = []
+        for name, run in sorted(self.runs.items()):
+            top, count, when = run.shown.get("worst"), run.shown.get("findings", 0), run.shown.get("updated")
+            line = f"{top['rule']} {top['name']}: {top['message']}" if top else "no findings"
+            more = f" (+{count - 1} more)" if count > 1 else ""
+            rows.append(f'<tr><td><a href="{escape(page_name(name))}">{escape(name)}</a></td>'
+                        f'<td class="sev-{top["severity"] if top else "ok"}">{escape(line + more)}</td>'
+                        f'<td>{time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when)) if when else "–"}</td></tr>')
+        body = ("<h1>zerodoctor watch</h1><table><tr><th>run</th><th>worst finding</th><th>judged at</th></tr>"
+                + "".join(rows) + "</table>")
+        write_atomically(self.directory / "index.json", json.dumps({n: r.shown for n, r in self.runs.items()}))
+        write_atomically(self.directory / "index.html", document("zerodoctor watch", body, [], refresh_s=REFRESH_S))
