@@ -46,15 +46,15 @@ def test_evidence_reads_as_words_and_units_in_text_and_markdown_but_json_keeps_n
 
 
 def test_quantities_in_their_units() -> None:
-    assert quantity(3 * 2**30 + 2**29, "bytes") == "3.5 GiB"
-    assert quantity(64 * 2**20, "bytes") == "64.0 MiB"
+    assert quantity(3 * 2**30 + 2**29, "bytes") == "3.50 GiB"  # as PyTorch prints it
+    assert quantity(64 * 2**20, "bytes") == "64.00 MiB"
     assert quantity(0.2308, "ratio") == "23%"
     assert quantity(0.0426, "s") == "42.6 ms"
     assert quantity(12.5, "s") == "12.5 s"
     assert quantity(2.92e7, "elements") == "29.2M elements"
     assert quantity(True, "bool") == "yes"
     assert evidence_items({"memory.oom_requested_bytes": 2 << 30, "not.a.signal": 3}) == [
-        "size of the failed allocation (first OOM): 2.0 GiB", "not.a.signal=3"]
+        "size of the failed allocation (first OOM): 2.00 GiB", "not.a.signal=3"]
 
 
 def test_a_log_with_nothing_recognised_says_so(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Report: a finding's evidence (signal name → value) → words and units, from the signal catalogue.
 
 ``fp16.recent_overflow_rate=0.2308`` reads as "skipped share of the last 50 steps: 23%":
-the signal's doc says what it is, its unit how to print it (bytes as MiB/GiB, ratios as %,
+the signal's doc says what it is, its unit how to print it (bytes as PyTorch prints them, ratios as %,
 seconds as ms or s). JSON keeps the signal names; only text and Markdown use this.
 """
 
@@ -12,9 +12,9 @@ from typing import Any
 
 from zerodoctor import signals
 from zerodoctor.signals.base import Signal
+from zerodoctor.units import format_bytes
 
 SHOW_ITEMS = 8
-_BINARY = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
 _LARGE = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
 # units whose number says it all next to the doc ("steps skipped for overflow: 9")
 _COUNTS = {"steps", "step", "overflows", "events", "retries", "ranks", "keys", "samples", "micro-batches", "scale",
@@ -36,7 +36,7 @@ def quantity(value: Any, unit: str) -> str:
     if not isinstance(value, (int, float)):
         return str(value)
     if unit == "bytes":
-        return next((f"{value / size:.1f} {name}" for size, name in _BINARY if abs(value) >= size), f"{value:g} B")
+        return format_bytes(value)
     if unit == "ratio":
         return f"{value:.0%}" if abs(value) >= 0.01 or value == 0 else f"{value:.2%}"
     if unit == "s":
