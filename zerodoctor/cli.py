@@ -266,7 +266,8 @@ def watch(
         with writer_lock(url):
             from zerodoctor.watch.notify import notifiers
 
-            watcher = Watcher(open_engine(url), [d.absolute() for d in dirs], loaded, announce, notifiers=notifiers())
+            roots = list(dict.fromkeys(d.resolve() for d in dirs))  # DIR and DIR/../DIR are one root
+            watcher = Watcher(open_engine(url), roots, loaded, announce, notifiers=notifiers())
             pages = None
             if html is not None:
                 from zerodoctor.report.live import LivePages
@@ -280,6 +281,8 @@ def watch(
             finally:
                 if pages is not None:
                     pages.flush(force=True)  # the last judgements, whatever their wait
+            if once and watcher.skipped:
+                raise fail(f"{len(watcher.skipped)} file(s) could not be read and were skipped (see above)")
     except StoreBusy as exc:
         raise fail(str(exc)) from None
 

@@ -174,7 +174,8 @@ class Pipeline:
                         on_progress(sum(t.offset for t in tails), total)
                 with self.engine.begin() as conn:
                     for t in tails:
-                        t.finish(conn, self.ingestor, self.emit_for(t))
+                        # A lasting store reads the file again later: a half-written last line waits for then.
+                        t.finish(conn, self.ingestor, self.emit_for(t), unterminated=not self.save_views)
                     self.commit_views(conn, final=True)
         finally:
             for t in tails:

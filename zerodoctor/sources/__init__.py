@@ -17,6 +17,7 @@ from typing import BinaryIO, Callable, Iterator, Protocol
 from zerodoctor import plugins
 from zerodoctor.events import Event
 from zerodoctor.sources.lines import MAX_LINE_BYTES, read_lines
+from zerodoctor.sources.readable import open_log
 from zerodoctor.sources.rejects import BadLine, Rejected
 
 SNIFF_BYTES = 64 * 1024
@@ -73,8 +74,12 @@ class Batch:
 
 
 def detect_format(path: Path) -> str:
-    """Return ``"jsonl"`` when the first non-blank line is a JSON object with a ``kind``, else ``"text"``."""
-    with open(path, "rb") as f:
+    """Return ``"jsonl"`` when the first non-blank line is a JSON object with a ``kind``, else ``"text"``.
+
+    Raises ``UnreadableFile`` for what is no log at all (a FIFO, binary data).
+    """
+    stream, _ = open_log(path)
+    with stream as f:
         head = f.read(SNIFF_BYTES)
     for line in head.splitlines():
         stripped = line.strip()
@@ -101,20 +106,24 @@ def read_batches(
     final: bool = True,
     batch_lines: int = 20_000,
     stream: BinaryIO | None = None,
+    unterminated: bool = True,
 ) -> Iterator[Batch]:
     """Stream ``path`` from byte ``start`` in batches of at most ``batch_lines`` lines.
 
     Each batch carries the offset just past its last line, so a consumer that commits
     the batch and its offset together never reads a line twice nor skips one.
-    ``final=True`` means the file is complete: an unterminated last line is read and the
-    parser's held state is flushed. ``stream``, when given, is read instead of opening
-    ``path`` (a tailer keeps a rotated-away file open to drain it); ``path`` still names it.
+    ``final=True`` means the file is complete: the parser's held state is flushed and an
+    unterminated last line is read (unless ``unterminated=False``: a writer may still finish
+    it). ``stream``, when given, is read instead of opening ``path`` (a tailer keeps a
+    rotated-away file open to drain it); ``path`` still names it. Either way the bytes are
+    those ``open_log`` gives: gzip and UTF-16/32 decoded.
     """
     name = str(path)
     batch = Batch(end=start, last_line=first_line - 1)
     in_batch = 0
-    with nullcontext(stream) if stream is not None else open(path, "rb") as f:
-        for number, end, data, oversize in read_lines(f, start=start, first_line=first_line, final=final):
+    lines_to_read = final and unterminated
+    with nullcontext(stream) if stream is not None else open_log(path)[0] as f:
+        for number, end, data, oversize in read_lines(f, start=start, first_line=first_line, final=lines_to_read):
             if oversize:
                 batch.rejected.append(
                     Rejected(name, number, f"line of {oversize} bytes is over the {MAX_LINE_BYTES}-byte cap", data, oversize)

@@ -2,7 +2,8 @@
 
 Step events, the bulk of any run, get a wide numeric table so signals aggregate them in
 SQL; the rarer kinds keep their payload as JSON. Each file has one row with its identity
-and the byte offset committed together with the events read up to it.
+(device, inode, fingerprint of its first bytes) and the byte offset committed together
+with the events read up to it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ files = Table(
     Column("format", String(32), nullable=False),
     Column("device", Integer),
     Column("inode", Integer),
+    # sha256 of the first min(offset, 4096) bytes read: an inode reused by a recreated file is no match.
+    Column("fingerprint", String(64)),
     Column("offset", Integer, nullable=False, default=0),
     Column("lines", Integer, nullable=False, default=0),
     Column("events", Integer, nullable=False, default=0),

@@ -34,6 +34,7 @@ from zerodoctor.pipeline import Judgement, Pipeline
 from zerodoctor.rulebook.finding import Finding
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.sources import Batch, run_files, source_patterns
+from zerodoctor.sources.readable import UnreadableFile
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store.schema import files
 from zerodoctor.watch.notify import Deliveries, Notifier
@@ -71,6 +72,7 @@ class Watcher:
         self.judge_every_s, self.tick_s, self.rescan_s = judge_every_s, tick_s, rescan_s
         self.pipeline = Pipeline(engine, rules)
         self.tails: dict[Path, FileTail] = {}
+        self.skipped: dict[Path, str] = {}  # files found but not read, and why
         self.stop = threading.Event()
         self.deliveries = Deliveries(engine, notifiers or [], self.stop, notify_retry_s)
         self.wake = threading.Event()
@@ -82,10 +84,17 @@ class Watcher:
     # -- one pass -------------------------------------------------------------------
 
     def discover(self) -> None:
-        """Start tailing run files that appeared under the roots (a root may itself be a run directory)."""
-        run_dirs = [d for root in self.roots for d in (root, *sorted(root.glob("*/")))]
-        found = sorted({path.absolute(): fmt for d in run_dirs for path, fmt in run_files(d)}.items())
+        """Start tailing run files that appeared under the roots (a root may itself be a run directory).
+
+        Files are keyed by their resolved path, so a run directory reachable twice (a symlink
+        alias, ``DIR DIR/../DIR``) is read once. A file that cannot be read (a FIFO, a symlink
+        loop, binary data, no permission) is reported once and counted in ``skipped``.
+        """
+        run_dirs = {d.resolve(): None for root in self.roots for d in (root, *sorted(root.glob("*/")))}
+        by_path = {_resolved(path): fmt for d in run_dirs for path, fmt in run_files(d)}
+        found = sorted(by_path.items())
         formats = {path.parent: fmt for path, fmt in found}
+        self.skipped = {path: why for path, why in self.skipped.items() if path in by_path}
         for path, tail in list(self.tails.items()):
             if formats.get(path.parent, tail.fmt) != tail.fmt:
                 tail.close()
@@ -93,6 +102,7 @@ class Watcher:
         fresh = [(path, fmt) for path, fmt in found if path not in self.tails]
         if not fresh:
             return
+        started: list[Path] = []
         with self.engine.begin() as conn:
             self._forget_replaced_sources(conn, formats)
             for path, fmt in fresh:
@@ -100,9 +110,20 @@ class Watcher:
                     self.tails[path] = self.pipeline.tail(conn, path, fmt)
                 except FileNotFoundError:
                     continue  # gone between the scan and now; a later scan sees what replaces it
-        for run_dir in sorted({path.parent for path, _ in fresh}):
-            names = [p.name for p, _ in fresh if p.parent == run_dir]
+                except OSError as exc:
+                    self._skip(path, exc)
+                    continue
+                self.skipped.pop(path, None)
+                started.append(path)
+        for run_dir in sorted({path.parent for path in started}):
+            names = [p.name for p in started if p.parent == run_dir]
             log.info("tailing %s: %s", run_dir, ", ".join(names))
+
+    def _skip(self, path: Path, exc: OSError) -> None:
+        why = str(exc) if isinstance(exc, UnreadableFile) else f"{path}: cannot open: {exc.strerror or exc}"
+        if self.skipped.get(path) != why:  # once, not at every rescan
+            log.error("%s; skipped", why)
+        self.skipped[path] = why
 
     def _forget_replaced_sources(self, conn, formats: dict[Path, str]) -> None:  # noqa: ANN001 - Connection
         """Rank files appeared beside the console.log read so far (now or before a restart): they
@@ -254,6 +275,14 @@ class Watcher:
         for tail in self.tails.values():
             tail.close()
         self.tails.clear()
+
+
+def _resolved(path: Path) -> Path:
+    """The path's real location; a symlink loop keeps its own name (and is skipped as unreadable)."""
+    try:
+        return path.resolve(strict=True)
+    except (OSError, RuntimeError):  # RuntimeError: Python before 3.13 reports a loop so
+        return path.absolute()
 
 
 class _Wakeup(FileSystemEventHandler):

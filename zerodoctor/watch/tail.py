@@ -1,29 +1,40 @@
 """Watch: one file on disk → its new complete lines in the store, exactly once, across restarts and rotation.
 
-The truth is the file's row in the store: identity (device, inode), byte offset and line
-count, committed in the same transaction as the events read up to that offset. The open
-handle is only a means: it keeps a renamed or deleted file readable so that its last
-lines can be drained before the tail switches to the file now at the path.
+The truth is the file's row in the store: identity (device, inode, and a fingerprint of its
+first bytes), byte offset and line count, committed in the same transaction as the events
+read up to that offset. The open handle is only a means: it keeps a renamed or deleted file
+readable so that its last lines can be drained before the tail switches to the file now at
+the path. Handles are few: past ``OpenFiles.limit`` (a fraction of ``ulimit -n``) the least
+recently read tail closes its own and opens it again on its next poll, so 10,000 rank files
+cost no more descriptors than 100. Only regular files are opened (``sources.readable``).
 
 Rotation is recognised the way the log shippers do it (Fluent Bit, pygtail):
 - rename+create, delete+recreate: the path names another inode → drain the old handle,
   then read the new file from 0;
 - copytruncate: same inode, size below the offset → read again from 0;
-- path gone (deleted, renamed away, run directory removed) → drain, close, forget.
-After a restart the old handle is gone; a renamed-away file is found again by its inode
-among its siblings and drained from the stored offset.
+- path gone (deleted, renamed away, run directory removed, or no regular file any more) →
+  drain, close, forget.
+After a restart (or a closed handle) a renamed-away file is found again by its inode among its
+siblings and drained from the stored offset. A file whose inode is the stored one but whose
+first bytes are not (deleted and recreated while unwatched: ext4 reuses inodes at once) is a
+new file, read from 0.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import resource
+import stat
+from collections import OrderedDict
 from pathlib import Path
 from typing import BinaryIO, Callable, Literal
 
 from sqlalchemy import Connection, update
 
 from zerodoctor.sources import Batch, Parser, make_parser, read_batches, run_id_for
+from zerodoctor.sources.readable import HEAD_BYTES, check_regular, head, open_log
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import files
 
@@ -37,16 +48,42 @@ Polled = Literal["idle", "more", "gone"]
 Emit = Callable[[Batch], None]
 
 
+class OpenFiles:
+    """The tails holding an open handle, least recently read first; past ``limit`` the oldest closes its own."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        # A quarter of the descriptors at most: the store, watchdog and the training job's own need the rest.
+        self.limit = limit or max(8, min(512, (soft if soft != resource.RLIM_INFINITY else 4096) // 4))
+        self._tails: OrderedDict[FileTail, None] = OrderedDict()
+
+    def used(self, tail: FileTail) -> None:
+        self._tails[tail] = None
+        self._tails.move_to_end(tail)
+        while len(self._tails) > self.limit:
+            oldest, _ = self._tails.popitem(last=False)
+            oldest.close()
+
+    def dropped(self, tail: FileTail) -> None:
+        self._tails.pop(tail, None)
+
+
+OPEN_FILES = OpenFiles()
+
+
 class FileTail:
     """Reads one path of a run directory into the store, resuming from its stored row."""
 
     def __init__(self, conn: Connection, ingestor: Ingestor, path: Path, fmt: str) -> None:
+        """Raises ``UnreadableFile`` (an ``OSError``) for a FIFO, device, socket, symlink loop or binary file."""
         self.path = path
         self.fmt = fmt
+        open_log(path)[0].close()  # before the row exists: a file that is no log gets none
         row = ingestor.register_file(conn, path, fmt)
         self.file_id: int = row["id"]
         self.name: str = row["path"]
         self.handle: BinaryIO | None = None
+        self.decoded: str | None = None
         self.resync(row)
 
     def resync(self, row: dict) -> None:
@@ -57,6 +94,7 @@ class FileTail:
         """
         self.offset, self.lines = row["offset"], row["lines"]
         self.identity: Identity = (row["device"], row["inode"])
+        self.fingerprint: str | None = row["fingerprint"]
         self.parser: Parser = make_parser(self.fmt, run_id=run_id_for(self.path))
 
     def poll(self, conn: Connection, ingestor: Ingestor, emit: Emit) -> Polled:
@@ -68,8 +106,8 @@ class FileTail:
         """
         self._ingestor, self._emit = ingestor, emit
         try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
+            st = check_regular(self.path)
+        except OSError:  # gone, or a FIFO, a symlink loop…: nothing more to read at this path
             self._drain_and_close(conn, "is gone")
             return "gone"
         current = (st.st_dev, st.st_ino)
@@ -77,34 +115,45 @@ class FileTail:
             self._drain_and_close(conn, "was replaced (rotated)")
         if self.handle is None and not self._open(conn):
             return "gone"
-        if st.st_size < self.offset and current == self.identity:
+        OPEN_FILES.used(self)
+        # A decoded file's offsets count decoded bytes, which its size on disk does not bound.
+        if st.st_size < self.offset and current == self.identity and self.decoded is None:
             log.info("%s: truncated below offset %d (copytruncate); reading it again from the start",
                      self.name, self.offset)
             self._reset(conn, current)
         return "more" if self._read(conn, self.handle, final=False, batches=1) else "idle"
 
-    def finish(self, conn: Connection, ingestor: Ingestor, emit: Emit) -> None:
-        """The file is complete (``diagnose``): store what ``poll`` leaves, its unterminated last
-        line and the parser's held state. Call after ``poll`` stops answering "more"."""
+    def finish(self, conn: Connection, ingestor: Ingestor, emit: Emit, *, unterminated: bool = True) -> None:
+        """The file is complete (``diagnose``): store what ``poll`` leaves and the parser's held state.
+        Call after ``poll`` stops answering "more".
+
+        ``unterminated=False`` keeps an unterminated last line out: when the store is kept (``--db``)
+        the file may still be growing, and its next read gets that line whole.
+        """
         self._ingestor, self._emit = ingestor, emit
         if self.handle is not None:
-            self._read(conn, self.handle, final=True)
+            self._read(conn, self.handle, final=True, unterminated=unterminated)
 
     def close(self) -> None:
+        OPEN_FILES.dropped(self)
         if self.handle is not None:
             self.handle.close()
             self.handle = None
 
     def _open(self, conn: Connection) -> bool:
         try:
-            handle = open(self.path, "rb")  # noqa: SIM115 - held open across polls on purpose
+            handle, self.decoded = open_log(self.path)
         except FileNotFoundError:
             return False
-        opened = _identity(handle)
-        if opened != self.identity:
+        identity = _identity(handle)
+        if identity == self.identity and self.fingerprint is not None and self._fingerprint(handle) != self.fingerprint:
+            log.warning("%s: a new file with the old one's inode (its first bytes differ from those read); "
+                        "reading it from the start", self.name)
+            self._reset(conn, identity)
+        elif identity != self.identity:
             if self.identity != _DRAINED and (self.offset or self.lines):
                 self._drain_lost_file(conn)
-            self._reset(conn, opened)
+            self._reset(conn, identity)
         self.handle = handle
         return True
 
@@ -129,9 +178,12 @@ class FileTail:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            if (st.st_dev, st.st_ino) == (device, inode):
-                log.info("%s was rotated to %s while not watched; reading its last lines", self.name, entry.name)
-                with open(entry.path, "rb") as old:
+            if (st.st_dev, st.st_ino) == (device, inode) and stat.S_ISREG(st.st_mode):
+                old, _ = open_log(entry.path)
+                with old:
+                    if self.fingerprint is not None and self._fingerprint(old) != self.fingerprint:
+                        break  # the inode was reused by an unrelated file: the old one is gone
+                    log.info("%s was rotated to %s while not watched; reading its last lines", self.name, entry.name)
                     self._read(conn, old, final=True)
                 return
         log.warning("%s was replaced while not watched and the old file is gone; lines written to it after "
@@ -140,24 +192,32 @@ class FileTail:
     def _reset(self, conn: Connection, identity: Identity) -> None:
         """Point the row at a new file (a truncated one, or none yet) at offset 0; stored counts stay."""
         conn.execute(update(files).where(files.c.id == self.file_id).values(
-            device=identity[0], inode=identity[1], offset=0, lines=0))
-        self.resync({"device": identity[0], "inode": identity[1], "offset": 0, "lines": 0})
+            device=identity[0], inode=identity[1], offset=0, lines=0, fingerprint=None))
+        self.resync({"device": identity[0], "inode": identity[1], "offset": 0, "lines": 0, "fingerprint": None})
 
-    def _read(self, conn: Connection, stream: BinaryIO, *, final: bool, batches: int | None = None) -> bool:
+    def _read(self, conn: Connection, stream: BinaryIO, *, final: bool, batches: int | None = None,
+              unterminated: bool = True) -> bool:
         """Store batches from the offset on; True when ``batches`` full ones were read (more may wait)."""
         reader = read_batches(self.path, self.parser, start=self.offset, first_line=self.lines + 1,
-                              final=final, batch_lines=BATCH_LINES, stream=stream)
+                              final=final, batch_lines=BATCH_LINES, stream=stream, unterminated=unterminated)
         for count, batch in enumerate(reader, 1):
             if batch.end == self.offset and not batch.events and not batch.rejected:
                 continue
-            lines_before = self.lines
+            lines_before, signed = self.lines, min(self.offset, HEAD_BYTES)
             batch = self._ingestor.add_or_quarantine(conn, self.file_id, batch, self.name, self.lines + 1)
             self.offset, self.lines = batch.end, batch.last_line
+            if min(self.offset, HEAD_BYTES) != signed:  # the fingerprint grows with the first bytes read
+                self.fingerprint = self._fingerprint(stream)
+                conn.execute(update(files).where(files.c.id == self.file_id).values(fingerprint=self.fingerprint))
             _log_rejected(self.name, batch)
             self._emit(batch)
             if count == batches:
                 return self.lines - lines_before == BATCH_LINES
         return False
+
+    def _fingerprint(self, stream: BinaryIO) -> str:
+        """What the stored fingerprint covers: the first ``min(offset, HEAD_BYTES)`` bytes."""
+        return hashlib.sha256(head(stream, min(self.offset, HEAD_BYTES))).hexdigest()
 
 
 def _identity(handle: BinaryIO) -> Identity:
