@@ -5,6 +5,9 @@ Conditions, template fields and fix values are Python-syntax expressions evaluat
 it. On top of that, an expression is checked at load against a whitelist of syntax
 (comparisons, boolean logic, arithmetic, the functions in ``FUNCTIONS``) and the signal
 catalogue, so a bad rule is refused before it ever runs, with every problem named.
+Nothing a rule says can make a value huge: no repeating or %-formatting a string or list
+(``'x' * 10000000000``), and a power's exponent is a constant up to ``MAX_EXPONENT`` or a
+signal (whose size at run time simpleeval caps; an over-large one is a missing value).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import ast
 import math
 from typing import Any, Callable
 
-from simpleeval import EvalWithCompoundTypes
+from simpleeval import EvalWithCompoundTypes, IterableTooLong, NumberTooHigh
 
 def patch(paths: dict[str, Any]) -> dict[str, Any]:
     """``{"optimizer.params.lr": 1e-4}`` → ``{"optimizer": {"params": {"lr": 1e-4}}}``: a map of dotted
@@ -41,6 +44,7 @@ _ALLOWED_NODES = (
 )
 
 Resolver = Callable[[str], Any]
+MAX_EXPONENT = 64
 
 
 class ExprError(ValueError):
@@ -97,8 +101,8 @@ class Expression:
         self._resolve = resolve
         try:
             return self._evaluator.eval(self.text, previously_parsed=self._tree)
-        except (ArithmeticError, TypeError, ValueError):
-            # 1/0, min() of nothing, a number compared with a name: the run lacks a usable value.
+        except (ArithmeticError, TypeError, ValueError, NumberTooHigh, IterableTooLong):
+            # 1/0, min() of nothing, a number compared with a name, 2 ** a huge signal: the run lacks a usable value.
             raise MissingSignal(self.signals[0] if self.signals else self.text) from None
 
     def _name(self, node: ast.Name) -> Any:
@@ -141,6 +145,8 @@ def _check(tree: ast.AST, known: set[str], what: str) -> list[str]:
                 problems.append(f"call to '{ast.unparse(node.func)}' is not allowed (only {', '.join(FUNCTIONS)})")
         elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
             problems.append(f"attribute '{node.attr}' is not allowed")
+        elif isinstance(node, ast.BinOp) and (problem := _size_problem(node)):
+            problems.append(f"{ast.unparse(node)}: {problem}")
         elif isinstance(node, (ast.Attribute, ast.Name)) and id(node) not in inner:
             name = ast.unparse(node)
             if name in FUNCTIONS:
@@ -153,6 +159,22 @@ def _check(tree: ast.AST, known: set[str], what: str) -> list[str]:
         code = "RL202" if all(p.startswith("unknown signal") for p in problems) else "RL203"
         raise ExprError(code, "; ".join(dict.fromkeys(problems)))
     return used
+
+
+def _size_problem(node: ast.BinOp) -> str | None:
+    """Why an operation could build a huge value at run time, or None."""
+    if isinstance(node.op, (ast.Mult, ast.Mod)) and any(
+            isinstance(side, (ast.List, ast.Tuple)) or (isinstance(side, ast.Constant) and isinstance(side.value, str))
+            for side in (node.left, node.right)):
+        return "repeating or %-formatting a string or list is not allowed"
+    if isinstance(node.op, ast.Pow):
+        exponent = node.right.operand if isinstance(node.right, ast.UnaryOp) else node.right
+        constant = isinstance(exponent, ast.Constant) and isinstance(exponent.value, (int, float))
+        if constant and abs(exponent.value) > MAX_EXPONENT:
+            return f"an exponent over {MAX_EXPONENT} is not allowed"
+        if not constant and _signal_name(exponent) is None:
+            return f"an exponent must be a number up to {MAX_EXPONENT} or a signal"
+    return None
 
 
 def _always_read(node: ast.AST, known: set[str]) -> set[str]:

@@ -1,6 +1,7 @@
 """Rules: YAML files → checked ``Rule`` objects, or every error at once as ``file:line: CODE: what``.
 
-Error codes: RL100 YAML, RL101 unknown key, RL102 missing key, RL103 bad value,
+Error codes: RL100 YAML (a file too large, not regular, with aliases), RL101 unknown key, RL102 missing key,
+RL103 bad value,
 RL201 condition syntax, RL202 unknown signal, RL203 forbidden construct, RL204 template,
 RL205 hold without a per-step signal, RL206 a message field outside a clause that the condition does not
 guarantee (it could print a hole), RL301 doc section missing, RL401 duplicate code,
@@ -22,7 +23,9 @@ from zerodoctor.rulebook.expr import Condition, ExprError
 from zerodoctor.rulebook.template import Template
 from zerodoctor.rulebook.model import CATEGORIES, FixSpec, RuleSpec
 from zerodoctor.signals import Signal
+from zerodoctor.sources.readable import UnreadableFile, open_regular
 
+MAX_RULE_BYTES = 256 * 1024  # the largest shipped rule is ~5 KiB; a 50 MB one took 109 s and 3.2 GB
 REQUIRED_SECTIONS = ("What it does", "Why is this bad?")
 ALL_SECTIONS = (*REQUIRED_SECTIONS, "Example", "Fix")
 
@@ -101,11 +104,13 @@ def load_rules(dirs: Iterable[Path], catalog: dict[str, Signal]) -> list[Rule]:
 def _load_file(path: Path, catalog: dict[str, Signal]) -> tuple[Rule | None, list[RuleError]]:
     name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        node, data = _parse(path)
     except (OSError, UnicodeDecodeError) as exc:
-        return None, [RuleError(name, 0, "RL100", f"cannot read: {exc}")]
+        return None, [RuleError(name, 0, "RL100", str(exc) if isinstance(exc, UnreadableFile) else f"cannot read: {exc}")]
+    except _TooLarge as exc:
+        return None, [RuleError(name, 0, "RL100", str(exc))]
+    except RecursionError:
+        return None, [RuleError(name, 0, "RL100", "nested too deeply to be a rule")]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         return None, [RuleError(name, mark.line + 1 if mark else 0, "RL100", str(getattr(exc, "problem", exc)))]
@@ -169,6 +174,35 @@ def _load_file(path: Path, catalog: dict[str, Signal]) -> tuple[Rule | None, lis
         return None, errors
     compiled = tuple(CompiledFix(s, t, w, **f) for s, (t, w, f) in zip(spec.fixes, fixes))
     return Rule(spec, path, condition, message, compiled), []
+
+
+class _TooLarge(ValueError):
+    pass
+
+
+class _NoAliases(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases: ten nested ``*a`` lists of ten are a billion (``billion laughs``)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed in rule files",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def _parse(path: Path) -> tuple[yaml.Node | None, Any]:
+    """The file's YAML node tree and its data, read from a regular file of at most ``MAX_RULE_BYTES``."""
+    with open_regular(path) as f:
+        raw = f.read(MAX_RULE_BYTES + 1)
+    if len(raw) > MAX_RULE_BYTES:
+        raise _TooLarge(f"rule file is over the {MAX_RULE_BYTES // 1024} KiB cap for rule files")
+    loader = _NoAliases(raw.decode("utf-8"))
+    try:
+        node = loader.get_single_node()
+        return node, None if node is None else loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def _templates(node: Any, known: set[str]) -> Any:

@@ -31,6 +31,9 @@ from zerodoctor.units import format_bytes
 _FORMATS = ("bytes", "list", "pairs", "arrows")
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 _PUNCT = re.compile(r" +([,;:.)])")
+MAX_WIDTH, MAX_PRECISION = 100, 20
+# Python's format-spec mini-language: [[fill]align][sign][z][#][0][width][grouping][.precision][type]
+_SIZES = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?[a-zA-Z%]?", re.S)
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,12 @@ def _field(expr: str, spec: str, known: set[str], text: str) -> Field:
     head, _, item = spec.partition(":")
     checked = item if head in _FORMATS[1:] else spec  # list:.0% formats each item with .0%
     if checked and checked not in _FORMATS:
+        size = _SIZES.fullmatch(checked)  # a message is one line: '>2000000000' would take gigabytes
+        if size and size["width"] and int(size["width"]) > MAX_WIDTH:
+            raise ExprError("RL204", f"template {text!r}: width {size['width']} in '{spec}' is over {MAX_WIDTH}")
+        if size and size["precision"] and int(size["precision"]) > MAX_PRECISION:
+            raise ExprError("RL204", f"template {text!r}: precision {size['precision']} in '{spec}' is over "
+                            f"{MAX_PRECISION}")
         try:
             format(1.5, checked)
         except ValueError:

@@ -1,0 +1,90 @@
+"""Rule files cannot exhaust anything: each hostile construct is refused at load as ``file:line: CODE: what``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+GOOD_RULE = (ROOT / "rules" / "batch_size" / "ZD103-micro-batches-per-step-mismatch.yaml").read_text()
+NAME = "ZD904-hostile-rule.yaml"
+
+
+def _rules(tmp_path: Path, text: str | None = None) -> Path:
+    rules = tmp_path / "rules"
+    rules.mkdir(exist_ok=True)
+    if text is not None:
+        (rules / NAME).write_text(text)
+    return rules
+
+
+def _hostile(**replace: str) -> str:
+    text = GOOD_RULE.replace("ZD103", "ZD904").replace("micro-batches-per-step-mismatch", "hostile-rule")
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+def _errors(rules: Path, timeout: float = 60) -> list[str]:
+    """``rules list`` on the directory: it must exit 2 and name each problem on its own line."""
+    proc = run_cli("rules", "list", "--rules", str(rules), timeout=timeout)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith("error(s) in rule files")
+    return [line for line in proc.stderr.splitlines() if line.startswith(str(rules))]
+
+
+def test_rule_file_over_256_kib_is_refused_with_a_clear_error(tmp_path):
+    rules = _rules(tmp_path, _hostile() + "#" + "x" * (300 * 1024) + "\n")
+    assert _errors(rules) == [f"{rules / NAME}:0: RL100: rule file is over the 256 KiB cap for rule files"]
+
+
+def test_yaml_aliases_are_refused_so_a_billion_laughs_cannot_hang_the_loader(tmp_path):
+    laughs = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    laughs += [f"{c}: &{c} [{', '.join(['*' + p] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")]
+    rules = _rules(tmp_path, _hostile() + "\n".join(laughs) + "\n")
+    errors = _errors(rules, timeout=30)  # before: > 120 s and gigabytes
+    line = GOOD_RULE.count("\n") + 2  # the first alias, on the line after the anchor
+    assert errors == [f"{rules / NAME}:{line}: RL100: aliases (*a) are not allowed in rule files"]
+
+
+@pytest.mark.parametrize("spec, problem", [(">2000000000", "width 2000000000 is over 100"),
+                                           (".200000000f", "precision 200000000 is over 20")])
+def test_format_width_and_precision_are_bounded_at_load(tmp_path, spec, problem):
+    rules = _rules(tmp_path, _hostile(**{"{batch.grad_accum}": f"{{batch.grad_accum:{spec}}}"}))
+    assert _errors(rules) == [f"{rules / NAME}:7: RL204: template field '{{batch.grad_accum:{spec}}}': {problem}"]
+
+
+def test_nested_fields_inside_a_format_spec_are_refused_at_load(tmp_path):
+    rules = _rules(tmp_path, _hostile(**{"{batch.grad_accum}": "{batch.grad_accum:{batch.grad_accum}}"}))
+    assert _errors(rules) == [f"{rules / NAME}:7: RL204: template field '{{batch.grad_accum:{{batch.grad_accum}}}}': "
+                              "a field inside a format spec is not allowed"]
+
+
+def test_sequence_multiplication_is_refused_at_load(tmp_path):
+    rules = _rules(tmp_path, _hostile(**{
+        "when: batch.micro_batches_per_step != batch.grad_accum":
+            "when: \"'x' * 10000000000 != batch.grad_accum\""}))
+    assert _errors(rules) == [f"{rules / NAME}:6: RL203: 'x' * 10000000000: repeating or %-formatting a string "
+                              "or list is not allowed"]
+
+
+def test_huge_exponent_is_refused_at_load(tmp_path):
+    rules = _rules(tmp_path, _hostile(**{
+        "when: batch.micro_batches_per_step != batch.grad_accum":
+            "when: 10 ** 10 ** 10 > batch.grad_accum"}))
+    assert _errors(rules) == [f"{rules / NAME}:6: RL203: 'Pow' is not allowed in a condition"]
+
+
+def test_deeply_nested_yaml_is_one_error_not_a_crash(tmp_path):
+    rules = _rules(tmp_path, _hostile() + "deep: " + "[" * 10_000 + "]" * 10_000 + "\n")
+    assert _errors(rules) == [f"{rules / NAME}:0: RL100: nested too deeply to be a rule"]
+
+
+def test_fifo_named_like_a_rule_file_is_refused_not_opened(tmp_path):
+    rules = _rules(tmp_path)
+    os.mkfifo(rules / NAME)
+    assert _errors(rules, timeout=30) == [f"{rules / NAME}:0: RL100: {rules / NAME}: not a regular file (a FIFO), not read"]
