@@ -29,6 +29,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--loss-mult", type=float, default=1.0, help="fault: multiply the loss by this ...")
     p.add_argument("--loss-mult-from", type=int, default=0, help="... from this optimizer step on")
     p.add_argument("--cpu-fp16-shim", action="store_true", help="let DeepSpeed's CPU accelerator do fp16")
+    p.add_argument("--hub_token", help="unused: as HF scripts take one to push to the Hub (the probe must redact it)")
     return p.parse_args()
 
 

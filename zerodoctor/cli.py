@@ -210,12 +210,20 @@ def run(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories are created."),
     name: Optional[str] = typer.Option(None, "--name", help="Run id (default: time + random); reuse it on every node."),
     append: bool = typer.Option(False, "--append", help="Join a run directory other nodes of the same job write to."),
+    mode: str = typer.Option("700", "--mode", help="Permissions of a new run directory, in octal (files get them "
+                             "without x): 700 keeps the run to you, 750 shares it with your group."),
 ) -> None:
     """Run a training command with the probe injected; exit with the command's own status."""
     from zerodoctor.wrapper import RunError, run as run_command
 
     try:
-        code = run_command(list(command), runs_dir, name, append=append)
+        bits = int(mode, 8)
+    except ValueError:
+        bits = -1
+    if not 0o700 <= bits <= 0o777:  # the owner must keep rwx: the probe writes there
+        raise fail(f"--mode {mode}: give octal permissions that let you read and write the run, e.g. 700 or 750")
+    try:
+        code = run_command(list(command), runs_dir, name, append=append, mode=bits)
     except RunError as exc:
         raise fail(str(exc)) from None
     raise typer.Exit(code)

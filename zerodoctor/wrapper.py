@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from zerodoctor.probe import RUN_DIR_ENV, RUN_ID_ENV
+from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode, redact_argv, redact_config
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 SITE_DIR = ".probe"  # inside the run directory: the generated sitecustomize.py
@@ -91,7 +92,9 @@ def _write_all(fd: int, data: bytes) -> bool:
 
 def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, file_mode(path.parent))
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)
 
 
@@ -105,12 +108,15 @@ def child_env(run_dir: Path, run_id: str, site_dir: Path) -> dict[str, str]:
     return env
 
 
-def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: bool = False) -> int:
+def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: bool = False,
+        mode: int = RUN_DIR_MODE) -> int:
     """Run ``command`` with the probe injected; return its exit status (128+N for signal N).
 
     ``append`` lets the wrappers of one multi-node job share a run directory: each node's
     ranks write their own ``rank-<r>.jsonl``. Without it, a directory that already holds rank
     files is an earlier attempt, whose events the probe would otherwise append to.
+    A new run directory gets ``mode`` (0700: only you can read the run), its files the same
+    bits without execute; the command's own files keep the umask it always had.
     """
     from zerodoctor import __version__
     from zerodoctor.probe.bootstrap import write_site
@@ -120,13 +126,18 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
     if not append and next(run_dir.glob("rank-*.jsonl"), None) is not None:
         raise RunError(f"{run_dir}: already holds the rank files of an earlier run; choose another --name "
                        "(or pass --append on every node of one multi-node job)")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if not run_dir.is_dir():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.chmod(mode)  # exactly what was asked, whatever the umask
     site_dir = write_site(run_dir / SITE_DIR, run_dir, run_id)
-    meta = {"run": run_id, "argv": command, "cwd": os.getcwd(), "host": socket.gethostname(),
+    for path, bits in ((site_dir, run_dir.stat().st_mode & 0o777), (site_dir / "sitecustomize.py", file_mode(run_dir))):
+        path.chmod(bits)
+    meta = {"run": run_id, "argv": redact_argv(command), "cwd": os.getcwd(), "host": socket.gethostname(),
             "zerodoctor": __version__, "started": time.time()}
     _write_json(run_dir / "meta.json", meta)
     lock = threading.Lock()
-    with open(run_dir / "console.log", "ab") as log:
+    console = os.open(run_dir / "console.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, file_mode(run_dir))
+    with os.fdopen(console, "ab") as log:
         tees = [_Tee(sys.stdout.fileno(), log, lock), _Tee(sys.stderr.fileno(), log, lock)]
         try:
             proc = subprocess.Popen(command, stdout=tees[0].child_fd, stderr=tees[1].child_fd,
@@ -174,7 +185,7 @@ def finish_run_dir(run_dir: Path, run_id: str, returncode: int) -> None:
         return
     first = min(starts, key=lambda e: e.get("rank", 0))
     if first.get("config") and not (run_dir / CONFIG_COPY).exists():
-        _write_json(run_dir / CONFIG_COPY, first["config"])
+        _write_json(run_dir / CONFIG_COPY, redact_config(first["config"]))  # a rank file from an older probe is not redacted
     world = first.get("world_size") or 0
     if len(starts) < world:
         print(f"zerodoctor: only {len(starts)} of {world} ranks wrote events to {run_dir}; on several nodes "

@@ -17,14 +17,17 @@ CONFIG = {
     "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
     "zero_optimization": {"stage": 2, "reduce_bucket_size": 3000, "allgather_bucket_size": 3000},
     "fp16": {"enabled": True, "initial_scale_power": 16, "hysteresis": 1},
+    "comet": {"enabled": False, "api_key": "comet-SECRET-0123"},  # DeepSpeed's own CometConfig field
 }
+HUB_TOKEN = "hf_SECRETtoken0123"
+REDACTED_CONFIG = {**CONFIG, "comet": {"enabled": False, "api_key": "<redacted>"}}
 
 
 @pytest.fixture(scope="module")
 def fp16_run(tmp_path_factory):
     # A summed loss overflows fp16 at 2^16: the real DynamicLossScaler calibrates down, skipping steps.
     return record_run(tmp_path_factory.mktemp("runs"), "fp16", CONFIG, "--steps", str(STEPS), "--loss", "sum",
-                      "--cpu-fp16-shim")
+                      "--cpu-fp16-shim", "--hub_token", HUB_TOKEN)
 
 
 def steps_of(run, rank):
@@ -66,7 +69,7 @@ def test_loss_scale_is_the_scale_used_before_the_scaler_updates(fp16_run):
 def test_micro_batches_and_samples_are_counted_not_copied_from_config(fp16_run):
     start = fp16_run.events(0)[0]
     assert start["derived"]["gradient_accumulation_steps"] == 2
-    assert start["config"] == CONFIG and "gradient_accumulation_steps" not in start["config"]
+    assert start["config"] == REDACTED_CONFIG and "gradient_accumulation_steps" not in start["config"]
     for s in steps_of(fp16_run, 1):
         assert (s["micro_batches"], s["samples"]) == (2, 8)
 
@@ -98,7 +101,7 @@ def test_run_dir_has_meta_console_and_config_copy(fp16_run):
 
     meta = json.loads((fp16_run.run_dir / "meta.json").read_text())
     assert meta["exit_code"] == fp16_run.returncode
-    assert json.loads((fp16_run.run_dir / "ds_config.json").read_text()) == CONFIG
+    assert json.loads((fp16_run.run_dir / "ds_config.json").read_text()) == REDACTED_CONFIG
     assert "done: 30 steps" in fp16_run.console()
     console = fp16_run.console()  # stdout and stderr interleave in the log, line by line
     assert all(line in console for line in fp16_run.stdout.decode().splitlines())
@@ -115,3 +118,22 @@ def test_a_probe_that_raises_does_not_stop_training(tmp_path, root):
         errors = [e for e in run.events(rank) if e["kind"] == "log" and e.get("what") == "probe_error"]
         assert len(errors) == 1 and "injected probe failure" in errors[0]["message"]
         assert not [e for e in run.events(rank) if e["kind"] == "step"]
+
+
+def test_secret_flag_values_and_config_keys_are_redacted_in_every_file(fp16_run):
+    written = {p.relative_to(fp16_run.run_dir): p.read_bytes() for p in fp16_run.run_dir.rglob("*") if p.is_file()}
+    assert {"meta.json", "ds_config.json", "rank-0.jsonl", "rank-1.jsonl"} <= {str(p) for p in written}
+    for name, data in written.items():
+        if str(name) != "console.log":  # the command's own output, as it printed it
+            assert b"SECRET" not in data, name
+    start = fp16_run.events(0)[0]
+    assert start["argv"][start["argv"].index("--hub_token") + 1] == "<redacted>"
+    assert start["config"]["comet"]["api_key"] == "<redacted>"
+    assert start["config"]["fp16"] == CONFIG["fp16"]  # what diagnosis reads is untouched
+
+
+def test_run_dir_is_0700_and_its_files_0600(fp16_run):
+    assert fp16_run.run_dir.stat().st_mode & 0o777 == 0o700
+    modes = {str(p.relative_to(fp16_run.run_dir)): p.stat().st_mode & 0o777 for p in fp16_run.run_dir.rglob("*")}
+    assert modes.pop(".probe") == 0o700
+    assert modes and set(modes.values()) == {0o600}, modes

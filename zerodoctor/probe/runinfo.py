@@ -1,4 +1,4 @@
-"""Probe, run facts: a DeepSpeed engine and the user's config → the fields of ``run_start``."""
+"""Probe, run facts: a DeepSpeed engine and the user's config → the fields of ``run_start`` (secrets redacted)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from zerodoctor.deepspeed_defaults import BATCH_KEYS
+from zerodoctor.probe.privacy import redact_argv, redact_config
 
 # Exact names and prefixes worth seeing in a diagnosis. An allow-list, because a deny-list
 # of secrets (tokens, keys, passwords) always misses one.
@@ -74,10 +75,10 @@ def run_start_fields(engine: Any, config: dict[str, Any] | None) -> dict[str, An
         "local_rank": engine.local_rank,
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "argv": list(sys.argv),
+        "argv": redact_argv(sys.argv),
         "zero_stage": engine.zero_optimization_stage(),
         "precision": precision(engine),
-        "config": config,
+        "config": redact_config(config),
         "derived": {key: getattr(engine, key)() for key in BATCH_KEYS},  # DeepSpeedEngine names its getters so
         "params": param_count(engine.module),
         "versions": versions(),

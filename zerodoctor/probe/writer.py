@@ -10,6 +10,7 @@ adds a device synchronisation to a step.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import deque
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from zerodoctor import events
+from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode
 
 FLUSH_EVERY_S = 0.5
 
@@ -27,12 +29,13 @@ class EventWriter:
     def __init__(self, run_dir: Path, run_id: str, rank: int) -> None:
         self.path = Path(run_dir) / f"rank-{rank}.jsonl"
         self.run_id, self.rank = run_id, rank
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        Path(run_dir).mkdir(mode=RUN_DIR_MODE, parents=True, exist_ok=True)
         self._pending: deque[dict[str, Any]] = deque()  # append/popleft are atomic: no lock on the hot path
         # One flush at a time, so lines never interleave; re-entrant because the SIGTERM handler
         # flushes on the main thread, which may be inside ``flush`` when the signal lands.
         self._lock = threading.RLock()
-        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the process
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, file_mode(run_dir))
+        self._file = os.fdopen(fd, "ab", buffering=0)  # lives as long as the process
         self._stop = threading.Event()
         self.dropped = 0
         self._thread = threading.Thread(target=self._run, name="zerodoctor-writer", daemon=True)
