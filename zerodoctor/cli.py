@@ -28,6 +28,9 @@ plugins_app = typer.Typer(help="Show the plugins zerodoctor loaded.", no_args_is
 app.add_typer(plugins_app, name="plugins")
 
 
+MAX_RANKS = 2**63 - 1  # what a run_start's 64-bit world_size holds
+
+
 class Format(str, Enum):
     text = "text"
     json = "json"
@@ -272,10 +275,14 @@ def watch(
 
     try:
         with writer_lock(url):
-            from zerodoctor.watch.notify import notifiers
+            from zerodoctor.watch.notify import SettingsError, notifiers
 
+            try:
+                targets = notifiers()
+            except SettingsError as exc:
+                raise fail(str(exc)) from None
             roots = list(dict.fromkeys(d.resolve() for d in dirs))  # DIR and DIR/../DIR are one root
-            watcher = Watcher(open_engine(url), roots, loaded, announce, notifiers=notifiers())
+            watcher = Watcher(open_engine(url), roots, loaded, announce, notifiers=targets)
             pages = None
             if html is not None:
                 from zerodoctor.report.live import LivePages
@@ -386,7 +393,8 @@ def _fix_config(config: Path, findings: list, world_size: int | None, *, unsafe:
 @app.command()
 def check(
     config: Path = typer.Argument(..., help="DeepSpeed config (JSON) to check before launch."),
-    world_size: int = typer.Option(1, "--world-size", min=1, help="Ranks the job will run on (data x sequence parallel)."),
+    world_size: int = typer.Option(1, "--world-size", min=1, max=MAX_RANKS,
+                                   help="Ranks the job will run on (data x sequence parallel)."),
     params: Optional[str] = typer.Option(None, "--params", help="Model parameters, e.g. 7e9 or 7B: enables the memory plan."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory of one GPU, e.g. 80GiB or 80GB: picks a ZeRO option."),
     fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
@@ -431,7 +439,7 @@ def fix_command(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the patched config here."),
     unsafe: bool = typer.Option(False, "--unsafe", help="Apply unsafe fixes too (batch, lr, precision)."),
     in_place: bool = typer.Option(False, "--in-place", help="Overwrite CONFIG itself."),
-    world_size: Optional[int] = typer.Option(None, "--world-size", min=1,
+    world_size: Optional[int] = typer.Option(None, "--world-size", min=1, max=MAX_RANKS,
                                              help="Validate at this world size (default: the run's)."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
 ) -> None:

@@ -55,6 +55,8 @@ def load_config(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
     except ValueError as exc:  # a duplicate key, which DeepSpeed refuses too
         raise ConfigError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a DeepSpeed config") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path}:1:1: a DeepSpeed config must be a JSON object, not {type(config).__name__}")
     return config

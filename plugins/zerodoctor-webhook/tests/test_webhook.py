@@ -146,3 +146,65 @@ def test_the_url_path_never_reaches_the_name_or_the_errors(endpoint) -> None:  #
     for shown in (notifier.name, str(raised.value)):
         assert host in shown and "secret" not in shown and "/hook" not in shown
     assert WebhookNotifier(server.url).name != notifier.name  # two URLs on one host stay apart
+
+
+class Trickler:
+    """A real TCP endpoint that answers one byte of a valid HTTP response every ``every_s``, for a minute."""
+
+    def __init__(self, every_s: float = 0.2) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/hook"
+        self.every_s, self.stop = every_s, threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        answer = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"." * 300 + b"\r\n\r\n"
+        with conn:
+            conn.recv(65536)
+            for byte in answer:
+                if self.stop.wait(self.every_s):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+
+
+def test_a_trickling_endpoint_cannot_hold_the_delivery_past_its_deadline() -> None:
+    server = Trickler(every_s=0.2)  # each read gets a byte well within the 1 s timeout: only a deadline ends it
+    try:
+        started = time.monotonic()
+        with pytest.raises(DeliveryError, match="no answer within the 1.5 s deadline"):
+            WebhookNotifier(server.url, timeout_s=1.0, retries=3, backoff_s=0.1, deadline_s=1.5).send(FINDING)
+        assert time.monotonic() - started < 3.0
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("ZERODOCTOR_WEBHOOK_TIMEOUT", "abc", "ZERODOCTOR_WEBHOOK_TIMEOUT='abc': must be seconds > 0"),
+    ("ZERODOCTOR_WEBHOOK_RETRIES", "-1", "ZERODOCTOR_WEBHOOK_RETRIES='-1': must be a count from 0 to 10"),
+    ("ZERODOCTOR_WEBHOOK_FORMAT", "xml", "ZERODOCTOR_WEBHOOK_FORMAT='xml': must be one of json, slack"),
+    ("ZERODOCTOR_WEBHOOK_URL", "hooks.slack.com/services/T0/B0/secret",
+     "ZERODOCTOR_WEBHOOK_URL is not an http:// or https:// URL with a host"),
+])
+def test_bad_webhook_settings_are_one_line_exit_2(tmp_path: Path, setting: str, value: str, message: str) -> None:
+    (tmp_path / "runs").mkdir()
+    env = {**os.environ, "ZERODOCTOR_WEBHOOK_URL": "http://127.0.0.1:9/hook", setting: value}
+    done = subprocess.run([sys.executable, "-m", "zerodoctor", "watch", "--once", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == f"zerodoctor: error: {message}"
+    assert "secret" not in done.stderr
