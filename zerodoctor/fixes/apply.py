@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,21 +81,45 @@ def _paths(patch: dict[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tupl
 
 
 def write_config(result: FixResult, out: Path, *, source: Path, in_place: bool) -> None:
-    """Write the patched config to ``out`` atomically, in the source's indentation and key order."""
+    """Write the patched config to ``out`` atomically, in the source's indentation and key order.
+
+    A symlink is written through (its target is the file patched, the link stays), and an
+    existing file keeps its mode and owner: ``--in-place`` changes the content, nothing else.
+    """
     if out.resolve() == source.resolve() and not in_place:
         raise FixError(f"{out}: refusing to overwrite the input config (pass --in-place to mean it)")
     if result.verdict is not None and not result.verdict.accepted:
         raise FixError(f"not written: DeepSpeed {result.verdict.version} rejects the patched config at world size "
                        f"{result.verdict.world_size}: {result.verdict.error}")
     text = json.dumps(result.after, indent=_indent(source), ensure_ascii=False) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=out.resolve().parent, prefix=f".{out.name}.", suffix=".tmp")
+    real = out.resolve()
+    try:
+        st = real.stat()
+    except FileNotFoundError:
+        st = None
+    if st is not None and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()) and os.geteuid() != 0:
+        # Only root may give a new file away: keep the owner by rewriting the file itself.
+        with open(real, "r+", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.truncate()
+        return
+    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
-        os.replace(tmp, out)
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+            if st is not None:
+                os.fchown(fd, st.st_uid, st.st_gid)
+        os.replace(tmp, real)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _indent(source: Path) -> int:
