@@ -6,6 +6,7 @@ inside the commands, so ``zerodoctor --help`` and the daemon start fast on a log
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -516,11 +517,32 @@ def main() -> None:
     try:
         app(prog_name="zerodoctor", standalone_mode=True)
     except Exception as exc:  # noqa: BLE001 - the last line of defence; the traceback is one switch away
+        if (problem := _environment_problem(exc)) and not os.environ.get("ZERODOCTOR_DEBUG"):
+            typer.echo(f"zerodoctor: error: {problem}", err=True)
+            sys.exit(2)
         if os.environ.get("ZERODOCTOR_DEBUG"):
             raise
         typer.echo(f"zerodoctor: internal error: {type(exc).__name__}: {exc} "
                    "(a bug: please report it; ZERODOCTOR_DEBUG=1 shows the traceback)", err=True)
         sys.exit(3)
+
+
+# What the machine refuses, not a bug: a full disk or quota, a read-only filesystem, permissions,
+# no descriptors left. Anything else escaping a command is one (exit 3).
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EMFILE, errno.ENFILE,
+                       errno.EIO}
+_STORE_REFUSALS = ("database or disk is full", "disk I/O error", "attempt to write a readonly database",
+                   "unable to open database file")
+
+
+def _environment_problem(exc: Exception) -> str | None:
+    """One line for an error the environment caused, or None for a bug."""
+    if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRNOS:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else f"{exc.strerror} ({errno.errorcode[exc.errno]})"
+    orig = getattr(exc, "orig", None)  # SQLAlchemy's wrapper around the driver's error
+    if orig is not None and any(text in str(orig) for text in _STORE_REFUSALS):
+        return f"the store refused to write: {str(orig).splitlines()[0]}"
+    return None
 
 
 if __name__ == "__main__":

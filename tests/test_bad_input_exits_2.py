@@ -1,0 +1,74 @@
+"""Bad input and a refusing machine exit 2 with one line naming what is wrong; 3 stays for real bugs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+
+def _one_error_line(proc: subprocess.CompletedProcess, expected: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"zerodoctor: error: {expected}"]
+
+
+def test_10000_level_nested_json_is_a_quarantined_line_not_a_crash(tmp_path):
+    log = tmp_path / "rank-0.jsonl"
+    good = json.dumps({"v": 1, "t": 1.0, "run": "deep", "rank": 0, "kind": "step", "step": 1})
+    deep = good[:-1] + ', "extra": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    log.write_text(good + "\n" + deep + "\n")
+    proc = run_cli("diagnose", "--format", "json", "--fail-on", "never", str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["inputs"][0] | {"path": ""} == {
+        "path": "", "format": "jsonl", "events": 1, "quarantined": 1}
+
+
+def test_10000_level_nested_json_config_is_one_line_exit_2(tmp_path):
+    config = tmp_path / "ds.json"
+    config.write_text('{"train_batch_size": ' + "[" * 10_000 + "]" * 10_000 + "}")
+    _one_error_line(run_cli("check", str(config)), f"{config}: nested too deeply to be a DeepSpeed config")
+
+
+def test_world_size_at_or_over_2_63_is_a_usage_error(tmp_path):
+    config = tmp_path / "ds.json"
+    config.write_text("{}")
+    proc = run_cli("check", str(config), "--world-size", str(2**63), "--no-deepspeed")
+    assert proc.returncode == 2
+    assert "Invalid value for '--world-size'" in proc.stderr and "internal error" not in proc.stderr
+    assert run_cli("check", str(config), "--world-size", str(2**63 - 1), "--no-deepspeed").returncode == 0
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path):  # noqa: ANN201 - a Path
+    """A real filesystem with no space left: a 512 KiB tmpfs, filled up."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    if shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs (a real full disk) needs root")
+    try:
+        (mount / "runs" / "r").mkdir(parents=True)
+        shutil.copy(ROOT / "samples" / "healthy-zero2" / "rank-0.jsonl", mount / "runs" / "r")
+        with open(mount / "filler", "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_at_start_is_one_line_exit_2(full_disk):
+    _one_error_line(run_cli("watch", "--once", str(full_disk / "runs")), "No space left on device (ENOSPC)")
+    _one_error_line(run_cli("diagnose", "--db", str(full_disk / "d.db"), str(full_disk / "runs" / "r")),
+                    "the store refused to write: database or disk is full")
+    _one_error_line(run_cli("run", "--runs-dir", str(full_disk / "new"), "--", "true"),
+                    "No space left on device (ENOSPC)")
