@@ -65,7 +65,7 @@ def expand_inputs(paths: list[Path], input_format: str | None = None) -> list[tu
                 patterns = ", ".join(p for p, _ in source_patterns())
                 raise InputError(f"{path}: none of {patterns} in this directory")
             out += [(f, input_format or fmt) for f, fmt in files]
-        elif path.is_file():
+        elif path.exists() or path.is_symlink():  # a FIFO or a symlink loop is refused by name, not "missing"
             out.append((path, input_format or detect_format(path)))
         else:
             raise InputError(f"{path}: no such file or directory")

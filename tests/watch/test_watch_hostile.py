@@ -44,6 +44,8 @@ def test_fifo_console_log_makes_diagnose_exit_2_not_hang(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"zerodoctor: error: {run_dir / 'console.log'}: not a regular file (a FIFO), not read"]
+    named = run_cli("diagnose", str(run_dir / "console.log"), timeout=60)  # the FIFO itself as the argument
+    assert (named.returncode, named.stderr) == (2, proc.stderr)
 
 
 def test_symlink_loop_in_run_dir_is_one_clear_error(tmp_path):
