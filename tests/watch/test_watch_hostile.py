@@ -141,3 +141,18 @@ def test_diagnose_without_db_still_reads_a_final_unterminated_line(tmp_path):
     proc = run_cli("diagnose", "--format", "json", "--fail-on", "never", str(log))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["inputs"][0]["events"] == 4
+
+
+def test_diagnose_reads_every_file_to_its_unterminated_end_under_a_low_ulimit(tmp_path):
+    """More rank files than handles: a file whose handle was closed is reopened for its final line."""
+    run_dir = tmp_path / "wide"
+    run_dir.mkdir()
+    ranks = 400  # ``ulimit -n 128`` keeps 32 handles open
+    for rank in range(ranks):
+        (run_dir / f"rank-{rank}.jsonl").write_text(step_line("wide", rank, 1) + step_line("wide", rank, 2).rstrip())
+    proc = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never",
+                           str(run_dir)], capture_output=True, text=True, timeout=300, env=ENV,
+                          preexec_fn=lambda: _limit_fds(128))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    inputs = json.loads(proc.stdout)["inputs"]
+    assert len(inputs) == ranks and {(i["events"], i["quarantined"]) for i in inputs} == {(2, 0)}

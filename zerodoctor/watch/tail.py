@@ -131,8 +131,10 @@ class FileTail:
         the file may still be growing, and its next read gets that line whole.
         """
         self._ingestor, self._emit = ingestor, emit
-        if self.handle is not None:
-            self._read(conn, self.handle, final=True, unterminated=unterminated)
+        if self.handle is None and not self._open(conn):  # closed to stay under ``ulimit -n``, or gone
+            return
+        OPEN_FILES.used(self)
+        self._read(conn, self.handle, final=True, unterminated=unterminated)
 
     def close(self) -> None:
         OPEN_FILES.dropped(self)
@@ -146,7 +148,9 @@ class FileTail:
         except FileNotFoundError:
             return False
         identity = _identity(handle)
-        if identity == self.identity and self.fingerprint is not None and self._fingerprint(handle) != self.fingerprint:
+        if identity == self.identity and self.fingerprint is None and self.offset:
+            self._sign(conn, handle)  # a row stored before fingerprints were: this file is taken as the one read
+        elif identity == self.identity and self.fingerprint is not None and self._fingerprint(handle) != self.fingerprint:
             log.warning("%s: a new file with the old one's inode (its first bytes differ from those read); "
                         "reading it from the start", self.name)
             self._reset(conn, identity)
@@ -207,13 +211,16 @@ class FileTail:
             batch = self._ingestor.add_or_quarantine(conn, self.file_id, batch, self.name, self.lines + 1)
             self.offset, self.lines = batch.end, batch.last_line
             if min(self.offset, HEAD_BYTES) != signed:  # the fingerprint grows with the first bytes read
-                self.fingerprint = self._fingerprint(stream)
-                conn.execute(update(files).where(files.c.id == self.file_id).values(fingerprint=self.fingerprint))
+                self._sign(conn, stream)
             _log_rejected(self.name, batch)
             self._emit(batch)
             if count == batches:
                 return self.lines - lines_before == BATCH_LINES
         return False
+
+    def _sign(self, conn: Connection, stream: BinaryIO) -> None:
+        self.fingerprint = self._fingerprint(stream)
+        conn.execute(update(files).where(files.c.id == self.file_id).values(fingerprint=self.fingerprint))
 
     def _fingerprint(self, stream: BinaryIO) -> str:
         """What the stored fingerprint covers: the first ``min(offset, HEAD_BYTES)`` bytes."""
