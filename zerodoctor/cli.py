@@ -276,7 +276,8 @@ def watch(
 
     try:
         with writer_lock(url):
-            from zerodoctor.watch.notify import SettingsError, notifiers
+            from zerodoctor.hookspecs import SettingsError
+            from zerodoctor.watch.notify import notifiers
 
             try:
                 targets = notifiers()

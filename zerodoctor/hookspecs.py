@@ -11,6 +11,11 @@ hookspec = pluggy.HookspecMarker("zerodoctor")
 hookimpl = pluggy.HookimplMarker("zerodoctor")
 
 
+class SettingsError(ValueError):
+    """A plugin's settings are unusable (a hook raises it): the message names the setting, never a
+    secret value, and the command exits 2 with it."""
+
+
 @hookspec
 def register_sources():
     """Return ``[(glob, format)]``: files of a run directory to read, preferred first."""
@@ -38,7 +43,10 @@ def register_rules():
 
 @hookspec
 def register_notifiers():
-    """Return notifiers: objects with a ``name`` and ``send(finding)``, called by ``watch`` once per new finding."""
+    """Return notifiers: objects with a ``name`` and ``send(finding)``, called by ``watch`` once per new finding.
+
+    Raise ``SettingsError`` when the plugin's settings cannot work.
+    """
 
 
 @hookspec

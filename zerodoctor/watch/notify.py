@@ -23,11 +23,6 @@ from zerodoctor.store.schema import deliveries, findings
 log = logging.getLogger("zerodoctor.watch")
 
 
-class SettingsError(ValueError):
-    """A notifier's settings are unusable (``register_notifiers`` raises it): the message names the
-    setting, never a secret value; ``watch`` exits 2 with it."""
-
-
 class Notifier(Protocol):
     name: str
 

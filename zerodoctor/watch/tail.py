@@ -34,7 +34,7 @@ from typing import BinaryIO, Callable, Literal
 from sqlalchemy import Connection, update
 
 from zerodoctor.sources import Batch, Parser, make_parser, read_batches, run_id_for
-from zerodoctor.sources.readable import HEAD_BYTES, check_regular, head, open_log
+from zerodoctor.sources.readable import HEAD_BYTES, UnreadableFile, check_regular, head, open_log
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import files
 
@@ -145,7 +145,7 @@ class FileTail:
     def _open(self, conn: Connection) -> bool:
         try:
             handle, self.decoded = open_log(self.path)
-        except FileNotFoundError:
+        except (FileNotFoundError, UnreadableFile):  # gone, or now no log: a rescan reports what is there
             return False
         identity = _identity(handle)
         if identity == self.identity and self.fingerprint is None and self.offset:
