@@ -51,17 +51,19 @@ def test_yaml_aliases_are_refused_so_a_billion_laughs_cannot_hang_the_loader(tmp
     assert errors == [f"{rules / NAME}:{line}: RL100: aliases (*a) are not allowed in rule files"]
 
 
-@pytest.mark.parametrize("spec, problem", [(">2000000000", "width 2000000000 is over 100"),
-                                           (".200000000f", "precision 200000000 is over 20")])
+@pytest.mark.parametrize("spec, problem", [(">2000000000", "width 2000000000 in '>2000000000' is over 100"),
+                                           (".200000000f", "precision 200000000 in '.200000000f' is over 20")])
 def test_format_width_and_precision_are_bounded_at_load(tmp_path, spec, problem):
     rules = _rules(tmp_path, _hostile(**{"{batch.grad_accum}": f"{{batch.grad_accum:{spec}}}"}))
-    assert _errors(rules) == [f"{rules / NAME}:7: RL204: template field '{{batch.grad_accum:{spec}}}': {problem}"]
+    [error] = _errors(rules)
+    assert error.startswith(f"{rules / NAME}:7: RL204: template '") and error.endswith(f"': {problem}")
 
 
 def test_nested_fields_inside_a_format_spec_are_refused_at_load(tmp_path):
     rules = _rules(tmp_path, _hostile(**{"{batch.grad_accum}": "{batch.grad_accum:{batch.grad_accum}}"}))
-    assert _errors(rules) == [f"{rules / NAME}:7: RL204: template field '{{batch.grad_accum:{{batch.grad_accum}}}}': "
-                              "a field inside a format spec is not allowed"]
+    [error] = _errors(rules)
+    assert error.startswith(f"{rules / NAME}:7: RL204: template '")
+    assert error.endswith("': nested fields in a format spec are not supported")
 
 
 def test_sequence_multiplication_is_refused_at_load(tmp_path):
@@ -72,11 +74,12 @@ def test_sequence_multiplication_is_refused_at_load(tmp_path):
                               "or list is not allowed"]
 
 
-def test_huge_exponent_is_refused_at_load(tmp_path):
+@pytest.mark.parametrize("expr, problem", [("10 ** 10 ** 10", "an exponent must be a number up to 64 or a signal"),
+                                           ("10 ** 100000000", "an exponent over 64 is not allowed")])
+def test_huge_exponent_is_refused_at_load(tmp_path, expr, problem):
     rules = _rules(tmp_path, _hostile(**{
-        "when: batch.micro_batches_per_step != batch.grad_accum":
-            "when: 10 ** 10 ** 10 > batch.grad_accum"}))
-    assert _errors(rules) == [f"{rules / NAME}:6: RL203: 'Pow' is not allowed in a condition"]
+        "when: batch.micro_batches_per_step != batch.grad_accum": f"when: {expr} > batch.grad_accum"}))
+    assert _errors(rules) == [f"{rules / NAME}:6: RL203: {expr}: {problem}"]
 
 
 def test_deeply_nested_yaml_is_one_error_not_a_crash(tmp_path):
