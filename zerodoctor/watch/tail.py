@@ -145,7 +145,7 @@ class FileTail:
     def _open(self, conn: Connection) -> bool:
         try:
             handle, self.decoded = open_log(self.path)
-        except (FileNotFoundError, UnreadableFile):  # gone, or now no log: a rescan reports what is there
+        except (FileNotFoundError, PermissionError, UnreadableFile):  # a rescan reports what is there now, once
             return False
         identity = _identity(handle)
         if identity == self.identity and self.fingerprint is None and self.offset:
