@@ -54,8 +54,9 @@ def start_writers(run_dir: Path, steps: int, steps_per_s: float, first_step: int
 class Watch:
     """A ``zerodoctor watch`` subprocess whose stdout lines are time-stamped as they arrive."""
 
-    def __init__(self, runs: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "zerodoctor", "watch", "-q", str(runs)],
+    def __init__(self, runs: Path, db: Path | None = None) -> None:
+        store = ["--db", str(db)] if db else []  # default: runs/zerodoctor.db
+        self.proc = subprocess.Popen([sys.executable, "-m", "zerodoctor", "watch", "-q", *store, str(runs)],
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
         self.lines: list[tuple[float, str]] = []
         threading.Thread(target=self._read, daemon=True).start()

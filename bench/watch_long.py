@@ -103,7 +103,7 @@ def main(argv: list[str]) -> None:
         rows.append((point, (point - (rows[-1][0] if rows else 0)) * FILES / ingest_s, cold, warm, plus10, old))
         print(f"  {point} steps stored: judge {warm:.3f} s warm, --once +10 {plus10:.2f} s", flush=True)
 
-    watch = Watch(runs)
+    watch = Watch(runs, db)  # the store holding the history, not a fresh one
     writers = []
     try:
         time.sleep(5)
