@@ -172,9 +172,11 @@ class Ingestor:
                     todo += [units[mid:], units[:mid]]  # the first half is popped first: kept stays in order
                     continue
                 line = units[0][0]
-                data = lines[line - first_line] if 0 <= line - first_line < len(lines) else b""
+                index = line - first_line
+                data = lines[index] if 0 <= index < len(lines) else b""
+                ended = index < len(lines) - 1  # every line but an unterminated last one had its newline
                 refused.append(Rejected(name, line, storable_text(f"not stored: {describe(exc)}"),
-                                        data.rstrip(b"\r"), len(data)))
+                                        data.rstrip(b"\r"), len(data) + ended))
         rejected = batch.rejected + refused
         self.add(conn, file_id, Batch(rejected=rejected, end=batch.end, last_line=batch.last_line))
         return Batch(events=kept, rejected=rejected, end=batch.end, last_line=batch.last_line)
