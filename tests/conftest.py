@@ -82,6 +82,16 @@ def store_url(request, tmp_path: Path) -> str:
     """A fresh, empty store: an SQLite file, or a schema of its own on the test PostgreSQL server."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.db'}"
+    return _fresh_pg_schema(request)
+
+
+@pytest.fixture
+def pg_url(request) -> str:
+    """A fresh, empty PostgreSQL store (a schema of its own), for the cases only PostgreSQL has."""
+    return _fresh_pg_schema(request)
+
+
+def _fresh_pg_schema(request) -> str:  # noqa: ANN001 - pytest's FixtureRequest
     if not PG_URL:
         pytest.skip(NO_PG)
     from sqlalchemy import create_engine

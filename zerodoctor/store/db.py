@@ -83,8 +83,8 @@ def open_engine(db: str | Path | URL, *, scratch: bool = False) -> Engine:
     except ArgumentError as exc:
         raise StoreError(f"--db {shown(url)}: not a store URL or path ({' '.join(str(exc).split())[:200]})") from None
     except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
-        raise StoreError(f"--db {shown(url)}: its database driver is not installed ({describe(exc)}); "
-                         "for PostgreSQL: pip install 'zerodoctor[postgres]'") from None
+        hint = "; for PostgreSQL: pip install 'zerodoctor[postgres]'" if url.startswith("postgresql") else ""
+        raise StoreError(f"--db {shown(url)}: its database driver is not installed ({describe(exc)}){hint}") from None
     if engine.dialect.name == "sqlite":
         _sqlite_transactions(engine, scratch=scratch)
     try:

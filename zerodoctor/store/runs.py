@@ -11,12 +11,22 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, Integer, case, cast, delete, func, insert, literal, select, union, update
+from sqlalchemy import BigInteger, Connection, Float, Integer, case, cast, delete, func, insert, literal, select, union, update
 
 from zerodoctor.store.schema import events, files, run_state, runs, steps
 
 _MERGES = {"min": func.min, "max": func.max, "sum": func.sum, "mean": func.avg}
-_AGGREGATES = {"min": func.min, "max": func.max, "sum": func.sum}
+
+
+def _merged(how: str, column):  # noqa: ANN001, ANN202 - SQLAlchemy column expressions
+    """``how`` over ``column``, typed alike on every store: PostgreSQL sums a bigint as numeric and
+    averages anything as numeric (a ``Decimal`` in Python), SQLite gives int and float."""
+    expr = _MERGES[how](column)
+    if how == "mean":
+        return cast(expr, Float)
+    if how == "sum" and isinstance(column.type, Integer):
+        return cast(expr, BigInteger)
+    return expr
 
 
 def _column(name: str):  # noqa: ANN202 - a SQLAlchemy column expression
@@ -49,13 +59,13 @@ def merged_steps(conn: Connection, run_id: int, fields: dict[str, str], *, after
     One grouped query over the (run, step) index: the merge runs in the database, not per row in Python.
     """
     labels = ["step", "t", *fields]
-    query = select(steps.c.step, func.max(steps.c.t), *(_MERGES[m](_column(f)) for f, m in fields.items()))
+    query = select(steps.c.step, func.max(steps.c.t), *(_merged(m, _column(f)) for f, m in fields.items()))
     query = query.where(steps.c.run_id == run_id)
     if after is not None:
         query = query.where(steps.c.step > after)
     if upto is not None:
         query = query.where(steps.c.step <= upto)
-    for row in conn.execution_options(yield_per=10_000).execute(query.group_by(steps.c.step).order_by(steps.c.step)):
+    for row in conn.execute(query.group_by(steps.c.step).order_by(steps.c.step).execution_options(yield_per=10_000)):
         yield dict(zip(labels, row))
 
 
@@ -72,7 +82,7 @@ def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, 
     query = select(steps.c.rank, func.count().label("steps"), func.min(steps.c.step).label("first_step"),
                    func.max(steps.c.step).label("last_step"), func.max(steps.c.t).label("last_t"),
                    func.max(steps.c.id).label("max_id"), late.label("late"),
-                   *(_AGGREGATES[agg](_column(field)).label(name) for name, (field, agg) in aggregates.items())
+                   *(_merged(agg, _column(field)).label(name) for name, (field, agg) in aggregates.items())
                    ).group_by(steps.c.rank)
     if after_id is None:
         query = query.where(steps.c.run_id == run_id)

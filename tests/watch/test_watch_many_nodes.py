@@ -1,0 +1,114 @@
+"""Many nodes, one PostgreSQL store: one watcher per node, the ranks of one job merged into one run,
+the single-writer rule held by the database (not the URL's spelling), watchers started together."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.conftest import NO_PG, PG_URL, run_cli
+from tests.watch.conftest import ENV, append, start_watch, stop, wait_for
+from tests.watch.test_watch_daemon import (
+    assert_every_line_stored_once,
+    kill_repeatedly,
+    start_writer,
+    status_json,
+    stored_count,
+    written,
+)
+
+pytestmark = pytest.mark.skipif(not PG_URL, reason=NO_PG)
+
+
+def test_two_nodes_one_job_survive_6_sigkills_each_with_none_lost_or_duplicated(tmp_path, pg_url):
+    """Node A holds ranks 0-3 of run "job" in its own run directory, node B ranks 4-7 in another:
+    each node's watcher is killed 6 times while the ranks write; the store holds one run of 8 ranks."""
+    nodes = [tmp_path / "node-a" / "runs", tmp_path / "node-b" / "runs"]
+    writers = [start_writer(runs / "job", 4, 1500, 5.0, first_rank=4 * i) for i, runs in enumerate(nodes)]
+    kills = [0, 0]
+
+    def node(i: int) -> None:
+        kills[i] = kill_repeatedly(nodes[i], pg_url, 6, random.Random(i))
+
+    threads = [threading.Thread(target=node, args=(i,)) for i in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        for w in writers:
+            assert w.wait(timeout=30) == 0
+    assert kills == [6, 6]
+    for runs in nodes:
+        final = run_cli("watch", "--once", "-q", "--db", pg_url, str(runs), timeout=60)
+        assert final.returncode == 0, final.stderr
+
+    lines = written(*nodes)
+    assert len(lines) == 8 * 1500
+    report = assert_every_line_stored_once(pg_url, lines)
+    (run,) = report["runs"]
+    assert run["run"] == "job" and len(run["files"]) == 8
+
+
+def test_localhost_and_127_0_0_1_are_one_writer(tmp_path, pg_url):
+    runs = tmp_path / "runs"
+    append(runs / "r" / "rank-0.jsonl", "r", 0, range(1, 50))
+    url = make_url(pg_url)
+    assert url.host == "localhost"
+    same_db = url.set(host="127.0.0.1").render_as_string(hide_password=False)
+    first = start_watch("--db", pg_url, str(runs))
+    try:
+        wait_for(lambda: stored_count(pg_url) == 49, timeout=30)
+        for extra in ((), ("--once",)):
+            second = run_cli("watch", *extra, "--db", same_db, str(runs), timeout=30)
+            assert second.returncode == 2
+            assert f"pid {first.pid}" in second.stderr and "already writing" in second.stderr
+            assert url.password not in second.stderr and "Traceback" not in second.stderr
+            assert [line for line in second.stderr.splitlines() if "error" in line] == [
+                line for line in second.stderr.splitlines() if "already writing" in line]
+        assert stored_count(pg_url) == 49
+    finally:
+        code, _, err = stop(first)
+    assert code == 0, err
+
+
+def test_watchers_started_together_never_crash(tmp_path, pg_url):
+    """Six nodes' watchers start at the same moment on a fresh store: one creates the tables, all
+    create the same run and its findings' rows, none fails."""
+    roots = [tmp_path / f"node-{i}" / "runs" for i in range(6)]
+    for i, runs in enumerate(roots):
+        append(runs / "job" / f"rank-{i}.jsonl", "job", i, range(1, 200))
+    procs = [subprocess.Popen([sys.executable, "-m", "zerodoctor", "watch", "--once", "-q", "--db", pg_url, str(r)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV) for r in roots]
+    results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    assert [code for code, _ in results] == [0] * 6, results
+    (run,) = status_json(pg_url)["runs"]
+    assert run["run"] == "job" and sum(f["events"] for f in run["files"]) == 6 * 199
+
+
+def test_a_run_directory_another_node_writes_is_skipped_until_it_is_free(tmp_path, pg_url):
+    """The lock is per run directory: a watcher whose root holds one run directory another watcher
+    already writes starts (it was not there at start), skips that directory, and takes it once free."""
+    runs = tmp_path / "runs"
+    append(runs / "a" / "rank-0.jsonl", "a", 0, range(1, 11))
+    first = start_watch("--db", pg_url, str(runs / "a"))
+    try:
+        wait_for(lambda: stored_count(pg_url) == 10, timeout=30)
+        append(runs / "b" / "rank-0.jsonl", "b", 0, range(1, 6))
+        second = start_watch("--db", pg_url, str(runs / "b"))
+        wait_for(lambda: stored_count(pg_url) == 15, timeout=30)
+        code, _, err = stop(second)
+        assert code == 0, err
+    finally:
+        code, _, err = stop(first)
+    assert code == 0, err
+    rerun = run_cli("watch", "--once", "-q", "--db", pg_url, str(runs), timeout=60)
+    assert rerun.returncode == 0, rerun.stderr
+    assert stored_count(pg_url) == 15
