@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, select
 
 from tests.watch.conftest import append, step_line
-from zerodoctor.diagnosis import ingest_file
+from zerodoctor.pipeline import Pipeline
 from zerodoctor.sources import Batch
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
@@ -28,6 +28,12 @@ def engine(store_url: str):
     engine.dispose()
 
 
+def ingest_file(engine, path: Path, pipeline: Pipeline | None = None) -> dict:  # noqa: ANN001 - an Engine
+    """``diagnose --db`` on one file: its stored row after the read."""
+    (row,) = (pipeline or Pipeline(engine, rules=[])).ingest([(path, "jsonl")])
+    return row
+
+
 def jsonl(path: Path, *events_: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
@@ -40,7 +46,7 @@ def test_step_with_over_2_gib_of_memory_is_stored(tmp_path, engine):
                  {"run": "r", "kind": "run_start", "device_memory_bytes": 141 * GIB},
                  {"run": "r", "kind": "step", "step": 3 * 10**9, "tokens": 5 * 10**9, "mem_allocated_bytes": 70 * GIB,
                   "mem_reserved_bytes": 80 * GIB, "mem_peak_bytes": 2**63 - 1, "inactive_split_bytes": 3 * GIB})
-    row = ingest_file(engine, Ingestor(), path, "jsonl")
+    row = ingest_file(engine, path)
     assert (row["events"], row["quarantined"]) == (2, 0)
     with engine.connect() as conn:
         stored = conn.execute(select(steps.c.step, steps.c.tokens, steps.c.mem_allocated_bytes, steps.c.mem_peak_bytes,
@@ -58,20 +64,19 @@ def test_file_offset_past_2_31_is_read_on(tmp_path, engine):
         f.truncate(2**31)
         f.seek(2**31)
         f.write(b"\n")
-    ingestor = Ingestor()
+    pipeline = Pipeline(engine, rules=[])
     with engine.begin() as conn:
-        file_id = ingestor.register_file(conn, path, "jsonl")["id"]
-        ingestor.add(conn, file_id, Batch(end=2**31 + 1, last_line=1))  # as if that line had been read
+        file_id = pipeline.ingestor.register_file(conn, path, "jsonl")["id"]
+        pipeline.ingestor.add(conn, file_id, Batch(end=2**31 + 1, last_line=1))  # as if that line had been read
     append(path, "r", 0, range(1, 4))
-    row = ingest_file(engine, ingestor, path, "jsonl")
+    row = ingest_file(engine, path, pipeline)
     assert (row["offset"], row["lines"], row["events"]) == (path.stat().st_size, 4, 3)
     assert row["offset"] > 2**31
 
 
 def test_300_character_run_name_is_stored(tmp_path, engine):
     name = "sweep-" + "x" * 294
-    row = ingest_file(engine, Ingestor(), jsonl(tmp_path / "loose.jsonl", {"run": name, "kind": "step", "step": 1}),
-                      "jsonl")
+    row = ingest_file(engine, jsonl(tmp_path / "loose.jsonl", {"run": name, "kind": "step", "step": 1}))
     assert (row["events"], row["quarantined"]) == (1, 0)
     with engine.connect() as conn:
         assert conn.execute(select(runs.c.name)).scalars().all() == [name]
@@ -81,7 +86,7 @@ def test_nul_byte_in_a_run_name_and_a_message_is_stored(tmp_path, engine):
     path = jsonl(tmp_path / "loose.jsonl",
                  {"run": "a\x00b", "kind": "step", "step": 1},
                  {"run": "a\x00b", "kind": "exception", "type": "RuntimeError", "message": "bad\x00byte"})
-    row = ingest_file(engine, Ingestor(), path, "jsonl")
+    row = ingest_file(engine, path)
     assert (row["events"], row["quarantined"]) == (2, 0)
     with engine.connect() as conn:
         assert conn.execute(select(runs.c.name)).scalars().all() == ["a\u2400b"]  # one run, NUL shown as ␀
@@ -100,7 +105,7 @@ def test_line_the_store_refuses_is_quarantined_alone_with_its_raw_bytes(tmp_path
                                  "BEGIN SELECT RAISE(ABORT, 'refuse_step_3'); END")
     path = tmp_path / "r" / "rank-0.jsonl"
     append(path, "r", 0, range(1, 6))
-    row = ingest_file(engine, Ingestor(), path, "jsonl")
+    row = ingest_file(engine, path)
     assert (row["events"], row["quarantined"], row["lines"]) == (4, 1, 5)
     with engine.connect() as conn:
         assert sorted(conn.execute(select(steps.c.step)).scalars()) == [1, 2, 4, 5]
@@ -130,7 +135,7 @@ def test_store_made_by_the_schema_before_migrations_is_upgraded_in_place(tmp_pat
     try:
         with engine.connect() as conn:
             assert stored_version(conn) == HEAD
-            assert "alembic_version" in inspect(conn).get_table_names()
+            assert {"alembic_version", "run_state"} <= set(inspect(conn).get_table_names())
         ingestor = Ingestor()
         with engine.begin() as conn:
             run_id = ingestor.run_id(conn, "old-run")

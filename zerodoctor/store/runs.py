@@ -65,7 +65,7 @@ def merged_steps(conn: Connection, run_id: int, fields: dict[str, str], *, after
         query = query.where(steps.c.step > after)
     if upto is not None:
         query = query.where(steps.c.step <= upto)
-    for row in conn.execute(query.group_by(steps.c.step).order_by(steps.c.step).execution_options(yield_per=10_000)):
+    for row in conn.execute(query.group_by(steps.c.step).order_by(steps.c.step).execution_options(yield_per=10_000)):  # the statement's, not the connection's
         yield dict(zip(labels, row))
 
 
@@ -102,7 +102,7 @@ def run_events(conn: Connection, run_id: int, *, kinds: tuple[str, ...] | None =
         query = query.where(events.c.kind.in_(kinds))
     if exclude:
         query = query.where(events.c.kind.not_in(exclude))
-    for rank, kind, step, t, payload in conn.execution_options(yield_per=10_000).execute(query):
+    for rank, kind, step, t, payload in conn.execute(query.execution_options(yield_per=10_000)):
         body = json.loads(payload) if isinstance(payload, str) else dict(payload)
         body.update(rank=rank, t=t, step=step, kind=kind)
         yield body
@@ -121,14 +121,23 @@ def saved_state(conn: Connection, run_id: int, *, for_update: bool = False) -> t
     ``for_update`` locks the row to the end of the transaction (PostgreSQL): two watchers
     writing ranks of one run take turns, each starting from the other's last save.
     """
+    if for_update:
+        _lock_run(conn, run_id)
     query = select(run_state.c.version, run_state.c.generation, run_state.c.state).where(run_state.c.run_id == run_id)
-    row = conn.execute(query.with_for_update() if for_update else query).first()
+    row = conn.execute(query).first()
     return (row[0], row[1], row[2]) if row else None
 
 
 def saved_generation(conn: Connection, run_id: int) -> int | None:
     """The generation of the run's saved state (locked as ``saved_state`` does): is ours still current?"""
-    return conn.execute(select(run_state.c.generation).where(run_state.c.run_id == run_id).with_for_update()).scalar()
+    _lock_run(conn, run_id)
+    return conn.execute(select(run_state.c.generation).where(run_state.c.run_id == run_id)).scalar()
+
+
+def _lock_run(conn: Connection, run_id: int) -> None:
+    """Lock the run's row, which exists before its first saved state does: two writers of a new run
+    take turns too, instead of both inserting its first state (SQLite has one writer anyway)."""
+    conn.execute(select(runs.c.id).where(runs.c.id == run_id).with_for_update())
 
 
 def save_state(conn: Connection, run_id: int, version: str, generation: int, state: str) -> None:

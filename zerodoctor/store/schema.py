@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     Float,
     ForeignKey,
     Index,
-    BigInteger,
     Integer,
     LargeBinary,
     MetaData,
@@ -129,9 +129,9 @@ Index("ix_events_run_kind", events.c.run_id, events.c.kind)
 run_state = Table(
     "run_state",
     metadata,
-    Column("run_id", Integer, ForeignKey("runs.id"), primary_key=True),
-    Column("version", String(64), nullable=False),
-    Column("generation", Integer, nullable=False),
+    _ref("run_id", "runs.id", primary_key=True),
+    Column("version", Text, nullable=False),
+    Column("generation", BigInteger, nullable=False),
     Column("state", Text, nullable=False),
 )
 
