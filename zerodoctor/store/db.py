@@ -42,7 +42,7 @@ def shown(url: str | URL) -> str:
     """The URL as messages show it: the password masked."""
     try:
         return (url if isinstance(url, URL) else make_url(url)).render_as_string(hide_password=True)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         return "<unparseable URL>"
 
 
@@ -80,7 +80,7 @@ def open_engine(db: str | Path | URL, *, scratch: bool = False) -> Engine:
     url = url_for(db)
     try:
         engine = create_engine(url, **_engine_options(make_url(url)))
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
         raise StoreError(f"--db {shown(url)}: not a store URL or path ({' '.join(str(exc).split())[:200]})") from None
     except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
         hint = "; for PostgreSQL: pip install 'zerodoctor[postgres]'" if url.startswith("postgresql") else ""
@@ -126,5 +126,5 @@ def _password(url: str | URL | None) -> str | None:
         return None
     try:
         return (url if isinstance(url, URL) else make_url(url)).password or None
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         return None

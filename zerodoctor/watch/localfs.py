@@ -42,7 +42,7 @@ def network_store_error(url: str, mounts: Path | None = None) -> str | None:
     """A one-line error when ``url`` is an SQLite file on a network filesystem, else None."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         return None  # not a URL at all: opening the store says so
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None

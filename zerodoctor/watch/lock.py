@@ -109,7 +109,11 @@ def _busy(holder: str, url: str, what: str = "") -> str:
 
 
 def _open_lock_file(path: Path) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:  # ELOOP: a symlink planted at the lock's name
+        raise StoreBusy(f"{path}: cannot open the watch lock ({exc.strerror}); a symlink there is refused, "
+                        "remove it") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise StoreBusy(f"{path}: the watch lock is not a regular file; remove it")
