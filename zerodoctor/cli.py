@@ -338,7 +338,7 @@ def status(
     url = url_for(db or Path("runs") / DEFAULT_DB_NAME)
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
         raise fail(f"{url.removeprefix('sqlite:///')}: no store there (start 'zerodoctor watch DIR' or pass --db)")
-    engine = open_engine(url)
+    engine = open_engine(url, read_only=True)
     try:
         with engine.connect() as conn:
             statuses = collect(conn)

@@ -6,7 +6,11 @@ process crashes). WAL needs shared memory, so the database must not live on a ne
 filesystem. pysqlite emits no BEGIN of its own before a SELECT or a savepoint, so the
 engine takes over: the driver is in autocommit mode and SQLAlchemy's ``begin`` event emits
 BEGIN (SQLAlchemy's documented recipe), which makes a pass's transaction and its savepoints
-real. PostgreSQL (``postgresql://``, through psycopg 3) is the store many nodes share.
+real. A writer's transactions take the write lock when they begin (BEGIN IMMEDIATE): a
+deferred one that read first could not write once another connection (watch's notifier
+thread) had committed, and SQLite fails that at once, without waiting. A ``read_only``
+engine (``status``) begins plain read transactions and never holds up a writer.
+PostgreSQL (``postgresql://``, through psycopg 3) is the store many nodes share.
 """
 
 from __future__ import annotations
@@ -70,12 +74,12 @@ def insert_new(conn: Connection, table: Table) -> Insert:
     return table.insert()
 
 
-def open_engine(db: str | Path | URL, *, scratch: bool = False) -> Engine:
+def open_engine(db: str | Path | URL, *, scratch: bool = False, read_only: bool = False) -> Engine:
     """Open (creating or upgrading the tables of) the store at ``db``; raise ``StoreError`` if it cannot be.
 
     ``scratch`` marks a throw-away SQLite file (``diagnose`` without ``--db``): no fsync and the
     journal in memory, since nothing in it outlives the command (a journal all the same, so a
-    batch rolled back to its savepoint really is undone).
+    batch rolled back to its savepoint really is undone). ``read_only``: see the module doc.
     """
     url = url_for(db)
     try:
@@ -86,7 +90,7 @@ def open_engine(db: str | Path | URL, *, scratch: bool = False) -> Engine:
         hint = "; for PostgreSQL: pip install 'zerodoctor[postgres]'" if url.startswith("postgresql") else ""
         raise StoreError(f"--db {shown(url)}: its database driver is not installed ({describe(exc)}){hint}") from None
     if engine.dialect.name == "sqlite":
-        _sqlite_transactions(engine, scratch=scratch)
+        _sqlite_transactions(engine, scratch=scratch, read_only=read_only)
     try:
         migrate.upgrade(engine)
     except DBAPIError as exc:
@@ -102,7 +106,7 @@ def _engine_options(url: URL) -> dict:
     return {}
 
 
-def _sqlite_transactions(engine: Engine, *, scratch: bool) -> None:
+def _sqlite_transactions(engine: Engine, *, scratch: bool, read_only: bool) -> None:
     pragmas = (("journal_mode", "MEMORY"), ("synchronous", "OFF")) if scratch else (
         ("journal_mode", "WAL"), ("synchronous", "NORMAL"), ("busy_timeout", "30000"))
 
@@ -117,8 +121,8 @@ def _sqlite_transactions(engine: Engine, *, scratch: bool) -> None:
     @event.listens_for(engine, "begin")
     def _begin(conn) -> None:  # noqa: ANN001 - SQLAlchemy Connection
         # A migration takes the write lock before it looks, so two processes never both create the tables.
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("zerodoctor_write_lock")
-                             else "BEGIN")
+        writes = not read_only or conn.get_execution_options().get("zerodoctor_write_lock")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
 
 
 def _password(url: str | URL | None) -> str | None:

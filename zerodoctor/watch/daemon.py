@@ -211,8 +211,9 @@ class Watcher:
             started = time.monotonic()
             try:
                 self._judge_run(name)
-            except Exception:  # noqa: BLE001 - one run's failure must not stop a days-long watch
-                log.exception("judging run %s failed; it is judged again when its next events arrive", name)
+            except Exception as exc:  # noqa: BLE001 - one run's failure must not stop a days-long watch
+                log.error("judging run %s failed; it is judged again when its next events arrive: %s", name,
+                          describe(exc, self.engine.url), exc_info=not isinstance(exc, SQLAlchemyError))
             cost = time.monotonic() - started
             self._judged_at[name] = time.monotonic()
             self._interval[name] = max(self.judge_every_s, 4 * cost)

@@ -15,9 +15,11 @@ import threading
 import time
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, and_, insert, select
+from sqlalchemy import Engine, and_, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from zerodoctor import plugins
+from zerodoctor.store.db import describe, insert_new
 from zerodoctor.store.schema import deliveries, findings
 
 log = logging.getLogger("zerodoctor.watch")
@@ -59,9 +61,9 @@ def deliver_pending(engine: Engine, targets: list[Notifier],
                             notifier.name, len(pending) - sent, exc)
                 failed += 1
                 break  # the endpoint is down: try the rest on a later pass, in order
-            with engine.begin() as conn:
-                conn.execute(insert(deliveries).values(finding_id=finding_id, notifier=notifier.name,
-                                                       delivered_t=time.time()))
+            with engine.begin() as conn:  # a watcher on another node may have sent it too: one row
+                conn.execute(insert_new(conn, deliveries).values(finding_id=finding_id, notifier=notifier.name,
+                                                                 delivered_t=time.time()))
             delivered += 1
     return delivered, failed
 
@@ -99,7 +101,8 @@ class Deliveries:
     def _deliver(self) -> None:
         try:
             _, failed = deliver_pending(self.engine, self.targets, self.stop)
-        except Exception:  # noqa: BLE001 - the store failing here must not end deliveries for good
-            log.exception("delivering findings failed; they stay pending")
+        except Exception as exc:  # noqa: BLE001 - the store failing here must not end deliveries for good
+            log.error("delivering findings failed; they stay pending: %s", describe(exc, self.engine.url),
+                      exc_info=not isinstance(exc, SQLAlchemyError))
             failed = 1
         self._after = time.monotonic() + self.retry_s if failed else 0.0
