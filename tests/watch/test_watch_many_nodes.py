@@ -7,7 +7,6 @@ import random
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url

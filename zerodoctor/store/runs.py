@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-from sqlalchemy import BigInteger, Connection, Float, Integer, case, cast, delete, func, insert, literal, select, union, update
+from sqlalchemy import (BigInteger, Connection, Float, Integer, case, cast, delete, func, insert, literal, select,
+                        union, update)
 
 from zerodoctor.store.schema import events, files, run_state, runs, steps
 
@@ -65,7 +66,8 @@ def merged_steps(conn: Connection, run_id: int, fields: dict[str, str], *, after
         query = query.where(steps.c.step > after)
     if upto is not None:
         query = query.where(steps.c.step <= upto)
-    for row in conn.execute(query.group_by(steps.c.step).order_by(steps.c.step).execution_options(yield_per=10_000)):  # the statement's, not the connection's
+    query = query.group_by(steps.c.step).order_by(steps.c.step)
+    for row in conn.execute(query.execution_options(yield_per=10_000)):  # the statement's, not the connection's
         yield dict(zip(labels, row))
 
 
