@@ -1,5 +1,6 @@
 """Many nodes, one PostgreSQL store: one watcher per node, the ranks of one job merged into one run,
-the single-writer rule held by the database (not the URL's spelling), watchers started together."""
+the single-writer rule held by the database (not the URL's spelling), watchers started together,
+each finding sent by one of them."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import random
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
+from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from tests.conftest import NO_PG, PG_URL, run_cli
@@ -21,6 +24,11 @@ from tests.watch.test_watch_daemon import (
     stored_count,
     written,
 )
+from zerodoctor.store import findings as stored_findings
+from zerodoctor.store.db import open_engine
+from zerodoctor.store.ingest import Ingestor
+from zerodoctor.store.schema import deliveries
+from zerodoctor.watch.notify import deliver_pending
 
 pytestmark = pytest.mark.skipif(not PG_URL, reason=NO_PG)
 
@@ -111,3 +119,38 @@ def test_a_run_directory_another_node_writes_is_skipped_until_it_is_free(tmp_pat
     rerun = run_cli("watch", "--once", "-q", "--db", pg_url, str(runs), timeout=60)
     assert rerun.returncode == 0, rerun.stderr
     assert stored_count(pg_url) == 15
+
+
+class SlowEndpoint:
+    """A notifier whose send takes a while, as a webhook does; counts what it was asked to send."""
+
+    name = "slow"
+
+    def __init__(self, sent: list[str]) -> None:
+        self.sent = sent
+
+    def send(self, finding: dict) -> None:
+        time.sleep(0.5)
+        self.sent.append(finding["rule"])
+
+
+def test_two_nodes_send_each_finding_once(pg_url):
+    """Both nodes' watchers judge the job and see its finding pending; one of them sends it."""
+    engines = [open_engine(pg_url), open_engine(pg_url)]
+    try:
+        with engines[0].begin() as conn:
+            run_id = Ingestor().run_id(conn, "job")
+            stored_findings.record(conn, run_id, [{"rule": "ZD201", "severity": "error"}], time.time())
+        sent: list[str] = []
+        nodes = [threading.Thread(target=deliver_pending, args=(engine, [SlowEndpoint(sent)])) for engine in engines]
+        for t in nodes:
+            t.start()
+        for t in nodes:
+            t.join(timeout=30)
+        assert sent == ["ZD201"]
+        with engines[0].connect() as conn:
+            assert conn.execute(select(func.count()).select_from(deliveries)).scalar() == 1
+        assert [deliver_pending(engine, [SlowEndpoint(sent)]) for engine in engines] == [(0, 0), (0, 0)]
+    finally:
+        for engine in engines:
+            engine.dispose()
