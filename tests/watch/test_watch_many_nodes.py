@@ -24,6 +24,7 @@ from tests.watch.test_watch_daemon import (
     stored_count,
     written,
 )
+from zerodoctor.pipeline import Pipeline, expand_inputs
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
@@ -154,3 +155,23 @@ def test_two_nodes_send_each_finding_once(pg_url):
     finally:
         for engine in engines:
             engine.dispose()
+
+
+def test_diagnose_db_on_one_node_judges_the_whole_job(tmp_path, pg_url, rules):
+    """Node B's watcher stored ranks 2-3; ``diagnose --db`` reads node A's ranks 0-1 and judges all four."""
+    for node, ranks in (("a", (0, 1)), ("b", (2, 3))):
+        for rank in ranks:
+            append(tmp_path / node / "runs" / "job" / f"rank-{rank}.jsonl", "job", rank, range(1, 51))
+    watched = run_cli("watch", "--once", "-q", "--db", pg_url, str(tmp_path / "b" / "runs"), timeout=60)
+    assert watched.returncode == 0, watched.stderr
+    engine = open_engine(pg_url)
+    try:
+        pipeline = Pipeline(engine, rules)
+        pipeline.ingest(expand_inputs([tmp_path / "a" / "runs" / "job"]))
+        judged = pipeline.judge("job")
+    finally:
+        engine.dispose()
+    assert (judged.values["run.ranks_seen"], judged.values["run.steps"]) == (4, 50)
+    assert {f["path"] for r in status_json(pg_url)["runs"] for f in r["files"]} == {
+        str(tmp_path / node / "runs" / "job" / f"rank-{rank}.jsonl") for node, rank in
+        (("a", 0), ("a", 1), ("b", 2), ("b", 3))}
