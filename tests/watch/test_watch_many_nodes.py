@@ -5,13 +5,14 @@ each finding sent by one of them."""
 from __future__ import annotations
 
 import random
+import socket
 import subprocess
 import sys
 import threading
 import time
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.engine import make_url
 
 from tests.conftest import NO_PG, PG_URL, run_cli
@@ -175,3 +176,29 @@ def test_diagnose_db_on_one_node_judges_the_whole_job(tmp_path, pg_url, rules):
     assert {f["path"] for r in status_json(pg_url)["runs"] for f in r["files"]} == {
         str(tmp_path / node / "runs" / "job" / f"rank-{rank}.jsonl") for node, rank in
         (("a", 0), ("a", 1), ("b", 2), ("b", 3))}
+
+
+def test_a_watcher_whose_lock_connection_is_cut_stops_with_exit_2(tmp_path, pg_url):
+    """The server ends the session holding the locks (a restart, a network cut): another watcher could
+    take the run directory now, so this one stops at its next look instead of writing on."""
+    runs = tmp_path / "runs"
+    append(runs / "r" / "rank-0.jsonl", "r", 0, range(1, 20))
+    watch = start_watch("--db", pg_url, str(runs))
+    try:
+        wait_for(lambda: stored_count(pg_url) == 19, timeout=30)
+        engine = open_engine(pg_url)
+        try:
+            with engine.connect() as conn:
+                cut = conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                        "WHERE application_name = :me"),
+                                   {"me": f"zerodoctor watch pid {watch.pid} on {socket.gethostname()}"[:63]}).all()
+        finally:
+            engine.dispose()
+        assert cut == [(True,)]
+        _, err = watch.communicate(timeout=30)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert watch.returncode == 2, err
+    assert "lost the connection that holds this watcher's locks" in err
+    assert make_url(pg_url).password not in err

@@ -136,6 +136,7 @@ class Watcher:
         first, self._scanned = not self._scanned, True
         if self.lock is None:
             return fresh
+        self.lock.check()
         refused = {d: who for d in sorted({path.parent for path, _ in fresh}) if (who := self.lock.claim(d))}
         if refused and first:
             run_dir, holder = next(iter(refused.items()))

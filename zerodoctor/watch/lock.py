@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Iterator, Protocol
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import SQLAlchemyError
 
-from zerodoctor.store.db import StoreError, shown
+from zerodoctor.store.db import StoreError, describe, shown
 
 
 class StoreBusy(StoreError):
@@ -37,6 +38,9 @@ class StoreBusy(StoreError):
 class WriterLock(Protocol):
     def claim(self, run_dir: Path) -> str | None:
         """None once this watcher may write ``run_dir``'s files; else who holds it."""
+
+    def check(self) -> None:
+        """Raise ``StoreBusy`` when the locks claimed so far are no longer held."""
 
 
 @contextmanager
@@ -69,6 +73,9 @@ class _WholeStore:
     def claim(self, run_dir: Path) -> str | None:
         return None
 
+    def check(self) -> None:
+        """The kernel keeps an flock as long as the process lives."""
+
 
 class _AdvisoryLocks:
     """One ``pg_try_advisory_lock`` per run directory (by resolved path), on ``conn``'s session."""
@@ -92,6 +99,19 @@ class _AdvisoryLocks:
             "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
             {"hi": key >> 32, "lo": key & 0xFFFF_FFFF}).scalar()
         return (holder or "unknown").removeprefix("zerodoctor watch ")
+
+    def check(self) -> None:
+        """A lost connection (server restart, network cut) took the locks with it: another watcher may
+        now write these directories, so this one must stop rather than store their lines twice."""
+        try:
+            held = self.conn.execute(text(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()"
+            )).scalar()
+        except SQLAlchemyError as exc:
+            raise StoreBusy(f"lost the connection that holds this watcher's locks ({describe(exc)}); stopping so "
+                            "that no other watcher stores its lines twice: start it again") from None
+        if held < len(self.held):
+            raise StoreBusy(f"this watcher's locks are gone ({held} of {len(self.held)} held); stopping: start it again")
 
 
 def _key(run_dir: Path) -> int:
