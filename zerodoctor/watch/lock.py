@@ -111,7 +111,8 @@ class _AdvisoryLocks:
             raise StoreBusy(f"lost the connection that holds this watcher's locks ({describe(exc)}); stopping so "
                             "that no other watcher stores its lines twice: start it again") from None
         if held < len(self.held):
-            raise StoreBusy(f"this watcher's locks are gone ({held} of {len(self.held)} held); stopping: start it again")
+            raise StoreBusy(f"this watcher's locks are gone ({held} of {len(self.held)} held); stopping: "
+                            "start it again")
 
 
 def _key(run_dir: Path) -> int:
