@@ -57,20 +57,22 @@ def test_step_with_over_2_gib_of_memory_is_stored(tmp_path, engine):
 
 
 def test_file_offset_past_2_31_is_read_on(tmp_path, engine):
-    """A sparse file: its first line ends at byte 2^31 + 1, the steps come after it."""
+    """A sparse file: a step line padded past the 4 KiB that say "text", a hole up to byte 2^31,
+    then the steps to read; the store holds the first two lines as read."""
     path = tmp_path / "r" / "rank-0.jsonl"
     path.parent.mkdir()
     with open(path, "wb") as f:
+        f.write(step_line("r", 0, 0).rstrip("\n").encode() + b" " * 8192 + b"\n")
         f.truncate(2**31)
         f.seek(2**31)
         f.write(b"\n")
     pipeline = Pipeline(engine, rules=[])
     with engine.begin() as conn:
         file_id = pipeline.ingestor.register_file(conn, path, "jsonl")["id"]
-        pipeline.ingestor.add(conn, file_id, Batch(end=2**31 + 1, last_line=1))  # as if that line had been read
+        pipeline.ingestor.add(conn, file_id, Batch(end=2**31 + 1, last_line=2))  # as if those lines had been read
     append(path, "r", 0, range(1, 4))
     row = ingest_file(engine, path, pipeline)
-    assert (row["offset"], row["lines"], row["events"]) == (path.stat().st_size, 4, 3)
+    assert (row["offset"], row["lines"], row["events"]) == (path.stat().st_size, 5, 3)
     assert row["offset"] > 2**31
 
 
@@ -137,6 +139,7 @@ def test_store_made_by_the_schema_before_migrations_is_upgraded_in_place(tmp_pat
         with engine.connect() as conn:
             assert stored_version(conn) == HEAD
             assert {"alembic_version", "run_state"} <= set(inspect(conn).get_table_names())
+            assert "fingerprint" in {c["name"] for c in inspect(conn).get_columns("files")}
         ingestor = Ingestor()
         with engine.begin() as conn:
             run_id = ingestor.run_id(conn, "old-run")
