@@ -1,17 +1,23 @@
-"""Shared fixtures: paths of the repository, a way to run the real CLI in a subprocess, and snapshots."""
+"""Shared fixtures: paths of the repository, a way to run the real CLI in a subprocess, snapshots, and
+``store_url``: each store test runs on a real SQLite file and on a real PostgreSQL server."""
 
 from __future__ import annotations
 
 import difflib
 import json
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The PostgreSQL server the store tests also run on (``.ci/postgres`` starts one; CI always has it).
+PG_URL = os.environ.get("ZERODOCTOR_TEST_PG_URL")
+NO_PG = "no PostgreSQL server: set ZERODOCTOR_TEST_PG_URL (eval \"$(.ci/postgres DIR)\" starts one)"
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -69,3 +75,36 @@ def snapshot(request: pytest.FixtureRequest):  # noqa: ANN201
         pending.unlink(missing_ok=True)
 
     return check
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path: Path) -> str:
+    """A fresh, empty store: an SQLite file, or a schema of its own on the test PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return _fresh_pg_schema(request)
+
+
+@pytest.fixture
+def pg_url(request) -> str:
+    """A fresh, empty PostgreSQL store (a schema of its own), for the cases only PostgreSQL has."""
+    return _fresh_pg_schema(request)
+
+
+def _fresh_pg_schema(request) -> str:  # noqa: ANN001 - pytest's FixtureRequest
+    if not PG_URL:
+        pytest.skip(NO_PG)
+    from sqlalchemy import create_engine
+
+    schema = f"zd_{secrets.token_hex(6)}"
+    admin = create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    request.addfinalizer(lambda: _drop_schema(admin, schema))
+    return f"{PG_URL}{'&' if '?' in PG_URL else '?'}options={quote(f'-csearch_path={schema}')}"
+
+
+def _drop_schema(admin, schema: str) -> None:  # noqa: ANN001 - an SQLAlchemy Engine
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+    admin.dispose()

@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 HEAVY = ("torch", "deepspeed")
 
 
-def test_wheel_ships_every_rule_file(tmp_path: Path) -> None:
+def test_wheel_ships_every_rule_file_and_store_migration(tmp_path: Path) -> None:
     pytest.importorskip("hatchling")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(tmp_path), str(ROOT)], check=True, timeout=300, capture_output=True)
@@ -24,6 +24,9 @@ def test_wheel_ships_every_rule_file(tmp_path: Path) -> None:
     shipped = {n.split("zerodoctor/rules/", 1)[1] for n in names if n.startswith("zerodoctor/rules/")}
     in_repo = {p.relative_to(ROOT / "rules").as_posix() for p in (ROOT / "rules").rglob("*.yaml")}
     assert in_repo and in_repo <= shipped
+    migrations = ROOT / "zerodoctor" / "store" / "migrations"
+    scripts = {p.relative_to(ROOT).as_posix() for p in migrations.rglob("*") if p.suffix in (".py", ".mako")}
+    assert "zerodoctor/store/migrations/env.py" in scripts and scripts <= names
 
 
 @pytest.mark.parametrize("args", [

@@ -23,6 +23,16 @@ def test_sample_findings_match_expected(sample, snapshot):
     assert sorted({f["rule"] for f in findings}) == expected["findings"]
 
 
+@pytest.mark.parametrize("sample", SAMPLES, ids=[p.name for p in SAMPLES])
+def test_sample_gives_identical_findings_on_postgresql(sample, pg_url):
+    """Every event stored and the same findings, word for word, as the SQLite scratch store gives."""
+    on_sqlite, on_pg = diagnose_json(sample), diagnose_json(sample, extra=("--db", pg_url))
+    assert sum(i["events"] for i in on_pg["inputs"]) > 0
+    assert on_pg["inputs"] == on_sqlite["inputs"]
+    assert on_pg["findings"] == on_sqlite["findings"]
+    assert on_pg["unevaluated"] == on_sqlite["unevaluated"]
+
+
 def test_each_sample_is_small_and_complete():
     assert len(SAMPLES) >= 9
     for sample in SAMPLES:

@@ -254,7 +254,7 @@ def watch(
     from zerodoctor.store.db import DEFAULT_DB_NAME, open_engine, url_for
     from zerodoctor.watch.daemon import Watcher, stop_on_signals
     from zerodoctor.watch.localfs import network_store_error
-    from zerodoctor.watch.lock import StoreBusy, writer_lock
+    from zerodoctor.watch.lock import writer_lock
 
     for d in dirs:
         if not d.is_dir():
@@ -274,34 +274,32 @@ def watch(
     def announce(finding, config: dict) -> None:  # noqa: ANN001 - a rulebook Finding
         console.print(finding_block(finding, config) if full else finding_line(finding.to_json()))
 
-    try:
-        with writer_lock(url):
-            from zerodoctor.hookspecs import SettingsError
-            from zerodoctor.watch.notify import notifiers
+    engine = open_engine(url)
+    with writer_lock(engine) as lock:
+        from zerodoctor.hookspecs import SettingsError
+        from zerodoctor.watch.notify import notifiers
 
-            try:
-                targets = notifiers()
-            except SettingsError as exc:
-                raise fail(str(exc)) from None
-            roots = list(dict.fromkeys(d.resolve() for d in dirs))  # DIR and DIR/../DIR are one root
-            watcher = Watcher(open_engine(url), roots, loaded, announce, notifiers=targets)
-            pages = None
-            if html is not None:
-                from zerodoctor.report.live import LivePages
+        try:
+            targets = notifiers()
+        except SettingsError as exc:
+            raise fail(str(exc)) from None
+        roots = list(dict.fromkeys(d.resolve() for d in dirs))  # DIR and DIR/../DIR are one root
+        watcher = Watcher(engine, roots, loaded, announce, notifiers=targets, lock=lock)
+        pages = None
+        if html is not None:
+            from zerodoctor.report.live import LivePages
 
-                pages = LivePages(html, watcher.pipeline.series)
-                watcher.on_judged = pages.judged
-            stop_on_signals(watcher)
-            try:
-                _watch_loop(watcher, console, once=once, poll=poll, table=table,
-                            flush=pages.flush if pages is not None else None)
-            finally:
-                if pages is not None:
-                    pages.flush(force=True)  # the last judgements, whatever their wait
-            if once and watcher.skipped:
-                raise fail(f"{len(watcher.skipped)} file(s) could not be read and were skipped (see above)")
-    except StoreBusy as exc:
-        raise fail(str(exc)) from None
+            pages = LivePages(html, watcher.pipeline.series)
+            watcher.on_judged = pages.judged
+        stop_on_signals(watcher)
+        try:
+            _watch_loop(watcher, console, once=once, poll=poll, table=table,
+                        flush=pages.flush if pages is not None else None)
+        finally:
+            if pages is not None:
+                pages.flush(force=True)  # the last judgements, whatever their wait
+        if once and watcher.skipped:
+            raise fail(f"{len(watcher.skipped)} file(s) could not be read and were skipped (see above)")
 
 
 def _watch_loop(watcher, console, *, once: bool, poll: bool, table: bool, flush) -> None:  # noqa: ANN001
@@ -340,7 +338,7 @@ def status(
     url = url_for(db or Path("runs") / DEFAULT_DB_NAME)
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
         raise fail(f"{url.removeprefix('sqlite:///')}: no store there (start 'zerodoctor watch DIR' or pass --db)")
-    engine = open_engine(url)
+    engine = open_engine(url, read_only=True)
     try:
         with engine.connect() as conn:
             statuses = collect(conn)
@@ -518,12 +516,14 @@ def main() -> None:
     try:
         app(prog_name="zerodoctor", standalone_mode=True)
     except Exception as exc:  # noqa: BLE001 - the last line of defence; the traceback is one switch away
+        from zerodoctor.store.db import describe
+
         if (problem := _environment_problem(exc)) and not os.environ.get("ZERODOCTOR_DEBUG"):
             typer.echo(f"zerodoctor: error: {problem}", err=True)
             sys.exit(2)
         if os.environ.get("ZERODOCTOR_DEBUG"):
             raise
-        typer.echo(f"zerodoctor: internal error: {type(exc).__name__}: {exc} "
+        typer.echo(f"zerodoctor: internal error: {describe(exc)} "
                    "(a bug: please report it; ZERODOCTOR_DEBUG=1 shows the traceback)", err=True)
         sys.exit(3)
 
@@ -538,6 +538,10 @@ _STORE_REFUSALS = ("database or disk is full", "disk I/O error", "attempt to wri
 
 def _environment_problem(exc: Exception) -> str | None:
     """One line for an error the environment caused, or None for a bug."""
+    from zerodoctor.store.db import StoreError
+
+    if isinstance(exc, StoreError):  # a bad --db, a refused login, an unreachable server, another writer
+        return str(exc)
     if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRNOS:
         return f"{exc.filename}: {exc.strerror}" if exc.filename else f"{exc.strerror} ({errno.errorcode[exc.errno]})"
     orig = getattr(exc, "orig", None)  # SQLAlchemy's wrapper around the driver's error

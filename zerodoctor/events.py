@@ -19,6 +19,9 @@ SCHEMA_VERSION = 1
 # The store keeps integers in SQLite INTEGER columns: a number past int64 would fail the whole
 # batch's insert, so the schema refuses it and the line is quarantined with its reason instead.
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+# Run names are a unique key: PostgreSQL's index takes at most 2,704 bytes an entry (512 characters
+# of UTF-8 fit), so a longer name is refused here, alike on every store, rather than by one of them.
+MAX_RUN_NAME = 512
 
 
 class _Envelope(BaseModel):
@@ -26,7 +29,7 @@ class _Envelope(BaseModel):
 
     v: Literal[1] = Field(description="schema version")
     t: float = Field(allow_inf_nan=False, description="unix time in seconds when the event was recorded")
-    run: str = Field(description="run id, the name of the run directory")
+    run: str = Field(max_length=MAX_RUN_NAME, description="run id, the name of the run directory")
     rank: Int64 = Field(description="global rank of the process that wrote the event")
 
 

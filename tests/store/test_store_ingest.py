@@ -26,8 +26,8 @@ def comm(rank: int, total_s: float, **fields) -> dict:
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    engine = open_engine(tmp_path / "store.db")
+def store(tmp_path: Path, store_url: str):
+    engine = open_engine(store_url)
     source = tmp_path / "rank-0.jsonl"
     source.write_text("")
     ingestor = Ingestor()
@@ -70,7 +70,7 @@ def test_non_finite_payload_floats_are_stored_as_strict_json(store):
     with engine.begin() as conn:
         ingestor.add(conn, file_id, batch)
     with engine.connect() as conn:
-        stored = [text for (text,) in conn.exec_driver_sql("SELECT payload FROM events ORDER BY rank")]
+        stored = [text for (text,) in conn.exec_driver_sql("SELECT CAST(payload AS TEXT) FROM events ORDER BY rank")]
 
     def reject(constant: str) -> None:  # PostgreSQL's json accepts no NaN/Infinity tokens
         raise AssertionError(f"non-standard JSON constant {constant} in a payload")

@@ -13,8 +13,8 @@ from zerodoctor.store.db import open_engine
 
 
 @pytest.fixture
-def engine(tmp_path: Path):
-    engine = open_engine(tmp_path / "store.db")
+def engine(store_url: str):
+    engine = open_engine(store_url)
     yield engine
     engine.dispose()
 
@@ -25,7 +25,7 @@ def ingest_file(engine, path: Path) -> dict:
     return row
 
 
-def steps_of(db: Path) -> list[int]:
+def steps_of(db) -> list[int]:  # noqa: ANN001 - a URL
     return sorted(step for _, _, step in stored_steps(db))
 
 
@@ -41,7 +41,7 @@ def test_file_replaced_by_another_inode_is_read_from_the_start(tmp_path, engine)
 
     st = path.stat()
     assert (row["device"], row["inode"], row["offset"], row["lines"]) == (st.st_dev, st.st_ino, st.st_size, 8)
-    assert steps_of(tmp_path / "store.db") == [*range(1, 6), *range(11, 19)]
+    assert steps_of(engine.url) == [*range(1, 6), *range(11, 19)]
     assert row["quarantined"] == 0  # not read from the middle of a line
 
 
@@ -58,4 +58,4 @@ def test_file_truncated_below_the_stored_offset_is_read_from_the_start(tmp_path,
     row = ingest_file(engine, path)
 
     assert (row["offset"], row["lines"]) == (path.stat().st_size, 2)
-    assert steps_of(tmp_path / "store.db") == [*range(1, 6), 21, 22]
+    assert steps_of(engine.url) == [*range(1, 6), 21, 22]

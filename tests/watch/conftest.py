@@ -37,8 +37,8 @@ def checksum(rows: Iterable[tuple]) -> str:
     return hashlib.sha256(repr(sorted(rows)).encode()).hexdigest()
 
 
-def stored_steps(db: Path) -> list[tuple[str, int, int]]:
-    """(run, rank, step) of every stored step row, duplicates kept."""
+def stored_steps(db: Path | str) -> list[tuple[str, int, int]]:
+    """(run, rank, step) of every stored step row, duplicates kept; ``db`` a path or a URL."""
     engine = open_engine(db)
     try:
         with engine.connect() as conn:

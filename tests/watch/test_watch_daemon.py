@@ -29,27 +29,27 @@ from tests.watch.conftest import (
 WRITER = Path(__file__).with_name("writer.py")
 
 
-def start_writer(run_dir: Path, files: int, lines: int, seconds: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(WRITER), str(run_dir), str(files), str(lines), str(seconds)],
-                            env=ENV)
+def start_writer(run_dir: Path, files: int, lines: int, seconds: float, first_rank: int = 0) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(WRITER), str(run_dir), str(files), str(lines), str(seconds),
+                             str(first_rank)], env=ENV)
 
 
-def status_json(db: Path) -> dict:
+def status_json(db: Path | str) -> dict:
     proc = run_cli("status", "--db", str(db), "--format", "json", timeout=60)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
-def stored_count(db: Path) -> int:
-    if not db.exists():
+def stored_count(db: Path | str) -> int:
+    if isinstance(db, Path) and not db.exists():
         return 0
     return sum(f["events"] for run in status_json(db)["runs"] for f in run["files"])
 
 
-def written(runs: Path) -> list[tuple[str, int, int]]:
+def written(*roots: Path) -> list[tuple[str, int, int]]:
     """(run, rank, step) of every complete line on disk."""
     out = []
-    for path in sorted(runs.glob("*/rank-*.jsonl")):
+    for path in sorted(p for runs in roots for p in runs.glob("*/rank-*.jsonl")):
         for line in path.read_text().splitlines(keepends=True):
             if line.endswith("\n"):
                 event = json.loads(line)
@@ -57,36 +57,46 @@ def written(runs: Path) -> list[tuple[str, int, int]]:
     return out
 
 
-def test_sigkill_repeatedly_while_ranks_write_stores_every_line_once(tmp_path):
-    runs, db = tmp_path / "runs", tmp_path / "runs" / "zerodoctor.db"
+def kill_repeatedly(runs: Path, store_url: str, kills: int, rng: random.Random) -> int:
+    """Start ``watch`` on ``runs`` and SIGKILL it after 0.3-1 s, ``kills`` times; return how many landed."""
+    done = 0
+    while done < kills:
+        watch = start_watch("--db", store_url, str(runs))
+        time.sleep(rng.uniform(0.3, 1.0))  # some kills land during start-up, most during ingest
+        watch.kill()
+        watch.communicate(timeout=10)
+        assert watch.returncode == -signal.SIGKILL
+        done += 1
+    return done
+
+
+def assert_every_line_stored_once(store_url: str, lines: list[tuple[str, int, int]]) -> dict:
+    report = status_json(store_url)
+    assert sum(f["events"] for r in report["runs"] for f in r["files"]) == len(lines)
+    assert all(f["offset"] == Path(f["path"]).stat().st_size for r in report["runs"] for f in r["files"])
+    rows = stored_steps(store_url)
+    assert [row for row, n in Counter(rows).items() if n > 1] == []
+    assert checksum(rows) == checksum(lines)
+    return report
+
+
+def test_sigkill_repeatedly_while_ranks_write_stores_every_line_once(tmp_path, store_url):
+    runs = tmp_path / "runs"
     runs.mkdir()
     writers = [start_writer(runs / name, 4, 1500, 5.0) for name in ("a", "b")]
-    rng = random.Random(7)
-    kills = 0
     try:
-        while any(w.poll() is None for w in writers) and kills < 8:
-            watch = start_watch(str(runs))
-            time.sleep(rng.uniform(0.3, 1.0))  # some kills land during start-up, most during ingest
-            watch.kill()
-            watch.communicate(timeout=10)
-            assert watch.returncode == -signal.SIGKILL
-            kills += 1
+        kills = kill_repeatedly(runs, store_url, 6, random.Random(7))
     finally:
         for w in writers:
             assert w.wait(timeout=30) == 0
-    assert kills >= 5
-    final = run_cli("watch", "--once", "-q", str(runs), timeout=60)
+    assert kills == 6
+    final = run_cli("watch", "--once", "-q", "--db", store_url, str(runs), timeout=60)
     assert final.returncode == 0, final.stderr
 
     lines = written(runs)
     assert len(lines) == 2 * 4 * 1500
-    report = status_json(db)
+    report = assert_every_line_stored_once(store_url, lines)
     assert sorted(r["run"] for r in report["runs"]) == ["a", "b"]
-    assert sum(f["events"] for r in report["runs"] for f in r["files"]) == len(lines)
-    assert all(f["offset"] == Path(f["path"]).stat().st_size for r in report["runs"] for f in r["files"])
-    rows = stored_steps(db)
-    assert [row for row, n in Counter(rows).items() if n > 1] == []
-    assert checksum(rows) == checksum(lines)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

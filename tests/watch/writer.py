@@ -1,7 +1,8 @@
 """Test helper: a live rank's writes — append step lines to rank files, each line in two writes.
 
-Usage: python writer.py RUN_DIR FILES LINES [SECONDS]
-Writes LINES step lines to each of rank-0..FILES-1.jsonl, round-robin, spread over about
+Usage: python writer.py RUN_DIR FILES LINES [SECONDS [FIRST_RANK]]
+Writes LINES step lines to each of rank-F..F+FILES-1.jsonl (F = FIRST_RANK, default 0: another
+node of the same job starts at its own first rank), round-robin, spread over about
 SECONDS, splitting every line in two flushed writes so a reader can catch it half written.
 """
 
@@ -15,12 +16,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.watch.conftest import step_line  # noqa: E402
 
 
-def main(run_dir: Path, n_files: int, n_lines: int, seconds: float) -> None:
+def main(run_dir: Path, n_files: int, n_lines: int, seconds: float, first_rank: int) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    outs = [open(run_dir / f"rank-{r}.jsonl", "a", buffering=1 << 16) for r in range(n_files)]
+    ranks = range(first_rank, first_rank + n_files)
+    outs = [open(run_dir / f"rank-{r}.jsonl", "a", buffering=1 << 16) for r in ranks]
     started = time.monotonic()
     for step in range(1, n_lines + 1):
-        for rank, out in enumerate(outs):
+        for rank, out in zip(ranks, outs):
             line = step_line(run_dir.name, rank, step)
             cut = (step * 7 + rank) % len(line)
             out.write(line[:cut])
@@ -35,4 +37,6 @@ def main(run_dir: Path, n_files: int, n_lines: int, seconds: float) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]) if len(sys.argv) > 4 else 0.0)
+    args = sys.argv[1:]
+    main(Path(args[0]), int(args[1]), int(args[2]), float(args[3]) if len(args) > 3 else 0.0,
+         int(args[4]) if len(args) > 4 else 0)

@@ -1,47 +1,134 @@
-"""Store: a URL or path → an SQLAlchemy engine with the schema in place.
+"""Store: a URL or path → an SQLAlchemy engine with the schema in place (migrated if older).
 
 SQLite gets WAL (readers never block the writer: ``diagnose`` and ``status`` can read
 while ``watch`` writes) and ``synchronous=NORMAL`` (durable at checkpoints, safe against
 process crashes). WAL needs shared memory, so the database must not live on a network
-filesystem.
+filesystem. pysqlite emits no BEGIN of its own before a SELECT or a savepoint, so the
+engine takes over: the driver is in autocommit mode and SQLAlchemy's ``begin`` event emits
+BEGIN (SQLAlchemy's documented recipe), which makes a pass's transaction and its savepoints
+real. A writer's transactions take the write lock when they begin (BEGIN IMMEDIATE): a
+deferred one that read first could not write once another connection (watch's notifier
+thread) had committed, and SQLite fails that at once, without waiting. A ``read_only``
+engine (``status``) begins plain read transactions and never holds up a writer.
+PostgreSQL (``postgresql://``, through psycopg 3) is the store many nodes share.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, Insert, Table, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from zerodoctor.store.schema import metadata
+from zerodoctor.store import migrate
 
 DEFAULT_DB_NAME = "zerodoctor.db"
+CONNECT_TIMEOUT_S = 10
 
 
-def url_for(db: str | Path) -> str:
-    """Accept an SQLAlchemy URL or a plain file path."""
-    text = str(db)
-    return text if "://" in text else f"sqlite:///{Path(text).expanduser()}"
+class StoreError(RuntimeError):
+    """The store cannot be opened (bad URL, missing driver, server refused or unreachable); one line, no password."""
 
 
-def open_engine(db: str | Path, *, scratch: bool = False) -> Engine:
-    """Open (and create the tables of) the store at ``db``.
+def url_for(db: str | Path | URL) -> str:
+    """Accept an SQLAlchemy URL or a plain file path; a bare ``postgresql://`` means psycopg 3."""
+    text_ = db.render_as_string(hide_password=False) if isinstance(db, URL) else str(db)
+    if "://" not in text_:
+        return f"sqlite:///{Path(text_).expanduser()}"
+    if text_.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + text_.split("://", 1)[1]
+    return text_
+
+
+def shown(url: str | URL) -> str:
+    """The URL as messages show it: the password masked."""
+    try:
+        return (url if isinstance(url, URL) else make_url(url)).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "<unparseable URL>"
+
+
+def describe(exc: BaseException, url: str | URL | None = None) -> str:
+    """One line for a store error: the driver's own first line, never SQLAlchemy's statement dump or a password."""
+    inner = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    lines = [line.strip() for line in str(inner).splitlines() if line.strip()]
+    message = f"{type(inner).__name__}: {' '.join(lines[:2])}"[:400]
+    password = _password(url)
+    return message.replace(password, "***") if password else message
+
+
+def storable_text(value: str) -> str:
+    """Text as every store keeps it: PostgreSQL's ``text`` refuses NUL, so NUL becomes U+2400 (␀)
+    on every backend alike, and a run named with one is the same run on SQLite and PostgreSQL."""
+    return value.replace("\x00", "\u2400") if "\x00" in value else value
+
+
+def insert_new(conn: Connection, table: Table) -> Insert:
+    """An INSERT that does nothing where a unique key already holds the row (another writer's race)."""
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing()
+    if conn.dialect.name == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing()
+    return table.insert()
+
+
+def open_engine(db: str | Path | URL, *, scratch: bool = False, read_only: bool = False) -> Engine:
+    """Open (creating or upgrading the tables of) the store at ``db``; raise ``StoreError`` if it cannot be.
 
     ``scratch`` marks a throw-away SQLite file (``diagnose`` without ``--db``): no fsync and the
     journal in memory, since nothing in it outlives the command (a journal all the same, so a
-    batch rolled back to its savepoint really is undone).
+    batch rolled back to its savepoint really is undone). ``read_only``: see the module doc.
     """
-    engine = create_engine(url_for(db))
+    url = url_for(db)
+    try:
+        engine = create_engine(url, **_engine_options(make_url(url)))
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        raise StoreError(f"--db {shown(url)}: not a store URL or path ({' '.join(str(exc).split())[:200]})") from None
+    except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
+        hint = "; for PostgreSQL: pip install 'zerodoctor[postgres]'" if url.startswith("postgresql") else ""
+        raise StoreError(f"--db {shown(url)}: its database driver is not installed ({describe(exc)}){hint}") from None
     if engine.dialect.name == "sqlite":
-        pragmas = (
-            ("journal_mode", "MEMORY"), ("synchronous", "OFF")
-        ) if scratch else (("journal_mode", "WAL"), ("synchronous", "NORMAL"), ("busy_timeout", "30000"))
-
-        @event.listens_for(engine, "connect")
-        def _set_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001 - DBAPI connection
-            cur = dbapi_conn.cursor()
-            for name, value in pragmas:
-                cur.execute(f"PRAGMA {name}={value}")
-            cur.close()
-
-    metadata.create_all(engine)
+        _sqlite_transactions(engine, scratch=scratch, read_only=read_only)
+    try:
+        migrate.upgrade(engine)
+    except DBAPIError as exc:
+        engine.dispose()
+        raise StoreError(f"cannot open the store {shown(url)}: {describe(exc, url)}") from None
     return engine
+
+
+def _engine_options(url: URL) -> dict:
+    if url.get_backend_name() == "postgresql" and url.get_driver_name() == "psycopg":
+        # A server that does not answer is an error after seconds, not a hang.
+        return {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}, "pool_pre_ping": True}
+    return {}
+
+
+def _sqlite_transactions(engine: Engine, *, scratch: bool, read_only: bool) -> None:
+    pragmas = (("journal_mode", "MEMORY"), ("synchronous", "OFF")) if scratch else (
+        ("journal_mode", "WAL"), ("synchronous", "NORMAL"), ("busy_timeout", "30000"))
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn, _record) -> None:  # noqa: ANN001 - DBAPI connection
+        dbapi_conn.isolation_level = None  # no implicit BEGIN from pysqlite: ``_begin`` emits it
+        cur = dbapi_conn.cursor()
+        for name, value in pragmas:
+            cur.execute(f"PRAGMA {name}={value}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn) -> None:  # noqa: ANN001 - SQLAlchemy Connection
+        # A migration takes the write lock before it looks, so two processes never both create the tables.
+        writes = not read_only or conn.get_execution_options().get("zerodoctor_write_lock")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
+
+
+def _password(url: str | URL | None) -> str | None:
+    if url is None:
+        return None
+    try:
+        return (url if isinstance(url, URL) else make_url(url)).password or None
+    except (ArgumentError, ValueError):
+        return None

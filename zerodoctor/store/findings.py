@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, select, update
 
+from zerodoctor.store.db import insert_new
 from zerodoctor.store.schema import findings
 
 
@@ -20,9 +21,12 @@ def record(conn: Connection, run_id: int, bodies: list[dict[str, Any]], now: flo
     for body in bodies:
         fid = known.get(body["rule"])
         if fid is None:
-            conn.execute(insert(findings).values(run_id=run_id, rule=body["rule"], severity=body["severity"],
-                                                 body=body, first_seen_t=now, last_seen_t=now, notified=False))
-            new.append(body)
+            # Watchers on several nodes judge the same run: the first to record a finding makes it new.
+            created = conn.execute(insert_new(conn, findings).values(
+                run_id=run_id, rule=body["rule"], severity=body["severity"], body=body, first_seen_t=now,
+                last_seen_t=now, notified=False)).rowcount
+            if created:
+                new.append(body)
         else:
             conn.execute(update(findings).where(findings.c.id == fid).values(
                 body=body, severity=body["severity"], last_seen_t=now))

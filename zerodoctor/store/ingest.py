@@ -19,6 +19,7 @@ from sqlalchemy.exc import OperationalError
 from zerodoctor.events import Event
 from zerodoctor.sources import Batch
 from zerodoctor.sources.rejects import Rejected
+from zerodoctor.store.db import describe, insert_new, storable_text
 from zerodoctor.store.schema import STEP_METRICS, events, files, quarantine, runs, steps
 
 _ENVELOPE = {"v", "t", "run", "rank", "kind"}
@@ -45,8 +46,9 @@ class Ingestor:
         row = conn.execute(select(files).where(files.c.path == key)).mappings().first()
         if row is None:
             st = os.stat(key)
-            conn.execute(insert(files).values(path=key, format=fmt, device=st.st_dev, inode=st.st_ino,
-                                              offset=0, lines=0, events=0, quarantined=0))
+            # Another writer may create the same row meanwhile: its row wins, none raises.
+            conn.execute(insert_new(conn, files).values(path=key, format=fmt, device=st.st_dev, inode=st.st_ino,
+                                                        offset=0, lines=0, events=0, quarantined=0))
             row = conn.execute(select(files).where(files.c.path == key)).mappings().one()
         return dict(row)
 
@@ -67,11 +69,15 @@ class Ingestor:
         self._run_ids.clear()
 
     def run_id(self, conn: Connection, name: str) -> int:
+        """The run's id, creating its row: runs are keyed by name, so the ranks of one job that
+        several watchers (one per node) store are one run."""
         run_id = self._run_ids.get(name)
         if run_id is None:
-            run_id = conn.execute(select(runs.c.id).where(runs.c.name == name)).scalar()
+            stored = storable_text(name)
+            run_id = conn.execute(select(runs.c.id).where(runs.c.name == stored)).scalar()
             if run_id is None:
-                run_id = conn.execute(insert(runs).values(name=name)).inserted_primary_key[0]
+                conn.execute(insert_new(conn, runs).values(name=stored))
+                run_id = conn.execute(select(runs.c.id).where(runs.c.name == stored)).scalar_one()
             self._run_ids[name] = run_id
         return run_id
 
@@ -102,7 +108,7 @@ class Ingestor:
         self._event_insert(conn, other_rows)
         if batch.rejected:
             conn.execute(insert(quarantine), [
-                {"file_id": file_id, "line": r.line, "reason": r.reason, "size": r.size, "raw": r.raw}
+                {"file_id": file_id, "line": r.line, "reason": storable_text(r.reason), "size": r.size, "raw": r.raw}
                 for r in batch.rejected
             ])
         for rid, (first, last) in spans.items():
@@ -118,13 +124,17 @@ class Ingestor:
             quarantined=files.c.quarantined + len(batch.rejected),
         ))
 
-    def add_or_quarantine(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int) -> Batch:
-        """``add``, or when the batch's content cannot be stored, one quarantine row for its lines.
+    def add_or_quarantine(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int,
+                          raw: Callable[[], bytes] | None = None) -> Batch:
+        """``add``, or when the store refuses the batch's content, ``add`` line by line: only the
+        lines it refuses are quarantined, each with its own bytes.
 
-        A batch refused for what it holds (a value the store rejects, a bug on this path)
-        would be refused on every retry, so its lines are quarantined and the offset moves
-        past them. A failing store (``OperationalError``: disk, lock) is raised for the
-        caller to roll back and read the lines again. Returns the batch actually stored.
+        A line refused for what it holds (an integer past 64 bits, a value the store rejects, a
+        bug on this path) would be refused on every retry, so it is kept aside and the offset
+        moves past it. A failing store (``OperationalError``: disk, lock, connection) is raised
+        for the caller to roll back and read the lines again. ``raw()`` gives the bytes of the
+        batch's lines, from ``first_line`` on; it is read only on this rare path. Returns the
+        batch actually stored.
         """
         try:
             with conn.begin_nested():
@@ -132,13 +142,54 @@ class Ingestor:
             return batch
         except OperationalError:
             raise
-        except Exception as exc:  # noqa: BLE001 - one batch's content must not stop the tail
+        except Exception:  # noqa: BLE001 - one line's content must not stop the tail
             self.forget_runs()  # the savepoint's rollback may have removed runs this batch created
-            reason = f"lines {first_line}-{batch.last_line} not stored: {type(exc).__name__}: {exc}"
-            stored = Batch(rejected=[Rejected(name, first_line, reason, b"", 0)], end=batch.end,
-                           last_line=batch.last_line)
-            self.add(conn, file_id, stored)
-            return stored
+        return self._add_line_by_line(conn, file_id, batch, name, first_line,
+                                      (raw() if raw is not None else b"").split(b"\n"))
+
+    def _add_line_by_line(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int,
+                          lines: list[bytes]) -> Batch:
+        """Bisect the refused batch: a half the store takes is kept whole, a refused half is split
+        again, down to single lines. One bad line in 20,000 costs ~30 savepoints, not 20,000."""
+        kept: list[Event] = []
+        refused: list[Rejected] = []
+        todo = [_by_line(batch, first_line)]
+        while todo:
+            units = todo.pop()
+            if not units:
+                continue
+            some = [e for _, line_events in units for e in line_events]
+            try:
+                with conn.begin_nested():
+                    self.add(conn, file_id, Batch(events=some, end=batch.end, last_line=batch.last_line))
+                kept += some
+            except OperationalError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - see add_or_quarantine
+                self.forget_runs()
+                if len(units) > 1:
+                    mid = len(units) // 2
+                    todo += [units[mid:], units[:mid]]  # the first half is popped first: kept stays in order
+                    continue
+                line = units[0][0]
+                index = line - first_line
+                data = lines[index] if 0 <= index < len(lines) else b""
+                ended = index < len(lines) - 1  # every line but an unterminated last one had its newline
+                refused.append(Rejected(name, line, storable_text(f"not stored: {describe(exc)}"),
+                                        data.rstrip(b"\r"), len(data) + ended))
+        rejected = batch.rejected + refused
+        self.add(conn, file_id, Batch(rejected=rejected, end=batch.end, last_line=batch.last_line))
+        return Batch(events=kept, rejected=rejected, end=batch.end, last_line=batch.last_line)
+
+
+def _by_line(batch: Batch, first_line: int) -> list[tuple[int, list[Event]]]:
+    """The batch's events grouped by the line they came from (all under ``first_line`` when unknown)."""
+    if len(batch.event_lines) != len(batch.events):
+        return [(first_line, batch.events)] if batch.events else []
+    groups: dict[int, list[Event]] = {}
+    for line, e in zip(batch.event_lines, batch.events):
+        groups.setdefault(line, []).append(e)
+    return list(groups.items())
 
 
 class _BulkInsert:
@@ -175,10 +226,10 @@ def _step_row(e: Event, run_id: int, file_id: int) -> tuple:
     nonfinite = 0
     if loss is not None and not math.isfinite(loss):
         nonfinite |= 1
-        e["loss"] = None
     if grad_norm is not None and not math.isfinite(grad_norm):
         nonfinite |= 2
-        e["grad_norm"] = None
+    if nonfinite:  # a copy, not an edit: a refused batch's events are added again, flags intact
+        e = {**e, "loss": None if nonfinite & 1 else loss, "grad_norm": None if nonfinite & 2 else grad_norm}
     return (run_id, file_id, e["rank"], e["t"], e["step"], nonfinite, *map(e.get, STEP_METRICS))
 
 

@@ -11,12 +11,23 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, Integer, case, cast, delete, func, insert, literal, select, union, update
+from sqlalchemy import (BigInteger, Connection, Float, Integer, case, cast, delete, func, insert, literal, select,
+                        union, update)
 
 from zerodoctor.store.schema import events, files, run_state, runs, steps
 
 _MERGES = {"min": func.min, "max": func.max, "sum": func.sum, "mean": func.avg}
-_AGGREGATES = {"min": func.min, "max": func.max, "sum": func.sum}
+
+
+def _merged(how: str, column):  # noqa: ANN001, ANN202 - SQLAlchemy column expressions
+    """``how`` over ``column``, typed alike on every store: PostgreSQL sums a bigint as numeric and
+    averages anything as numeric (a ``Decimal`` in Python), SQLite gives int and float."""
+    expr = _MERGES[how](column)
+    if how == "mean":
+        return cast(expr, Float)
+    if how == "sum" and isinstance(column.type, Integer):
+        return cast(expr, BigInteger)
+    return expr
 
 
 def _column(name: str):  # noqa: ANN202 - a SQLAlchemy column expression
@@ -49,13 +60,14 @@ def merged_steps(conn: Connection, run_id: int, fields: dict[str, str], *, after
     One grouped query over the (run, step) index: the merge runs in the database, not per row in Python.
     """
     labels = ["step", "t", *fields]
-    query = select(steps.c.step, func.max(steps.c.t), *(_MERGES[m](_column(f)) for f, m in fields.items()))
+    query = select(steps.c.step, func.max(steps.c.t), *(_merged(m, _column(f)) for f, m in fields.items()))
     query = query.where(steps.c.run_id == run_id)
     if after is not None:
         query = query.where(steps.c.step > after)
     if upto is not None:
         query = query.where(steps.c.step <= upto)
-    for row in conn.execution_options(yield_per=10_000).execute(query.group_by(steps.c.step).order_by(steps.c.step)):
+    query = query.group_by(steps.c.step).order_by(steps.c.step)
+    for row in conn.execute(query.execution_options(yield_per=10_000)):  # the statement's, not the connection's
         yield dict(zip(labels, row))
 
 
@@ -72,7 +84,7 @@ def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, 
     query = select(steps.c.rank, func.count().label("steps"), func.min(steps.c.step).label("first_step"),
                    func.max(steps.c.step).label("last_step"), func.max(steps.c.t).label("last_t"),
                    func.max(steps.c.id).label("max_id"), late.label("late"),
-                   *(_AGGREGATES[agg](_column(field)).label(name) for name, (field, agg) in aggregates.items())
+                   *(_merged(agg, _column(field)).label(name) for name, (field, agg) in aggregates.items())
                    ).group_by(steps.c.rank)
     if after_id is None:
         query = query.where(steps.c.run_id == run_id)
@@ -92,7 +104,7 @@ def run_events(conn: Connection, run_id: int, *, kinds: tuple[str, ...] | None =
         query = query.where(events.c.kind.in_(kinds))
     if exclude:
         query = query.where(events.c.kind.not_in(exclude))
-    for rank, kind, step, t, payload in conn.execution_options(yield_per=10_000).execute(query):
+    for rank, kind, step, t, payload in conn.execute(query.execution_options(yield_per=10_000)):
         body = json.loads(payload) if isinstance(payload, str) else dict(payload)
         body.update(rank=rank, t=t, step=step, kind=kind)
         yield body
@@ -111,14 +123,23 @@ def saved_state(conn: Connection, run_id: int, *, for_update: bool = False) -> t
     ``for_update`` locks the row to the end of the transaction (PostgreSQL): two watchers
     writing ranks of one run take turns, each starting from the other's last save.
     """
+    if for_update:
+        _lock_run(conn, run_id)
     query = select(run_state.c.version, run_state.c.generation, run_state.c.state).where(run_state.c.run_id == run_id)
-    row = conn.execute(query.with_for_update() if for_update else query).first()
+    row = conn.execute(query).first()
     return (row[0], row[1], row[2]) if row else None
 
 
 def saved_generation(conn: Connection, run_id: int) -> int | None:
     """The generation of the run's saved state (locked as ``saved_state`` does): is ours still current?"""
-    return conn.execute(select(run_state.c.generation).where(run_state.c.run_id == run_id).with_for_update()).scalar()
+    _lock_run(conn, run_id)
+    return conn.execute(select(run_state.c.generation).where(run_state.c.run_id == run_id)).scalar()
+
+
+def _lock_run(conn: Connection, run_id: int) -> None:
+    """Lock the run's row, which exists before its first saved state does: two writers of a new run
+    take turns too, instead of both inserting its first state (SQLite has one writer anyway)."""
+    conn.execute(select(runs.c.id).where(runs.c.id == run_id).with_for_update())
 
 
 def save_state(conn: Connection, run_id: int, version: str, generation: int, state: str) -> None:

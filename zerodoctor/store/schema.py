@@ -4,12 +4,18 @@ Step events, the bulk of any run, get a wide numeric table so signals aggregate 
 SQL; the rarer kinds keep their payload as JSON. Each file has one row with its identity
 (device, inode, fingerprint of its first bytes) and the byte offset committed together
 with the events read up to it.
+
+Every integer that comes from a log or a file is 64-bit and every text is unbounded
+(PostgreSQL's ``integer`` stops at 2 GiB and ``varchar(n)`` refuses longer text, while
+SQLite stores either): memory bytes, tokens, steps, offsets, inodes, run names. Changes
+to these tables come with a migration (``store/migrations/``).
 """
 
 from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     Float,
@@ -18,7 +24,6 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
-    String,
     Table,
     Text,
     UniqueConstraint,
@@ -26,11 +31,22 @@ from sqlalchemy import (
 
 metadata = MetaData()
 
+# SQLite only auto-numbers a column declared exactly INTEGER PRIMARY KEY (its 64-bit rowid).
+Id = BigInteger().with_variant(Integer, "sqlite")
+
+
+def _id() -> Column:
+    return Column("id", Id, primary_key=True)
+
+
+def _ref(name: str, target: str, **kwargs: object) -> Column:
+    return Column(name, Id, ForeignKey(target), **kwargs)
+
 runs = Table(
     "runs",
     metadata,
-    Column("id", Integer, primary_key=True),
-    Column("name", String(255), nullable=False, unique=True),
+    _id(),
+    Column("name", Text, nullable=False, unique=True),
     Column("first_event_t", Float),
     Column("last_event_t", Float),
 )
@@ -38,17 +54,17 @@ runs = Table(
 files = Table(
     "files",
     metadata,
-    Column("id", Integer, primary_key=True),
+    _id(),
     Column("path", Text, nullable=False, unique=True),
-    Column("format", String(32), nullable=False),
-    Column("device", Integer),
-    Column("inode", Integer),
+    Column("format", Text, nullable=False),
+    Column("device", BigInteger),
+    Column("inode", BigInteger),
     # sha256 of the first min(offset, 4096) bytes read: an inode reused by a recreated file is no match.
-    Column("fingerprint", String(64)),
-    Column("offset", Integer, nullable=False, default=0),
-    Column("lines", Integer, nullable=False, default=0),
-    Column("events", Integer, nullable=False, default=0),
-    Column("quarantined", Integer, nullable=False, default=0),
+    Column("fingerprint", Text),
+    Column("offset", BigInteger, nullable=False, default=0),
+    Column("lines", BigInteger, nullable=False, default=0),
+    Column("events", BigInteger, nullable=False, default=0),
+    Column("quarantined", BigInteger, nullable=False, default=0),
 )
 
 # The numeric fields of a ``step`` event (events.py), one column each under the same name:
@@ -79,16 +95,16 @@ _INT_METRICS = {"micro_batches", "samples", "tokens", "mem_allocated_bytes", "me
 steps = Table(
     "steps",
     metadata,
-    Column("id", Integer, primary_key=True),
-    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False),
-    Column("file_id", Integer, ForeignKey("files.id")),
-    Column("rank", Integer, nullable=False),
+    _id(),
+    _ref("run_id", "runs.id", nullable=False),
+    _ref("file_id", "files.id"),
+    Column("rank", BigInteger, nullable=False),
     Column("t", Float, nullable=False),
-    Column("step", Integer, nullable=False),
+    Column("step", BigInteger, nullable=False),
     # SQL databases turn NaN into NULL; bit 0 = loss non-finite, bit 1 = grad norm non-finite.
     Column("nonfinite", Integer, nullable=False, default=0),
     *(
-        Column(name, Boolean if name == "overflow" else Integer if name in _INT_METRICS else Float)
+        Column(name, Boolean if name == "overflow" else BigInteger if name in _INT_METRICS else Float)
         for name in STEP_METRICS
     ),
 )
@@ -97,13 +113,13 @@ Index("ix_steps_run_step", steps.c.run_id, steps.c.step)
 events = Table(
     "events",
     metadata,
-    Column("id", Integer, primary_key=True),
-    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False),
-    Column("file_id", Integer, ForeignKey("files.id")),
-    Column("rank", Integer, nullable=False),
-    Column("kind", String(32), nullable=False),
+    _id(),
+    _ref("run_id", "runs.id", nullable=False),
+    _ref("file_id", "files.id"),
+    Column("rank", BigInteger, nullable=False),
+    Column("kind", Text, nullable=False),
     Column("t", Float, nullable=False),
-    Column("step", Integer),
+    Column("step", BigInteger),
     Column("payload", JSON, nullable=False),
 )
 Index("ix_events_run_kind", events.c.run_id, events.c.kind)
@@ -113,30 +129,30 @@ Index("ix_events_run_kind", events.c.run_id, events.c.kind)
 run_state = Table(
     "run_state",
     metadata,
-    Column("run_id", Integer, ForeignKey("runs.id"), primary_key=True),
-    Column("version", String(64), nullable=False),
-    Column("generation", Integer, nullable=False),
+    _ref("run_id", "runs.id", primary_key=True),
+    Column("version", Text, nullable=False),
+    Column("generation", BigInteger, nullable=False),
     Column("state", Text, nullable=False),
 )
 
 quarantine = Table(
     "quarantine",
     metadata,
-    Column("id", Integer, primary_key=True),
-    Column("file_id", Integer, ForeignKey("files.id"), nullable=False),
-    Column("line", Integer, nullable=False),
+    _id(),
+    _ref("file_id", "files.id", nullable=False),
+    Column("line", BigInteger, nullable=False),
     Column("reason", Text, nullable=False),
-    Column("size", Integer, nullable=False),
+    Column("size", BigInteger, nullable=False),
     Column("raw", LargeBinary, nullable=False),
 )
 
 findings = Table(
     "findings",
     metadata,
-    Column("id", Integer, primary_key=True),
-    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False),
-    Column("rule", String(16), nullable=False),
-    Column("severity", String(16), nullable=False),
+    _id(),
+    _ref("run_id", "runs.id", nullable=False),
+    Column("rule", Text, nullable=False),
+    Column("severity", Text, nullable=False),
     Column("body", JSON, nullable=False),
     Column("first_seen_t", Float, nullable=False),
     Column("last_seen_t", Float, nullable=False),
@@ -149,9 +165,9 @@ findings = Table(
 deliveries = Table(
     "deliveries",
     metadata,
-    Column("id", Integer, primary_key=True),
-    Column("finding_id", Integer, ForeignKey("findings.id"), nullable=False),
-    Column("notifier", String(255), nullable=False),
+    _id(),
+    _ref("finding_id", "findings.id", nullable=False),
+    Column("notifier", Text, nullable=False),
     Column("delivered_t", Float, nullable=False),
     UniqueConstraint("finding_id", "notifier"),
 )

@@ -36,7 +36,9 @@ from zerodoctor.rulebook.loader import Rule
 from zerodoctor.sources import Batch, run_files, source_patterns
 from zerodoctor.sources.readable import UnreadableFile
 from zerodoctor.store import findings as stored_findings
+from zerodoctor.store.db import describe, shown
 from zerodoctor.store.schema import files
+from zerodoctor.watch.lock import WriterLock, busy_dir
 from zerodoctor.watch.notify import Deliveries, Notifier
 from zerodoctor.watch.tail import FileTail
 
@@ -66,9 +68,12 @@ class Watcher:
     def __init__(self, engine: Engine, roots: list[Path], rules: list[Rule], announce: Announce, *,
                  notifiers: list[Notifier] | None = None, on_judged: Callable[[Judgement], None] | None = None,
                  judge_every_s: float = 0.2, tick_s: float = 1.0,
-                 rescan_s: float = 5.0, notify_retry_s: float = 30.0) -> None:
+                 rescan_s: float = 5.0, notify_retry_s: float = 30.0, lock: WriterLock | None = None) -> None:
         self.engine, self.roots, self.rules, self.announce = engine, roots, rules, announce
         self.on_judged = on_judged
+        self.lock = lock
+        self._scanned = False
+        self._refused: dict[Path, str] = {}  # run directories another watcher writes, and who
         self.judge_every_s, self.tick_s, self.rescan_s = judge_every_s, tick_s, rescan_s
         self.pipeline = Pipeline(engine, rules)
         self.tails: dict[Path, FileTail] = {}
@@ -99,7 +104,7 @@ class Watcher:
             if formats.get(path.parent, tail.fmt) != tail.fmt:
                 tail.close()
                 del self.tails[path]
-        fresh = [(path, fmt) for path, fmt in found if path not in self.tails]
+        fresh = self._claimed([(path, fmt) for path, fmt in found if path not in self.tails])
         if not fresh:
             return
         started: list[Path] = []
@@ -124,6 +129,23 @@ class Watcher:
         if self.skipped.get(path) != why:  # once, not at every rescan
             log.error("%s; skipped", why)
         self.skipped[path] = why
+
+    def _claimed(self, fresh: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
+        """The files of run directories this watcher may write (``lock``). A directory another watcher
+        holds at start is an error (exit 2); one it takes later is skipped, and claimed once it is free."""
+        first, self._scanned = not self._scanned, True
+        if self.lock is None:
+            return fresh
+        self.lock.check()
+        refused = {d: who for d in sorted({path.parent for path, _ in fresh}) if (who := self.lock.claim(d))}
+        if refused and first:
+            run_dir, holder = next(iter(refused.items()))
+            raise busy_dir(run_dir, holder, shown(self.engine.url))
+        for run_dir, holder in refused.items():
+            if self._refused.get(run_dir) != holder:
+                log.warning("%s: %s is writing it into this store; skipped while it does", run_dir, holder)
+        self._refused = refused
+        return [(path, fmt) for path, fmt in fresh if path.parent not in refused]
 
     def _forget_replaced_sources(self, conn, formats: dict[Path, str]) -> None:  # noqa: ANN001 - Connection
         """Rank files appeared beside the console.log read so far (now or before a restart): they
@@ -172,7 +194,7 @@ class Watcher:
                 # A batch refused for its content is quarantined by the tail; what is left is the
                 # store failing (or a bug): nothing of the pass is kept, its lines are read again.
                 trans.rollback()
-                log.error("store write failed, will read those lines again: %s", exc,
+                log.error("store write failed, will read those lines again: %s", describe(exc, self.engine.url),
                           exc_info=not isinstance(exc, SQLAlchemyError))
                 self._resync(conn)
         return more
@@ -190,8 +212,9 @@ class Watcher:
             started = time.monotonic()
             try:
                 self._judge_run(name)
-            except Exception:  # noqa: BLE001 - one run's failure must not stop a days-long watch
-                log.exception("judging run %s failed; it is judged again when its next events arrive", name)
+            except Exception as exc:  # noqa: BLE001 - one run's failure must not stop a days-long watch
+                log.error("judging run %s failed; it is judged again when its next events arrive: %s", name,
+                          describe(exc, self.engine.url), exc_info=not isinstance(exc, SQLAlchemyError))
             cost = time.monotonic() - started
             self._judged_at[name] = time.monotonic()
             self._interval[name] = max(self.judge_every_s, 4 * cost)

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 MOUNTS = Path("/proc/mounts")
 NETWORK_TYPES = frozenset({"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "ceph"})
@@ -39,7 +40,10 @@ def filesystem_type(path: Path, mounts: Path | None = None) -> str | None:
 
 def network_store_error(url: str, mounts: Path | None = None) -> str | None:
     """A one-line error when ``url`` is an SQLite file on a network filesystem, else None."""
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return None  # not a URL at all: opening the store says so
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
     fstype = filesystem_type(Path(parsed.database), mounts)

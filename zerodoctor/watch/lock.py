@@ -1,8 +1,17 @@
-"""Watch: a store URL → the single-writer lock that keeps two watchers from ingesting every line twice.
+"""Watch: a store → the single-writer rule that keeps two watchers from ingesting a line twice.
 
-An advisory ``flock`` on a file beside the SQLite database (or, for a server URL, in the
-temporary directory of this host). The kernel drops it when the process dies, SIGKILL
-included, so a crashed watcher never leaves a stale lock behind.
+- PostgreSQL, the store many nodes share: a session advisory lock per run directory, taken on
+  a connection held for the watcher's life. The server keeps advisory locks per database, so
+  the rule follows the database itself, never the URL's spelling (``localhost`` and
+  ``127.0.0.1:5432`` are one store); each node's watcher claims its own run directories and
+  all of them write into one store.
+- SQLite, one writer at a time anyway: an ``flock`` on ``<database>.watch-lock`` beside the
+  database, opened without following a symlink and never truncated or written (the holder is
+  read from ``/proc/locks``), so a planted link cannot make a watcher clobber another file.
+- Any other SQLAlchemy store: the same file lock, in a private (0700) directory of this user.
+
+The kernel or the server drops a lock when its process dies, SIGKILL included, so a crashed
+watcher never leaves a stale one behind.
 """
 
 from __future__ import annotations
@@ -10,41 +19,149 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import tempfile
+import socket
+import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Protocol
 
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from zerodoctor.store.db import StoreError, describe, shown
 
 
-class StoreBusy(RuntimeError):
-    """Another watcher holds the store; the message says which process."""
+class StoreBusy(StoreError):
+    """Another watcher writes (part of) the store; the message says which process."""
 
 
-def lock_path(url: str) -> Path:
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        return Path(f"{parsed.database}.watch-lock")
-    digest = hashlib.sha1(url.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"zerodoctor-watch-{digest}.lock"
+class WriterLock(Protocol):
+    def claim(self, run_dir: Path) -> str | None:
+        """None once this watcher may write ``run_dir``'s files; else who holds it."""
+
+    def check(self) -> None:
+        """Raise ``StoreBusy`` when the locks claimed so far are no longer held."""
 
 
 @contextmanager
-def writer_lock(url: str) -> Iterator[Path]:
-    """Hold the store's writer lock for the ``with`` block, or raise ``StoreBusy`` at once."""
-    path = lock_path(url)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def writer_lock(engine: Engine) -> Iterator[WriterLock]:
+    """Hold the store's writer lock for the ``with`` block; raise ``StoreBusy`` at once if another has it."""
+    url = engine.url
+    if url.get_backend_name() == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            yield _AdvisoryLocks(conn)
+        return
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        path = Path(f"{Path(url.database).resolve()}.watch-lock")
+    else:
+        path = _private_dir() / f"watch-{hashlib.sha256(shown(url).encode()).hexdigest()[:16]}.lock"
+    fd = _open_lock_file(path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise StoreBusy(f"another 'zerodoctor watch' (pid {holder}) is already writing to {url}; "
-                            f"a second one would store every line twice: stop it, or use another --db") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield path
+            raise StoreBusy(_busy(f"pid {_flock_holder(fd)}", shown(url))) from None
+        yield _WholeStore()
     finally:
         # Never unlink: a waiter could lock the unlinked inode while a third process creates a new one.
         os.close(fd)
+
+
+class _WholeStore:
+    """The file lock covers the whole store: every run directory is this watcher's."""
+
+    def claim(self, run_dir: Path) -> str | None:
+        return None
+
+    def check(self) -> None:
+        """The kernel keeps an flock as long as the process lives."""
+
+
+class _AdvisoryLocks:
+    """One ``pg_try_advisory_lock`` per run directory (by resolved path), on ``conn``'s session."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.held: set[int] = set()
+        me = f"zerodoctor watch pid {os.getpid()} on {socket.gethostname()}"[:63]  # NAMEDATALEN
+        conn.execute(text("SELECT set_config('application_name', :me, false)"), {"me": me})
+
+    def claim(self, run_dir: Path) -> str | None:
+        key = _key(run_dir)
+        if key in self.held:
+            return None
+        if self.conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar():
+            self.held.add(key)
+            return None
+        holder = self.conn.execute(text(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid = :hi AND l.objid = :lo "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
+            {"hi": key >> 32, "lo": key & 0xFFFF_FFFF}).scalar()
+        return (holder or "unknown").removeprefix("zerodoctor watch ")
+
+    def check(self) -> None:
+        """A lost connection (server restart, network cut) took the locks with it: another watcher may
+        now write these directories, so this one must stop rather than store their lines twice."""
+        try:
+            held = self.conn.execute(text(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()"
+            )).scalar()
+        except SQLAlchemyError as exc:
+            raise StoreBusy(f"lost the connection that holds this watcher's locks ({describe(exc)}); stopping so "
+                            "that no other watcher stores its lines twice: start it again") from None
+        if held < len(self.held):
+            raise StoreBusy(f"this watcher's locks are gone ({held} of {len(self.held)} held); stopping: "
+                            "start it again")
+
+
+def _key(run_dir: Path) -> int:
+    """A 63-bit lock key for a run directory (advisory keys are bigint; positive keeps classid/objid simple)."""
+    return int.from_bytes(hashlib.sha256(str(run_dir.resolve()).encode()).digest()[:8], "big") >> 1
+
+
+def busy_dir(run_dir: Path, holder: str, url: str) -> StoreBusy:
+    return StoreBusy(_busy(holder, url, f"{run_dir} "))
+
+
+def _busy(holder: str, url: str, what: str = "") -> str:
+    return (f"another 'zerodoctor watch' ({holder}) is already writing {what}to {url}; a second one would "
+            "store every line twice: stop it, or use another --db")
+
+
+def _open_lock_file(path: Path) -> int:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:  # ELOOP: a symlink planted at the lock's name
+        raise StoreBusy(f"{path}: cannot open the watch lock ({exc.strerror}); a symlink there is refused, "
+                        "remove it") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StoreBusy(f"{path}: the watch lock is not a regular file; remove it")
+    return fd
+
+
+def _flock_holder(fd: int) -> str:
+    """The pid holding an flock on ``fd``'s file, from the kernel's table; "unknown" elsewhere."""
+    st = os.fstat(fd)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return "unknown"
+    flocks = [fields for fields in map(str.split, table.splitlines()) if len(fields) > 5 and fields[1] == "FLOCK"]
+    for fields in flocks:
+        if fields[5] == inode:
+            return fields[4]
+    for fields in flocks:  # overlay filesystems show the lower device: the inode alone, then
+        if fields[5].rsplit(":", 1)[-1] == str(st.st_ino):
+            return fields[4]
+    return "unknown"
+
+
+def _private_dir() -> Path:
+    base = Path(os.environ.get("XDG_RUNTIME_DIR") or Path.home() / ".cache") / "zerodoctor"
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if base.stat().st_uid != os.geteuid() or base.stat().st_mode & 0o077:
+        raise StoreBusy(f"{base}: the lock directory must be this user's own, mode 0700")
+    return base

@@ -10,14 +10,17 @@ endpoint costs seconds, which must not hold up ingest on watch's only writing th
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, and_, insert, select
+from sqlalchemy import Connection, Engine, and_, select, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from zerodoctor import plugins
+from zerodoctor.store.db import describe, insert_new
 from zerodoctor.store.schema import deliveries, findings
 
 log = logging.getLogger("zerodoctor.watch")
@@ -53,17 +56,42 @@ def deliver_pending(engine: Engine, targets: list[Notifier],
             if stop is not None and stop.is_set():
                 return delivered, failed
             try:
-                notifier.send(body)
+                delivered += _send_once(engine, notifier, finding_id, body)
             except Exception as exc:  # noqa: BLE001 - a notifier's failure must not stop watch
                 log.warning("notifier %s failed, %d finding(s) stay pending: %s",
                             notifier.name, len(pending) - sent, exc)
                 failed += 1
                 break  # the endpoint is down: try the rest on a later pass, in order
-            with engine.begin() as conn:
-                conn.execute(insert(deliveries).values(finding_id=finding_id, notifier=notifier.name,
-                                                       delivered_t=time.time()))
-            delivered += 1
     return delivered, failed
+
+
+def _send_once(engine: Engine, notifier: Notifier, finding_id: int, body: dict[str, Any]) -> bool:
+    """Send one finding and record it; False when another watcher has it.
+
+    On PostgreSQL the watchers of several nodes judge the same run and see the same pending
+    findings: each delivery is sent under a transaction-level advisory lock, taken without
+    waiting, and checked again inside it, so one node sends it. SQLite has one watcher, and a
+    write transaction held across a send would hold up its ingest.
+    """
+    if engine.dialect.name != "postgresql":
+        notifier.send(body)
+        with engine.begin() as conn:
+            _record(conn, finding_id, notifier.name)
+        return True
+    key = int.from_bytes(hashlib.sha256(f"delivery {finding_id} {notifier.name}".encode()).digest()[:8], "big") >> 1
+    with engine.begin() as conn:
+        if not conn.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": key}).scalar():
+            return False
+        if conn.execute(select(deliveries.c.id).where(deliveries.c.finding_id == finding_id,
+                                                      deliveries.c.notifier == notifier.name)).first():
+            return False
+        notifier.send(body)
+        _record(conn, finding_id, notifier.name)
+    return True
+
+
+def _record(conn: Connection, finding_id: int, name: str) -> None:
+    conn.execute(insert_new(conn, deliveries).values(finding_id=finding_id, notifier=name, delivered_t=time.time()))
 
 
 class Deliveries:
@@ -99,7 +127,8 @@ class Deliveries:
     def _deliver(self) -> None:
         try:
             _, failed = deliver_pending(self.engine, self.targets, self.stop)
-        except Exception:  # noqa: BLE001 - the store failing here must not end deliveries for good
-            log.exception("delivering findings failed; they stay pending")
+        except Exception as exc:  # noqa: BLE001 - the store failing here must not end deliveries for good
+            log.error("delivering findings failed; they stay pending: %s", describe(exc, self.engine.url),
+                      exc_info=not isinstance(exc, SQLAlchemyError))
             failed = 1
         self._after = time.monotonic() + self.retry_s if failed else 0.0

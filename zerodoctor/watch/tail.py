@@ -28,6 +28,7 @@ import os
 import resource
 import stat
 from collections import OrderedDict
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Callable, Literal
 
@@ -208,7 +209,8 @@ class FileTail:
             if batch.end == self.offset and not batch.events and not batch.rejected:
                 continue
             lines_before, signed = self.lines, min(self.offset, HEAD_BYTES)
-            batch = self._ingestor.add_or_quarantine(conn, self.file_id, batch, self.name, self.lines + 1)
+            batch = self._ingestor.add_or_quarantine(conn, self.file_id, batch, self.name, self.lines + 1,
+                                                     raw=partial(_pread, stream, self.offset, batch.end))
             self.offset, self.lines = batch.end, batch.last_line
             if min(self.offset, HEAD_BYTES) != signed:  # the fingerprint grows with the first bytes read
                 self._sign(conn, stream)
@@ -225,6 +227,11 @@ class FileTail:
     def _fingerprint(self, stream: BinaryIO) -> str:
         """What the stored fingerprint covers: the first ``min(offset, HEAD_BYTES)`` bytes."""
         return hashlib.sha256(head(stream, min(self.offset, HEAD_BYTES))).hexdigest()
+
+
+def _pread(stream: BinaryIO, start: int, end: int) -> bytes:
+    """The bytes of a batch's lines, for the rare batch the store refuses (the stream's position stays)."""
+    return os.pread(stream.fileno(), end - start, start)
 
 
 def _identity(handle: BinaryIO) -> Identity:

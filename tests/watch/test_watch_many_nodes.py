@@ -1,0 +1,204 @@
+"""Many nodes, one PostgreSQL store: one watcher per node, the ranks of one job merged into one run,
+the single-writer rule held by the database (not the URL's spelling), watchers started together,
+each finding sent by one of them."""
+
+from __future__ import annotations
+
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from sqlalchemy import func, select, text
+from sqlalchemy.engine import make_url
+
+from tests.conftest import NO_PG, PG_URL, run_cli
+from tests.watch.conftest import ENV, append, start_watch, stop, wait_for
+from tests.watch.test_watch_daemon import (
+    assert_every_line_stored_once,
+    kill_repeatedly,
+    start_writer,
+    status_json,
+    stored_count,
+    written,
+)
+from zerodoctor.pipeline import Pipeline, expand_inputs
+from zerodoctor.store import findings as stored_findings
+from zerodoctor.store.db import open_engine
+from zerodoctor.store.ingest import Ingestor
+from zerodoctor.store.schema import deliveries
+from zerodoctor.watch.notify import deliver_pending
+
+pytestmark = pytest.mark.skipif(not PG_URL, reason=NO_PG)
+
+
+def test_two_nodes_one_job_survive_6_sigkills_each_with_none_lost_or_duplicated(tmp_path, pg_url):
+    """Node A holds ranks 0-3 of run "job" in its own run directory, node B ranks 4-7 in another:
+    each node's watcher is killed 6 times while the ranks write; the store holds one run of 8 ranks."""
+    nodes = [tmp_path / "node-a" / "runs", tmp_path / "node-b" / "runs"]
+    writers = [start_writer(runs / "job", 4, 1500, 5.0, first_rank=4 * i) for i, runs in enumerate(nodes)]
+    kills = [0, 0]
+
+    def node(i: int) -> None:
+        kills[i] = kill_repeatedly(nodes[i], pg_url, 6, random.Random(i))
+
+    threads = [threading.Thread(target=node, args=(i,)) for i in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        for w in writers:
+            assert w.wait(timeout=30) == 0
+    assert kills == [6, 6]
+    for runs in nodes:
+        final = run_cli("watch", "--once", "-q", "--db", pg_url, str(runs), timeout=60)
+        assert final.returncode == 0, final.stderr
+
+    lines = written(*nodes)
+    assert len(lines) == 8 * 1500
+    report = assert_every_line_stored_once(pg_url, lines)
+    (run,) = report["runs"]
+    assert run["run"] == "job" and len(run["files"]) == 8
+
+
+def test_localhost_and_127_0_0_1_are_one_writer(tmp_path, pg_url):
+    runs = tmp_path / "runs"
+    append(runs / "r" / "rank-0.jsonl", "r", 0, range(1, 50))
+    url = make_url(pg_url)
+    assert url.host == "localhost"
+    same_db = url.set(host="127.0.0.1").render_as_string(hide_password=False)
+    first = start_watch("--db", pg_url, str(runs))
+    try:
+        wait_for(lambda: stored_count(pg_url) == 49, timeout=30)
+        for extra in ((), ("--once",)):
+            second = run_cli("watch", *extra, "--db", same_db, str(runs), timeout=30)
+            assert second.returncode == 2
+            assert f"pid {first.pid}" in second.stderr and "already writing" in second.stderr
+            assert url.password not in second.stderr and "Traceback" not in second.stderr
+            assert [line for line in second.stderr.splitlines() if "error" in line] == [
+                line for line in second.stderr.splitlines() if "already writing" in line]
+        assert stored_count(pg_url) == 49
+    finally:
+        code, _, err = stop(first)
+    assert code == 0, err
+
+
+def test_watchers_started_together_never_crash(tmp_path, pg_url):
+    """Six nodes' watchers start at the same moment on a fresh store: one creates the tables, all
+    create the same run and its findings' rows, none fails."""
+    roots = [tmp_path / f"node-{i}" / "runs" for i in range(6)]
+    for i, runs in enumerate(roots):
+        append(runs / "job" / f"rank-{i}.jsonl", "job", i, range(1, 200))
+    procs = [subprocess.Popen([sys.executable, "-m", "zerodoctor", "watch", "--once", "-q", "--db", pg_url, str(r)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV) for r in roots]
+    results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    assert [code for code, _ in results] == [0] * 6, results
+    (run,) = status_json(pg_url)["runs"]
+    assert run["run"] == "job" and sum(f["events"] for f in run["files"]) == 6 * 199
+
+
+def test_a_run_directory_another_node_writes_is_skipped_until_it_is_free(tmp_path, pg_url):
+    """The lock is per run directory: a watcher whose root holds one run directory another watcher
+    already writes starts (it was not there at start), skips that directory, and takes it once free."""
+    runs = tmp_path / "runs"
+    append(runs / "a" / "rank-0.jsonl", "a", 0, range(1, 11))
+    first = start_watch("--db", pg_url, str(runs / "a"))
+    try:
+        wait_for(lambda: stored_count(pg_url) == 10, timeout=30)
+        append(runs / "b" / "rank-0.jsonl", "b", 0, range(1, 6))
+        second = start_watch("--db", pg_url, str(runs / "b"))
+        wait_for(lambda: stored_count(pg_url) == 15, timeout=30)
+        code, _, err = stop(second)
+        assert code == 0, err
+    finally:
+        code, _, err = stop(first)
+    assert code == 0, err
+    rerun = run_cli("watch", "--once", "-q", "--db", pg_url, str(runs), timeout=60)
+    assert rerun.returncode == 0, rerun.stderr
+    assert stored_count(pg_url) == 15
+
+
+class SlowEndpoint:
+    """A notifier whose send takes a while, as a webhook does; counts what it was asked to send."""
+
+    name = "slow"
+
+    def __init__(self, sent: list[str]) -> None:
+        self.sent = sent
+
+    def send(self, finding: dict) -> None:
+        time.sleep(0.5)
+        self.sent.append(finding["rule"])
+
+
+def test_two_nodes_send_each_finding_once(pg_url):
+    """Both nodes' watchers judge the job and see its finding pending; one of them sends it."""
+    engines = [open_engine(pg_url), open_engine(pg_url)]
+    try:
+        with engines[0].begin() as conn:
+            run_id = Ingestor().run_id(conn, "job")
+            stored_findings.record(conn, run_id, [{"rule": "ZD201", "severity": "error"}], time.time())
+        sent: list[str] = []
+        nodes = [threading.Thread(target=deliver_pending, args=(engine, [SlowEndpoint(sent)])) for engine in engines]
+        for t in nodes:
+            t.start()
+        for t in nodes:
+            t.join(timeout=30)
+        assert sent == ["ZD201"]
+        with engines[0].connect() as conn:
+            assert conn.execute(select(func.count()).select_from(deliveries)).scalar() == 1
+        assert [deliver_pending(engine, [SlowEndpoint(sent)]) for engine in engines] == [(0, 0), (0, 0)]
+    finally:
+        for engine in engines:
+            engine.dispose()
+
+
+def test_diagnose_db_on_one_node_judges_the_whole_job(tmp_path, pg_url, rules):
+    """Node B's watcher stored ranks 2-3; ``diagnose --db`` reads node A's ranks 0-1 and judges all four."""
+    for node, ranks in (("a", (0, 1)), ("b", (2, 3))):
+        for rank in ranks:
+            append(tmp_path / node / "runs" / "job" / f"rank-{rank}.jsonl", "job", rank, range(1, 51))
+    watched = run_cli("watch", "--once", "-q", "--db", pg_url, str(tmp_path / "b" / "runs"), timeout=60)
+    assert watched.returncode == 0, watched.stderr
+    engine = open_engine(pg_url)
+    try:
+        pipeline = Pipeline(engine, rules)
+        pipeline.ingest(expand_inputs([tmp_path / "a" / "runs" / "job"]))
+        judged = pipeline.judge("job")
+    finally:
+        engine.dispose()
+    assert (judged.values["run.ranks_seen"], judged.values["run.steps"]) == (4, 50)
+    assert {f["path"] for r in status_json(pg_url)["runs"] for f in r["files"]} == {
+        str(tmp_path / node / "runs" / "job" / f"rank-{rank}.jsonl") for node, rank in
+        (("a", 0), ("a", 1), ("b", 2), ("b", 3))}
+
+
+def test_a_watcher_whose_lock_connection_is_cut_stops_with_exit_2(tmp_path, pg_url):
+    """The server ends the session holding the locks (a restart, a network cut): another watcher could
+    take the run directory now, so this one stops at its next look instead of writing on."""
+    runs = tmp_path / "runs"
+    append(runs / "r" / "rank-0.jsonl", "r", 0, range(1, 20))
+    watch = start_watch("--db", pg_url, str(runs))
+    try:
+        wait_for(lambda: stored_count(pg_url) == 19, timeout=30)
+        engine = open_engine(pg_url)
+        try:
+            with engine.connect() as conn:
+                cut = conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                        "WHERE application_name = :me"),
+                                   {"me": f"zerodoctor watch pid {watch.pid} on {socket.gethostname()}"[:63]}).all()
+        finally:
+            engine.dispose()
+        assert cut == [(True,)]
+        _, err = watch.communicate(timeout=30)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert watch.returncode == 2, err
+    assert "lost the connection that holds this watcher's locks" in err
+    assert make_url(pg_url).password not in err
