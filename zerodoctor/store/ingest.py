@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from sqlalchemy import Connection, Table, case, delete, insert, select, union, update
+from sqlalchemy import Connection, Float, Table, bindparam, case, delete, insert, select, union, update
 from sqlalchemy.exc import OperationalError
 
 from zerodoctor.events import Event
@@ -111,18 +111,11 @@ class Ingestor:
                 {"file_id": file_id, "line": r.line, "reason": storable_text(r.reason), "size": r.size, "raw": r.raw}
                 for r in batch.rejected
             ])
-        for rid, (first, last) in spans.items():
-            lo, hi = runs.c.first_event_t, runs.c.last_event_t
-            conn.execute(update(runs).where(runs.c.id == rid).values(
-                first_event_t=case((lo.is_(None) | (lo > first), first), else_=lo),
-                last_event_t=case((hi.is_(None) | (hi < last), last), else_=hi),
-            ))
-        conn.execute(update(files).where(files.c.id == file_id).values(
-            offset=batch.end,
-            lines=batch.last_line,
-            events=files.c.events + len(batch.events),
-            quarantined=files.c.quarantined + len(batch.rejected),
-        ))
+        if spans:
+            conn.execute(_WIDEN_SPAN, [{"b_run": rid, "b_first": first, "b_last": last}
+                                       for rid, (first, last) in spans.items()])
+        conn.execute(_MOVE_OFFSET, {"b_file": file_id, "b_end": batch.end, "b_lines": batch.last_line,
+                                    "b_events": len(batch.events), "b_rejected": len(batch.rejected)})
 
     def add_or_quarantine(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int,
                           raw: Callable[[], bytes] | None = None) -> Batch:
@@ -190,6 +183,18 @@ def _by_line(batch: Batch, first_line: int) -> list[tuple[int, list[Event]]]:
     for line, e in zip(batch.event_lines, batch.events):
         groups.setdefault(line, []).append(e)
     return list(groups.items())
+
+
+# The two UPDATEs every batch makes, built once: SQLAlchemy then reuses their compiled form
+# (building them per batch cost ~1.5 ms, most of a one-line batch's cost in a live watch).
+_lo, _hi, _first, _last = (runs.c.first_event_t, runs.c.last_event_t,
+                           bindparam("b_first", type_=Float), bindparam("b_last", type_=Float))
+_WIDEN_SPAN = update(runs).where(runs.c.id == bindparam("b_run")).values(
+    first_event_t=case((_lo.is_(None) | (_lo > _first), _first), else_=_lo),
+    last_event_t=case((_hi.is_(None) | (_hi < _last), _last), else_=_hi))
+_MOVE_OFFSET = update(files).where(files.c.id == bindparam("b_file")).values(
+    offset=bindparam("b_end"), lines=bindparam("b_lines"),
+    events=files.c.events + bindparam("b_events"), quarantined=files.c.quarantined + bindparam("b_rejected"))
 
 
 class _BulkInsert:
