@@ -28,7 +28,7 @@ from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.series import RunSeries, read_series
-from zerodoctor.watch.tail import Emit, FileTail
+from zerodoctor.tail import Emit, FileTail
 
 Progress = Callable[[int, int], None]  # (bytes read so far, bytes in all) over the inputs
 

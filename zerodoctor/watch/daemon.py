@@ -40,7 +40,7 @@ from zerodoctor.store.db import describe, shown
 from zerodoctor.store.schema import files
 from zerodoctor.watch.lock import WriterLock, busy_dir
 from zerodoctor.watch.notify import Deliveries, Notifier
-from zerodoctor.watch.tail import FileTail
+from zerodoctor.tail import FileTail
 
 log = logging.getLogger("zerodoctor.watch")
 

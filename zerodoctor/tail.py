@@ -1,4 +1,4 @@
-"""Watch: one file on disk → its new complete lines in the store, exactly once, across restarts and rotation.
+"""Tail: one file on disk → its new complete lines in the store, exactly once, across restarts and rotation.
 
 The truth is the file's row in the store: identity (device, inode, and a fingerprint of its
 first bytes), byte offset and line count, committed in the same transaction as the events
