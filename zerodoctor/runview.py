@@ -198,9 +198,8 @@ class RunView:
 
     def catch_up(self, conn: Connection) -> None:
         """Add the step rows stored since the mark to each rank's totals: one grouped query, in the storing transaction."""
-        late_after = self.released_through if self.released_through is not None else None
         for rank, new in stored.rank_totals(conn, self.run_id, self.reads.rank_fields, after_id=self.mark,
-                                            late_upto=late_after).items():
+                                            late_upto=self.released_through).items():
             self.late_rows += new.pop("late")
             self.mark = max(self.mark or 0, new.pop("max_id"))
             totals = self.per_rank.get(rank)
@@ -221,7 +220,7 @@ class RunView:
 
     def settle(self, conn: Connection, *, final: bool = False) -> None:
         """Hand every finished step to the folds, merged by the store, in step order (all when the input ended)."""
-        if self.last_step is None or (self.released_through is not None and self.last_step <= self.released_through):
+        if not self._unfolded:
             return
         upto = self.last_step
         if not final:
@@ -235,13 +234,18 @@ class RunView:
         A rank that reports a NaN at a step the others have not reached yet (or never will:
         they hang) is judged now, not when the step is finished.
         """
-        if self.last_step is None or (self.released_through is not None and self.last_step <= self.released_through):
+        if not self._unfolded:
             return self
         now = copy.copy(self)
         # Folds are JSON by contract: a round trip copies them in a tenth of deepcopy's time.
         now.folds = {m: type(f).load(json.loads(json.dumps(f.dump()))) for m, f in self.folds.items()}
         now._fold_steps(conn, self.last_step)
         return now
+
+    @property
+    def _unfolded(self) -> bool:
+        """Some rank reported a step the folds have not had yet."""
+        return self.last_step is not None and (self.released_through is None or self.last_step > self.released_through)
 
     def _fold_steps(self, conn: Connection, upto: int) -> None:
         for row in stored.merged_steps(conn, self.run_id, self.reads.step_fields, after=self.released_through,
