@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 from sqlalchemy import event
 
-from zerodoctor import signals
+from zerodoctor import signals, tail
 from zerodoctor.pipeline import Pipeline, rules_from
 from zerodoctor.runview import Reads, ReadsConflict, RunView
 from zerodoctor.sources import Batch
@@ -68,7 +68,8 @@ def test_ranks_of_a_step_are_merged_as_each_signal_declares(tmp_path, pipeline):
     assert {r: t["samples"] for r, t in pipeline.view("r").per_rank.items()} == {0: 120, 1: 120}
 
 
-def test_folding_as_lines_arrive_gives_what_a_full_read_gives(tmp_path, pipeline):
+def test_folding_as_lines_arrive_gives_what_a_full_read_gives(tmp_path, pipeline, monkeypatch):
+    monkeypatch.setattr(tail, "BATCH_LINES", 50)  # many transactions: totals and folds carried across them
     pipeline.ingest(fp16_run(tmp_path, 300))
     live = values_of(pipeline.view("r"), pipeline.modules)
     with pipeline.engine.begin() as conn:
@@ -77,6 +78,7 @@ def test_folding_as_lines_arrive_gives_what_a_full_read_gives(tmp_path, pipeline
         rebuilt._rebuild(conn)
         rebuilt.formats = dict(pipeline.view("r").formats)
     assert values_of(rebuilt, pipeline.modules) == live
+    assert rebuilt.per_rank == pipeline.view("r").per_rank
 
 
 def test_a_restarted_reader_starts_from_the_saved_state_and_reads_no_step_rows(tmp_path, pipeline):
