@@ -8,8 +8,11 @@ PyTorch)`` with or without the ``max_split_size_mb`` hint (as ``RuntimeError`` a
 by PyTorch, [with X allocated in private pools (e.g., CUDA Graphs),] and X is reserved by
 PyTorch but unallocated"), raised as ``torch.OutOfMemoryError`` since 2.4. Messages wrapped
 over several lines are held per rank until complete; two ranks' glued on one line are split.
-torchrun's failure summary (``torch/distributed/elastic/multiprocessing/errors/__init__.py``,
-``_FAILURE_FORMAT_TEMPLATE``) gives each failed rank's exit code or signal.
+A memory cap (``torch.cuda.set_per_process_memory_fraction``) adds ``X allowed;``. torchrun's failure
+summary (``torch/distributed/elastic/multiprocessing/errors/__init__.py``, ``_FAILURE_FORMAT_TEMPLATE``),
+its one-line ``failed (exitcode: N) local_rank: R`` (``elastic/multiprocessing/api.py``) and DeepSpeed's
+launcher ``[...] exits with return code = N`` (``launcher/launch.py``) give each failed rank's exit code
+or signal.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ _FIELDS = {
     "free_bytes": re.compile(rf"{SIZE} free\b|of which {SIZE} is free"),
     "allocated_bytes": re.compile(rf"{SIZE} already allocated|Of the allocated memory {SIZE} is allocated by PyTorch"),
     "reserved_bytes": re.compile(rf"{SIZE} reserved in total by PyTorch"),
+    "allowed_bytes": re.compile(rf"{SIZE} allowed;"),
     "_unallocated": re.compile(rf"and {SIZE} is reserved by PyTorch but unallocated"),
 }
 _DEVICE = re.compile(r"\(GPU (\d+);|GPU (\d+) has a total")
@@ -40,11 +44,12 @@ _SUMMARY_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (-?\d+) \(pid: (\d+)\)")
 _SUMMARY_END = re.compile(r"^\s*={10,}\s*$")
 MAX_SUMMARY_LINES = 400
+_EXITED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)|exits with return code = (-?\d+)")
 
 
 class TorchDialect:
     name = "torch"
-    keywords = (b"CUDA out of memory", b"Root Cause (first", b"Failures:")
+    keywords = (b"CUDA out of memory", b"Root Cause (first", b"Failures:", b"failed (exitcode", b"exits with return code")
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -61,6 +66,8 @@ class TorchDialect:
         text = line.text
         if self._summary_lines >= 0 or any(s in text for s in _SUMMARY_START):
             return self._summary(line, text)
+        if line.rank not in self._open and ("exitcode" in text or "return code" in text):
+            return self._exited_line(line, text)
         out: list[Event] = []
         if line.rank in self._open:
             first, parts = self._open[line.rank]
@@ -105,7 +112,21 @@ class TorchDialect:
         match = _SUMMARY_EXIT.match(text)
         if not match or self._summary_rank is None or self._summary_rank in self._exited:
             return []
-        rank, code = self._summary_rank, int(match.group(1))
+        return self._ended(line, self._summary_rank, int(match.group(1)))
+
+    def _exited_line(self, line: Line, text: str) -> list[Event]:
+        """torchrun's or DeepSpeed's launcher's one line about a child that exited non-zero."""
+        match = _EXITED.search(text)
+        if not match:
+            return []
+        code, local_rank, launcher_code = match.groups()
+        if launcher_code is not None:  # the launcher names the command, not the rank
+            return self._ended(line, line.rank if line.rank is not None else 0, int(launcher_code))
+        return self._ended(line, int(local_rank), int(code))
+
+    def _ended(self, line: Line, rank: int, code: int) -> list[Event]:
+        if rank in self._exited or code == 0:
+            return []
         self._exited.add(rank)
         # A negative exitcode is the signal that killed the rank (-6: SIGABRT from the NCCL watchdog).
         return [self.context.event("run_end", line, rank=rank, exit_code=code,
