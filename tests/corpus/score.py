@@ -12,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zerodoctor.diagnosis import diagnose, rules_from
+from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline import rules_from
 
 CORPUS = Path(__file__).resolve().parent
 CLAIMS = ("warning", "error")

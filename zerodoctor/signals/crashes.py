@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal
 from zerodoctor.sources.crashes import SIGNATURES
-from zerodoctor.store.runs import RunData
 
 SIGKILL = 9
 
@@ -34,7 +34,7 @@ SIGNALS = [
 ]
 
 
-def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
+def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     logs = run.events.get("log", [])
     seen: dict[str, set[int]] = {name: set() for name, _, _ in SIGNATURES}
     out: dict[str, Any] = {}
@@ -56,7 +56,7 @@ def compute(run: RunData, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _lock_waiters(run: RunData) -> set[int]:
+def _lock_waiters(run: RunView) -> set[int]:
     """Ranks caught waiting on the build lock, or whose last word was the extensions root."""
     last: dict[int, tuple[float, str]] = {}
     waiting: set[int] = set()
@@ -67,7 +67,7 @@ def _lock_waiters(run: RunData) -> set[int]:
                 waiting.add(log["rank"])
             last[log["rank"]] = (log["t"], state)
     later = [e["t"] for kind in ("exception", "oom", "run_end") for e in run.events.get(kind, [])]
-    later += [e["t"] for e in run.events.get("log", []) if e.get("what") not in ("extension", "text_source")]
-    later += [r.get("last_t", float("inf")) for r in run.per_rank.values()]  # a rank that stepped got past it
+    later += [e["t"] for e in run.events.get("log", []) if e.get("what") != "extension"]
+    later += [r["last_t"] for r in run.per_rank.values() if r.get("last_t") is not None]  # a rank that stepped got past it
     latest = max(later, default=float("-inf"))
     return waiting | {rank for rank, (t, state) in last.items() if state == "root" and t >= latest}

@@ -62,7 +62,8 @@ SIGNATURES: list[tuple[str, re.Pattern, Callable[[re.Match], dict[str, Any]] | N
 # A signature whose message other software prints too counts only where DeepSpeed is in the traceback.
 NEEDS_DEEPSPEED = {"deepspeed_imports_torch_six"}
 
-_EXT_ROOT = re.compile(r"Using \S.* as PyTorch extensions root")
+_EXT_ROOT = re.compile(r"Using\s+\S.* as PyTorch extensions root")
+INVOKED_LINES = 4  # pybind prints the arguments' reprs, which wrap (a tensor's repr spans lines)
 _EXT_READY = ("Emitting ninja build file", "Building extension module", "Loading extension module",
               "No modifications detected for re-loaded extension")
 _EXT_WAITING = "torch/utils/file_baton.py"
@@ -74,31 +75,47 @@ class CrashDialect:
                 b"CUDA_HOME does not", b"fatal error: ", b"buffer nbytes", b"Not enough buffers",
                 b"PyTorch extensions root", b"Emitting ninja", b"Building extension", b"Loading extension",
                 b"No modifications detected", b"file_baton.py")
-    holding = False
 
     def __init__(self, context: Context) -> None:
         self.context = context
         self._reported: set[tuple[str, int]] = set()
         self._waiting_ranks: set[int] = set()
+        self._invoked = 0  # lines left in an "Invoked with:" argument list still being read
+
+    @property
+    def holding(self) -> bool:
+        return self._invoked > 0
 
     def feed(self, line: Line) -> list[Event]:
         text = line.text
+        if self._invoked:
+            self._invoked -= 1
+            if _QUOTED_NUMBER.search(text):
+                self._invoked = 0
+                return self._report(line, text, "optimizer_string_hyperparameter", {})
+        elif "Invoked with:" in text and not _QUOTED_NUMBER.search(text):
+            self._invoked = INVOKED_LINES
+            return []
         if "extensions root" in text or "extension" in text or _EXT_WAITING in text:
             out = self._extension(line, text)
             if out is not None:
                 return out
-        rank = line.rank if line.rank is not None else 0
         for signature, pattern, reader in SIGNATURES:
             match = pattern.search(text)
-            if match is None or (signature, rank) in self._reported:
+            if match is None:
                 continue
             if signature in NEEDS_DEEPSPEED and not self._deepspeed_nearby(text):
                 continue
-            self._reported.add((signature, rank))
-            data: dict[str, Any] = {"signature": signature, **(reader(match) if reader else {})}
-            return [self.context.event("log", line, message=text.strip()[:500], source=self.name, level="ERROR",
-                                       what="crash", data=data, step=self.context.step or None)]
+            return self._report(line, text, signature, reader(match) if reader else {})
         return []
+
+    def _report(self, line: Line, text: str, signature: str, found: dict[str, Any]) -> list[Event]:
+        rank = line.rank if line.rank is not None else 0
+        if (signature, rank) in self._reported:
+            return []
+        self._reported.add((signature, rank))
+        return [self.context.event("log", line, message=text.strip()[:500], source=self.name, level="ERROR",
+                                   what="crash", data={"signature": signature, **found}, step=self.context.step or None)]
 
     def finish(self) -> list[Event]:
         return []
