@@ -22,6 +22,7 @@ from zerodoctor import runview
 from zerodoctor.modelstates import model_state_bytes
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal, nested
+from zerodoctor.sources.torch import oom_numbers
 from zerodoctor.units import GB
 
 HEADROOM = 0.7  # share of device memory model states may take; the rest is activations and buffers
@@ -103,6 +104,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
 def _headroom(oom: dict[str, Any]) -> int | None:
     """Free device memory the allocator could still have had: cudaMemGetInfo's, within the fraction cap."""
     free, allowed, reserved = oom.get("free_bytes"), oom.get("allowed_bytes"), oom.get("reserved_bytes")
+    if allowed is None and oom.get("message"):  # events recorded before the cap was a field of its own
+        allowed = oom_numbers(oom["message"]).get("allowed_bytes")
     if free is None:
         return None
     if allowed is not None and reserved is not None:

@@ -1,0 +1,40 @@
+"""diagnose on the public corpus: right on real logs, and never an error on a log that shows no fault."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.corpus.score import CORPUS, cases, score_corpus
+
+CATEGORIES = {"batch_size", "fp16_overflow", "stage3_comm", "fragmentation_oom", "offload_slow", "config", "memory",
+              "hang", "straggler", "data", "other"}
+MIN_CASES = 80
+TARGET = 0.95
+
+
+@pytest.fixture(scope="module")
+def score():
+    return score_corpus()
+
+
+def test_every_case_names_its_source_and_its_categories() -> None:
+    found = cases()
+    assert len(found) >= MIN_CASES, f"{len(found)} cases under {CORPUS}"
+    for case in found:
+        expected = json.loads((case / "expected.json").read_text())
+        assert expected["source"].startswith("https://github.com/"), case.name
+        assert set(expected["must"]) <= CATEGORIES and set(expected["must_not"]) <= CATEGORIES, case.name
+        assert not set(expected["must"]) & set(expected["must_not"]), case.name
+        assert (case / "console.log").stat().st_size > 0, case.name
+
+
+def test_precision_and_recall_reach_the_target(score) -> None:
+    wrong = [(c.name, sorted(c.missed), sorted(c.false), sorted(c.missed_rules)) for c in score.cases if not c.right]
+    assert score.precision >= TARGET and score.recall >= TARGET, wrong
+    assert score.right_share >= TARGET, wrong
+
+
+def test_no_error_on_a_log_that_shows_no_fault(score) -> None:
+    assert [c.name for c in score.false_errors_on_negatives()] == []
