@@ -41,7 +41,11 @@ def test_no_error_on_a_log_that_shows_no_fault(score) -> None:
 
 
 # Cases diagnose gets wrong today, each with why; every other case must stay right.
-KNOWN_WRONG: dict[str, str] = {}
+KNOWN_WRONG: dict[str, str] = {
+    "ds-1635-cpu-adam-step-dominates": "the excerpt never shows that the optimizer is offloaded (only the user's "
+                                       "config, pasted as prose, says so): an optimizer step of 95% alone is not "
+                                       "called offload",
+}
 
 
 @pytest.mark.parametrize("case", [c.name for c in cases()])

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from zerodoctor.diagnosis import diagnose
-from zerodoctor.pipeline import rules_from
+from zerodoctor.pipeline import Pipeline, rules_from
+from zerodoctor.store.db import open_engine
 from zerodoctor.sources import make_parser, read_batches
 from zerodoctor.sources.torch import oom_numbers
 
@@ -75,3 +76,17 @@ def test_a_crash_signature_is_reported_once_per_rank_with_its_numbers() -> None:
     rich = [e for e in events(CORPUS / "ds-2006-aio-short-swap-interleaved" / "console.log") if e.get("what") == "crash"]
     assert [e["data"] for e in rich] == [{"signature": "aio_short_read", "buffer_bytes": 16777216,
                                           "file_bytes": 8388608}]
+
+
+def test_the_engine_setup_lines_say_offloaded_optimizer_and_stage(tmp_path: Path) -> None:
+    # OpenRLHF/OpenRLHF#841: no config dump, but DeepSpeed names the optimizer it built and the ZeRO stage.
+    log = CORPUS / "openrlhf-841-zero2-cpuadam-startup" / "console.log"
+    setup = [e["data"] for e in events(log) if e.get("what") == "engine_setup"]
+    assert setup == [{"optimizer": "DeepSpeedCPUAdam"}, {"zero_stage": 2}]
+    engine = open_engine(tmp_path / "store.db")
+    pipeline = Pipeline(engine, RULES)
+    pipeline.ingest([(log, "text")])
+    (judged,) = [pipeline.judge(name) for name in pipeline.views]
+    engine.dispose()
+    assert judged.values["offload.optimizer"] is True and judged.values["run.zero_stage"] == 2
+    assert not [f for f in judged.findings if f.severity in ("warning", "error")]

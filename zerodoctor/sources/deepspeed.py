@@ -48,6 +48,8 @@ _BATCH = re.compile(r"train_batch_sizeisnotequaltomicro_batch_per_gpu\*gradient_
                     r"(\d+)!=(\d+)\*(\d+)\*(\d+)")
 _BATCH_START = "train_batch_sizeisnotequaltomicro_batch_per_gpu"
 _MIN_SCALE = "lossscalealreadyatminimum"
+# runtime/engine.py: the optimizer DeepSpeed built and the ZeRO optimizer wrapping it.
+_ENGINE = re.compile(r"DeepSpeed Basic Optimizer = (\w+)|Creating (?:[\w.]+ )?ZeRO stage (\d) optimizer")
 # Trainer's tqdm bar glued before a line: "N/M [" says N optimizer steps are done.
 _TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _SQUEEZE = re.compile(r"[\s│┃|╭╮╰╯─━]+")
@@ -66,7 +68,7 @@ class DeepSpeedDialect:
     name = "deepspeed"
     keywords = (b"OVERFLOW!", b"Grad overflow", b"Overflow detected", b"Reducing dynamic loss", b"Using static loss",
                 b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"has to be greater", b", skipped=", b"(ms) |",
-                b"SamplesPerSec", b"pytorch allocator", b"Max_MA", *ConfigDump.keywords, *CommsTable.keywords)
+                b"SamplesPerSec", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ", b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords)
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -107,6 +109,8 @@ class DeepSpeedDialect:
             return self._cache_flushes(line, text)
         if "Max_MA" in text:
             return self._memory_usage(line, text)
+        if "Basic Optimizer = " in text or "ZeRO stage " in text:
+            return self._engine(line, text)
         started = self.config.feed(line)
         if started is not None:
             return started
@@ -247,6 +251,18 @@ class DeepSpeedDialect:
             return []
         self._flushes += int(match.group(1))  # the warning counts since the last step; the field is cumulative
         return self.clock.add(line, self._rank(line), "flushes", {"alloc_retries": self._flushes})
+
+    def _engine(self, line: Line, text: str) -> list[Event]:
+        """What deepspeed.initialize built: a console log's only word on CPU offload (DeepSpeedCPUAdam) or stage."""
+        match = _ENGINE.search(text)
+        if not match:
+            return []
+        optimizer, stage = match.groups()
+        data = {"optimizer": optimizer} if optimizer else {"zero_stage": int(stage)}
+        if not self._once(("engine", *data)):
+            return []
+        return [self.context.event("log", line, message=match.group(0), source=self.name, what="engine_setup",
+                                   data=data)]
 
     def _memory_usage(self, line: Line, text: str) -> list[Event]:
         match = _SEE_MEMORY.search(text)
