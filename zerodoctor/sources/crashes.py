@@ -48,15 +48,17 @@ SIGNATURES: list[tuple[str, re.Pattern, Callable[[re.Match], dict[str, Any]] | N
     ("model_weights_partitioned", re.compile(
         r"the shape in current model is torch\.Size\(\[0\]\)|in the checkpoint and torch\.Size\(\[0\]\)"), None),
     ("resumed_on_other_world_size", re.compile(
-        r"used a DP world size of (\d+) but the current world size is (\d+)"), _ints("saved_world_size", "world_size")),
+        r"used a DP world size of (\d{1,9}) but the current world size is (\d{1,9})\b"),
+     _ints("saved_world_size", "world_size")),
     ("deepspeed_imports_torch_six", re.compile(r"No module named 'torch\._six'"), None),
     ("ninja_missing", re.compile(r"Ninja is required to load C\+\+ extensions"), None),
     ("cuda_home_missing", re.compile(r"CUDA_HOME does not exist, unable to compile CUDA op"), None),
     ("cuda_header_missing", re.compile(r"fatal error: ((?:cuda|cu|nv)\w*\.h): No such file or directory"),
      lambda m: {"header": m.group(1)}),
     ("zero3_recompute_mismatch", re.compile(r"recomputed metadata: \{'shape': torch\.Size\(\[0\]\)"), None),
-    ("aio_short_read", re.compile(r"buffer nbytes != file bytes (\d+) != (\d+)"), _ints("buffer_bytes", "file_bytes")),
-    ("swap_buffers_exhausted", re.compile(r"Not enough buffers (\d+) for swapping (\d+)"),
+    ("aio_short_read", re.compile(r"buffer nbytes != file bytes (\d{1,18}) != (\d{1,18})\b"),
+     _ints("buffer_bytes", "file_bytes")),
+    ("swap_buffers_exhausted", re.compile(r"Not enough buffers (\d{1,9}) for swapping (\d{1,9})\b"),
      _ints("free_buffers", "wanted_buffers")),
 ]
 # A signature whose message other software prints too counts only where DeepSpeed is in the traceback.
@@ -71,10 +73,12 @@ _EXT_WAITING = "torch/utils/file_baton.py"
 
 class CrashDialect:
     name = "crash"
-    keywords = (b"Invoked with:", b"torch.Size([0])", b"tensor([]", b"DP world size", b"torch._six", b"Ninja is required",
-                b"CUDA_HOME does not", b"fatal error: ", b"buffer nbytes", b"Not enough buffers",
+    # Upper-case or symbol starts keep the prefilter cheap (sources/text.py); "buffer nbytes != file bytes"
+    # lines already pass it on DeepSpeed's "!=".
+    keywords = (b"Invoked with:", b"Size([0])", b"([], device", b"DP world size", b"_six'", b"Ninja is required",
+                b"CUDA_HOME does not", b": No such file or directory", b"Not enough buffers",
                 b"PyTorch extensions root", b"Emitting ninja", b"Building extension", b"Loading extension",
-                b"No modifications detected", b"file_baton.py")
+                b"No modifications detected", b"_baton.py")
 
     def __init__(self, context: Context) -> None:
         self.context = context

@@ -67,7 +67,8 @@ _NONPOSITIVE_KEYS = {"Train batch size": TRAIN_BATCH, "Micro batch size per gpu"
 class DeepSpeedDialect:
     name = "deepspeed"
     keywords = (b"OVERFLOW!", b"Grad overflow", b"Overflow detected", b"Reducing dynamic loss", b"Using static loss",
-                b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"has to be greater", b", skipped=", b"(ms) |",
+                b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size", b"Micro batch size per gpu",
+                b"Gradient accumulation steps", b", skipped=", b"(ms) |",
                 b"SamplesPerSec", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ", b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords)
 
     def __init__(self, context: Context) -> None:

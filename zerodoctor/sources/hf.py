@@ -37,7 +37,7 @@ MAX_BLOCK_LINES = 64
 class HuggingFaceDialect:
     name = "hf"
     keywords = (b"{'", b"Updating DeepSpeed's", b"Please correct the following DeepSpeed", b"***** Running training",
-                b"requires you to pass at least one of training")
+                b"When using DeepSpeed")
 
     def __init__(self, context: Context) -> None:
         self.context = context

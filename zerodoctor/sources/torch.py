@@ -44,12 +44,16 @@ _SUMMARY_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (-?\d+) \(pid: (\d+)\)")
 _SUMMARY_END = re.compile(r"^\s*={10,}\s*$")
 MAX_SUMMARY_LINES = 400
-_EXITED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)|exits with return code = (-?\d+)")
+LAUNCHER_LINES = 8  # lines after "Killing subprocess" in which the launcher names the exit code
+# Bounded numbers: an exit code or a rank past int32 is a garbled line, not an event the store refuses.
+_EXITED = re.compile(r"failed \(exitcode: (-?\d{1,9})\) local_rank: (\d{1,9})\b|exits with return code = (-?\d{1,9})\b")
 
 
 class TorchDialect:
     name = "torch"
-    keywords = (b"CUDA out of memory", b"Root Cause (first", b"Failures:", b"failed (exitcode", b"exits with return code")
+    # DeepSpeed's launcher logs "Killing subprocess N" for each child before "[…] exits with return code = C":
+    # that keyword opens a short window instead of a lower-case one that would slow every line's prefilter.
+    keywords = (b"CUDA out of memory", b"Root Cause (first", b"Failures:", b"(exitcode: ", b"Killing subprocess")
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -57,15 +61,21 @@ class TorchDialect:
         self._summary_lines = -1  # -1: not in a failure summary
         self._summary_rank: int | None = None
         self._exited: set[int] = set()
+        self._killing = 0
 
     @property
     def holding(self) -> bool:
-        return bool(self._open) or self._summary_lines >= 0
+        return bool(self._open) or self._summary_lines >= 0 or self._killing > 0
 
     def feed(self, line: Line) -> list[Event]:
         text = line.text
         if self._summary_lines >= 0 or any(s in text for s in _SUMMARY_START):
             return self._summary(line, text)
+        if "Killing subprocess" in text:
+            self._killing = LAUNCHER_LINES
+            return []
+        if self._killing:
+            self._killing -= 1
         if line.rank not in self._open and ("exitcode" in text or "return code" in text):
             return self._exited_line(line, text)
         out: list[Event] = []
