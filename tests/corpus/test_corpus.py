@@ -45,6 +45,8 @@ KNOWN_WRONG: dict[str, str] = {
     "ds-1635-cpu-adam-step-dominates": "the excerpt never shows that the optimizer is offloaded (only the user's "
                                        "config, pasted as prose, says so): an optimizer step of 95% alone is not "
                                        "called offload",
+    "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
+                                                 "actor; the excerpt alone does not confirm host memory",
 }
 
 

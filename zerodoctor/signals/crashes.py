@@ -28,6 +28,8 @@ SIGNALS = [
     Signal("crash.swap_buffers_wanted", "buffers", "swap buffers the parameter swapper asked for"),
     Signal("crash.sigkilled_ranks", "ranks", "how many ranks were killed by SIGKILL (exit code -9)"),
     Signal("crash.ranks_sigkilled", "ranks", "the ranks killed by SIGKILL"),
+    Signal("crash.host_killed_ranks", "ranks", "how many ranks were killed for host memory: SIGKILL, or Ray's memory monitor"),
+    Signal("crash.ranks_host_killed", "ranks", "those ranks"),
     Signal("crash.extension_lock_waiters", "ranks",
            "how many ranks' logs end waiting for another process's JIT build of an op"),
     Signal("crash.ranks_extension_lock_waiters", "ranks", "the ranks waiting on the JIT build lock"),
@@ -49,9 +51,10 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
         out["crash.swap_buffers_wanted"] = out.get("crash.swap_buffers_wanted") or data.get("wanted_buffers")
     seen["sigkilled"] = {e["rank"] for e in run.events.get("run_end", [])
                          if e.get("signal") == SIGKILL or e.get("exit_code") == -SIGKILL}
+    seen["host_killed"] = seen["sigkilled"] | seen["ray_memory_monitor_kill"]
     seen["extension_lock_waiters"] = _lock_waiters(run)
     for name, ranks in seen.items():
-        out[f"crash.{name}" if name != "sigkilled" else "crash.sigkilled_ranks"] = len(ranks)
+        out[{"sigkilled": "crash.sigkilled_ranks", "host_killed": "crash.host_killed_ranks"}.get(name, f"crash.{name}")] = len(ranks)
         out[f"crash.ranks_{name}"] = sorted(ranks) or None
     return out
 

@@ -17,6 +17,8 @@ it appears, whatever wraps it (a traceback, a rich box, a ``[rankN]:`` prefix, a
   compiler's ``fatal error: cuda….h: No such file or directory``;
 - ``torch/utils/checkpoint.py``'s ``CheckpointError`` whose recomputed tensors have ``torch.Size([0])``
   (a ZeRO-3 parameter released before the recompute);
+- host memory: Ray's memory monitor killing a worker (``Task was killed due to the node running low on
+  memory``, with its pointer to ``ray-oom-prevention``);
 - NVMe offload: ``csrc/aio``'s ``buffer nbytes != file bytes A != B`` and
   ``runtime/swap_tensor/partitioned_param_swapper.py``'s ``Not enough buffers A for swapping B``.
 The JIT build lock (``torch/utils/file_baton.py``) is read as ``extension`` events: ``root`` for
@@ -58,6 +60,8 @@ SIGNATURES: list[tuple[str, re.Pattern, Callable[[re.Match], dict[str, Any]] | N
     ("zero3_recompute_mismatch", re.compile(r"recomputed metadata: \{'shape': torch\.Size\(\[0\]\)"), None),
     ("aio_short_read", re.compile(r"buffer nbytes != file bytes (\d{1,18}) != (\d{1,18})\b"),
      _ints("buffer_bytes", "file_bytes")),
+    ("ray_memory_monitor_kill", re.compile(
+        r"Task was killed due to the node running low on memory|/ray-core/scheduling/ray-oom-prevention"), None),
     ("swap_buffers_exhausted", re.compile(r"Not enough buffers (\d{1,9}) for swapping (\d{1,9})\b"),
      _ints("free_buffers", "wanted_buffers")),
 ]
@@ -78,7 +82,7 @@ class CrashDialect:
     keywords = (b"Invoked with:", b"Size([0])", b"([], device", b"DP world size", b"_six'", b"Ninja is required",
                 b"CUDA_HOME does not", b": No such file or directory", b"Not enough buffers",
                 b"PyTorch extensions root", b"Emitting ninja", b"Building extension", b"Loading extension",
-                b"No modifications detected", b"_baton.py")
+                b"No modifications detected", b"_baton.py", b"Task was killed due to the node", b"/ray-core/scheduling")
 
     def __init__(self, context: Context) -> None:
         self.context = context
