@@ -48,7 +48,6 @@ BUCKETS = (("reduce_bucket_size", ds.REDUCE_BUCKET_SIZE, (1, 2, 3)),
            ("stage3_prefetch_bucket_size", ds.STAGE3_PREFETCH_BUCKET_SIZE, (3,)))
 BUCKET_MAX_COLLECTIVES = 10_000  # buckets per step beyond which collectives are latency-bound
 BUCKET_TARGET_COLLECTIVES = 100  # what a proposed smaller-than-default bucket aims at: overlap, not latency
-BUCKET_WASTE_SHARE = 0.05  # unfilled bucket bytes worth a warning, as a share of the device's memory
 FP16_MAX = 65504.0
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
@@ -73,8 +72,7 @@ SIGNALS = [
     Signal("config.warmup_max_lr", "lr", "learning rate the warm-up ends at"),
     Signal("config.warmup_steps", "steps", "scheduler warmup_num_steps (WarmupLR default 1000)"),
     Signal("config.total_steps", "steps", "scheduler total_num_steps, else the last step of a run that ended"),
-    Signal("config.bucket_outliers", "keys",
-           "ZeRO bucket sizes the user wrote larger than the whole model, wasting a share of the device's memory"),
+    Signal("config.bucket_outliers", "keys", "ZeRO bucket sizes the user wrote larger than the whole model"),
     Signal("config.bucket_waste_bytes", "bytes", "device memory those buckets hold and never fill"),
     Signal("config.bucket_waste_share", "ratio", "that memory / the device's memory"),
     Signal("config.bucket_patch", "patch", "merge patch sizing them to the model (one bucket holds all of it)"),
@@ -220,12 +218,11 @@ def _buckets(config: dict[str, Any], stage: int, params: int, device: int | None
             patch[key] = _round_up(params)
         elif size * BUCKET_MAX_COLLECTIVES < params:
             small[key] = size
-    out: dict[str, Any] = {}
-    if device and large and waste >= BUCKET_WASTE_SHARE * device:
-        out.update({"config.bucket_outliers": large, "config.bucket_waste_bytes": waste,
-                    "config.bucket_waste_share": waste / device, "config.bucket_patch": {"zero_optimization": patch}})
-    else:
-        out["config.bucket_outliers"] = []
+    out: dict[str, Any] = {"config.bucket_outliers": large}
+    if large:
+        out.update({"config.bucket_waste_bytes": waste, "config.bucket_patch": {"zero_optimization": patch}})
+        if device:  # without the device's memory the bytes weigh nothing: the rule is left unjudged
+            out["config.bucket_waste_share"] = waste / device
     out["config.small_buckets"] = sorted(small)
     if small:
         target = _round_up(params / BUCKET_TARGET_COLLECTIVES)

@@ -26,9 +26,9 @@ SIGNALS = [
     Signal("crash.resume_world_size", "ranks", "data-parallel world size that tried to load it"),
     Signal("crash.missing_header", "name", "the CUDA header the op build could not find"),
     Signal("crash.swap_buffers_wanted", "buffers", "swap buffers the parameter swapper asked for"),
-    Signal("crash.sigkilled_ranks", "ranks", "how many ranks were killed by SIGKILL (exit code -9)"),
+    Signal("crash.sigkilled", "ranks", "how many ranks were killed by SIGKILL (exit code -9)"),
     Signal("crash.ranks_sigkilled", "ranks", "the ranks killed by SIGKILL"),
-    Signal("crash.host_killed_ranks", "ranks", "how many ranks were killed for host memory: SIGKILL, or Ray's memory monitor"),
+    Signal("crash.host_killed", "ranks", "how many ranks were killed for host memory: SIGKILL, or Ray's memory monitor"),
     Signal("crash.ranks_host_killed", "ranks", "those ranks"),
     Signal("crash.extension_lock_waiters", "ranks",
            "how many ranks' logs end waiting for another process's JIT build of an op"),
@@ -54,7 +54,7 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     seen["host_killed"] = seen["sigkilled"] | seen["ray_memory_monitor_kill"]
     seen["extension_lock_waiters"] = _lock_waiters(run)
     for name, ranks in seen.items():
-        out[{"sigkilled": "crash.sigkilled_ranks", "host_killed": "crash.host_killed_ranks"}.get(name, f"crash.{name}")] = len(ranks)
+        out[f"crash.{name}"] = len(ranks)
         out[f"crash.ranks_{name}"] = sorted(ranks) or None
     return out
 

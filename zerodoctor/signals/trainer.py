@@ -21,7 +21,7 @@ SIGNALS = [
     Signal("trainer.config_mismatches", "values", "DeepSpeed config values that contradict TrainingArguments"),
     Signal("trainer.mismatches", "keys", "each contradicting DeepSpeed key → its value in the DeepSpeed config"),
     Signal("trainer.trainer_values", "keys", "the TrainingArguments side: HF key → its value"),
-    Signal("trainer.batch_mismatches", "keys", "DeepSpeed batch values (train_batch_size, micro-batch, grad-accum) "
+    Signal("trainer.batch_mismatches", "values", "DeepSpeed batch values (train_batch_size, micro-batch, grad-accum) "
                                                "that contradict TrainingArguments"),
     Signal("trainer.batch_mismatch_keys", "keys", "those DeepSpeed batch keys"),
     Signal("trainer.batch_unknown", "bool", "Accelerate refused to prepare: no data loader and no integer "
