@@ -24,8 +24,7 @@ SIGNALS = [
     Signal("trainer.batch_mismatches", "values", "DeepSpeed batch values (train_batch_size, micro-batch, grad-accum) "
                                                "that contradict TrainingArguments"),
     Signal("trainer.batch_mismatch_keys", "keys", "those DeepSpeed batch keys"),
-    Signal("trainer.batch_unknown", "bool", "Accelerate refused to prepare: no data loader and no integer "
-                                            "train_micro_batch_size_per_gpu"),
+    Signal("trainer.batch_unknown", "bool", "Accelerate refused to prepare: no data loader and no integer micro-batch"),
 ]
 
 

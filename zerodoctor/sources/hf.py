@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from zerodoctor.deepspeed_defaults import GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
+from zerodoctor.deepspeed_defaults import BATCH_KEYS
 from zerodoctor.events import Event
 from zerodoctor.sources.text import NUM, Context, Line
 
@@ -24,7 +25,6 @@ _TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _ACCUM = re.compile(r"Updating DeepSpeed's gradient accumulation steps to (\d+) from (\d+)")
 # Older Trainers name a derived value "hf train_batch_size (calculated)=4": the hf key may hold a space.
 _MISMATCH = re.compile(r"^\W*- ds (\S+?)=(.*?) vs hf (.+?)=(.*?)\s*$")
-_BATCH_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}
 _NO_BATCH = "requires you to pass at least one of training or evaluation dataloaders"
 _HEADER_ROW = re.compile(r"\s{2}([A-Z][\w .&(),-]*?) = ([\d,]+)\s*$")
 _HEADER = {"Instantaneous batch size per device": MICRO_BATCH,
@@ -97,8 +97,8 @@ class HuggingFaceDialect:
         assert line is not None
         if block == "mismatch" and rows:
             out = []
-            for what, kept in (("hf_batch_mismatch", [r for r in rows if r[0] in _BATCH_KEYS]),
-                               ("hf_config_mismatch", [r for r in rows if r[0] not in _BATCH_KEYS])):
+            for what, kept in (("hf_batch_mismatch", [r for r in rows if r[0] in BATCH_KEYS]),
+                               ("hf_config_mismatch", [r for r in rows if r[0] not in BATCH_KEYS])):
                 if not kept:
                     continue
                 data = {"mismatches": [{"ds_key": d, "ds_value": dv, "hf_key": h, "hf_value": hv}
