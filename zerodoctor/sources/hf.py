@@ -15,8 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zerodoctor.deepspeed_defaults import GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
-from zerodoctor.deepspeed_defaults import BATCH_KEYS
+from zerodoctor.deepspeed_defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.events import Event
 from zerodoctor.sources.text import NUM, Context, Line
 
