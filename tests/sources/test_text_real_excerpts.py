@@ -90,3 +90,10 @@ def test_the_engine_setup_lines_say_offloaded_optimizer_and_stage(tmp_path: Path
     engine.dispose()
     assert judged.values["offload.optimizer"] is True and judged.values["run.zero_stage"] == 2
     assert not [f for f in judged.findings if f.severity in ("warning", "error")]
+
+
+def test_an_older_throughput_line_gives_its_step_memory_not_a_step_number() -> None:
+    # deepspeedai/DeepSpeed#2302: "step=1248, skipped=0" then the pre-0.9 "0/1248, RunningAvgSamplesPerSec=…" form.
+    steps = [e for e in events(CORPUS / "ds-2302-healthy-progress-throughput" / "console.log") if e["kind"] == "step"]
+    assert [(s["step"], s["mem_allocated_bytes"], s["mem_peak_bytes"]) for s in steps] == [
+        (1248, int(0.08 * (1 << 30)), int(0.08 * (1 << 30)))]

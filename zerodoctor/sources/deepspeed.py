@@ -36,7 +36,9 @@ _DETECTED = re.compile(rf"(?:Overflow detected\.|fp16 dynamic loss scale overflo
 _PROGRESS = re.compile(rf"step=(\d+), skipped=(\d+), lr=\[\s*({NUM})?")
 _TIMERS = re.compile(r"time \(ms\) \|")
 _TIMER = re.compile(rf"\| (\w+): ({NUM})")
-_TPUT = re.compile(rf"global_step=(\d+), RunningAvgSamplesPerSec=({NUM}), CurrSamplesPerSec=({NUM}), "
+# utils/timer.py ThroughputTimer: "epoch=E/micro_step=M/global_step=G, …" since 0.9; before, "E/S, …" whose S
+# is not always the optimizer step (it counts the timer's stops), so only the memory is taken from those.
+_TPUT = re.compile(rf"(?:global_step=(\d+)|\b\d+/\d+), RunningAvgSamplesPerSec=({NUM}), CurrSamplesPerSec=({NUM}), "
                    rf"MemAllocated=({NUM})GB, MaxMemAllocated=({NUM})GB")
 _FLUSHES = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
 _SEE_MEMORY = re.compile(rf"\bMA ({NUM}) GB\s+Max_MA ({NUM}) GB\s+CA ({NUM}) GB\s+Max_CA ({NUM}) GB")
@@ -244,7 +246,7 @@ class DeepSpeedDialect:
         step, _, _, allocated, peak = match.groups()
         return self.clock.add(line, self._rank(line), "tput", {
             "mem_allocated_bytes": int(float(allocated) * GIB), "mem_peak_bytes": int(float(peak) * GIB)},
-            step=int(step))
+            step=int(step) if step else None)
 
     def _cache_flushes(self, line: Line, text: str) -> list[Event]:
         match = _FLUSHES.search(text)
