@@ -35,7 +35,7 @@ def test_each_kind_has_an_example_line_that_validates(kind: str) -> None:
         event = EVENT_ADAPTER.validate_json(line)
         assert event["kind"] == kind
         # the example shows every field of its kind, so readers see them all in use
-        assert set(EVENT_MODELS[kind].model_fields) - set(event) <= {"signal", "local_rank", "argv", "host", "pid"}
+        assert set(EVENT_MODELS[kind].model_fields) - set(event) <= {"signal", "local_rank", "argv", "host", "pid", "allowed_bytes"}
 
 
 @pytest.mark.parametrize("command", [["diagnose"], ["run"], ["watch"], ["status"], ["check"], ["fix"], ["compare"], ["rules", "list"],

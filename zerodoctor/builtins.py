@@ -27,21 +27,23 @@ def register_parsers() -> dict:
 
 @hookimpl
 def register_dialects() -> list[type]:
+    from zerodoctor.sources.crashes import CrashDialect
     from zerodoctor.sources.deepspeed import DeepSpeedDialect
     from zerodoctor.sources.hf import HuggingFaceDialect
     from zerodoctor.sources.megatron import MegatronDialect
     from zerodoctor.sources.nccl import NcclDialect
     from zerodoctor.sources.torch import TorchDialect
 
-    return [DeepSpeedDialect, TorchDialect, NcclDialect, HuggingFaceDialect, MegatronDialect]
+    return [DeepSpeedDialect, TorchDialect, NcclDialect, HuggingFaceDialect, MegatronDialect, CrashDialect]
 
 
 @hookimpl
 def register_signals() -> list:
-    from zerodoctor.signals import batch, comms, config, evidence, hang, memory, numerics, offload, run, trainer
+    from zerodoctor.signals import (batch, comms, config, crashes, evidence, hang, memory, numerics, offload, run,
+                                    trainer)
 
     # Order matters: a module may read what earlier ones computed; evidence sums up last.
-    return [run, batch, numerics, comms, memory, offload, config, hang, trainer, evidence]
+    return [run, batch, numerics, comms, memory, offload, config, hang, trainer, crashes, evidence]
 
 
 @hookimpl

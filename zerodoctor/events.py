@@ -98,6 +98,7 @@ class Oom(_Envelope):
     free_bytes: Int64 | None = Field(None, description="free device memory at failure")
     allocated_bytes: Int64 | None = Field(None, description="memory allocated by PyTorch at failure")
     reserved_bytes: Int64 | None = Field(None, description="memory reserved by the caching allocator at failure")
+    allowed_bytes: Int64 | None = Field(None, description="the process's cap (set_per_process_memory_fraction), when one is set")
     alloc_retries: Int64 | None = Field(None, description="num_alloc_retries at failure")
     inactive_split_bytes: Int64 | None = Field(None, description="inactive split bytes at failure")
     alloc_conf: str | None = Field(None, description="PYTORCH_CUDA_ALLOC_CONF in effect")

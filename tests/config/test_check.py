@@ -101,11 +101,22 @@ def test_what_deepspeed_rejects_is_found_before_it(tmp_path: Path, rules) -> Non
 
 
 def test_bucket_sizes_are_judged_against_the_model(rules) -> None:
-    config = {"train_batch_size": 8, "zero_optimization": {"stage": 2}}
-    small = _rules_fired(config, rules, params=125_000_000)["ZD609"]
-    assert small.fixes[0].config_patch == {"zero_optimization": {"reduce_bucket_size": 31_000_000,
-                                                                 "allgather_bucket_size": 31_000_000}}
-    assert "ZD609" not in _rules_fired(config, rules, params=7_000_000_000)
+    # DeepSpeed's default 5e8-element buckets, not written by the user: never judged.
+    defaults = {"train_batch_size": 8, "zero_optimization": {"stage": 2}}
+    assert not {"ZD609", "ZD622"} & set(_rules_fired(defaults, rules, params=125_000_000, gpu_mem=16 * 10**9))
+    written = {"train_batch_size": 8, "bf16": {"enabled": True},
+               "zero_optimization": {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 5e8}}
+    # (5e8 - 1.25e8) × 2 bytes × 2 buffers = 1.5 GB, 9.4% of 16 GB: sized to the model, never below it.
+    large = _rules_fired(written, rules, params=125_000_000, gpu_mem=16 * 10**9)["ZD609"]
+    assert large.fixes[0].config_patch == {"zero_optimization": {"reduce_bucket_size": 130_000_000}}
+    assert large.evidence["config.bucket_waste_bytes"] == 1_500_000_000
+    # Without the device's memory the bytes weigh nothing: no finding; on an 80 GB device 1.9%: none.
+    assert "ZD609" not in _rules_fired(written, rules, params=125_000_000)
+    assert "ZD609" not in _rules_fired(written, rules, params=125_000_000, gpu_mem=80 * 10**9)
+    tiny = {"train_batch_size": 8, "zero_optimization": {"stage": 2, "reduce_bucket_size": 10_000}}
+    small = _rules_fired(tiny, rules, params=7_000_000_000)["ZD622"]
+    assert small.fixes[0].config_patch == {"zero_optimization": {"reduce_bucket_size": 70_000_000}}
+    assert "ZD622" not in _rules_fired(tiny, rules, params=50_000_000)
 
 
 @pytest.mark.parametrize(("text", "where"), [

@@ -96,6 +96,13 @@ def test_diagnose_names_the_calibration_overflows(fp16_run):
     assert "ZD202" in found and "ZD201" not in found
 
 
+def test_a_run_whose_scaler_only_calibrated_is_judged_healthy(fp16_run):
+    # ZeRO-2, fp16, grad-accum 2: start-up calibration is the scaler working, an info at most.
+    for path, extra in ((fp16_run.run_dir, ()), (fp16_run.run_dir / "console.log", ("--input-format", "text"))):
+        findings = diagnose_json(path, extra=extra)["findings"]
+        assert [f["rule"] for f in findings if f["severity"] in ("warning", "error")] == [], path
+
+
 def test_run_dir_has_meta_console_and_config_copy(fp16_run):
     import json
 

@@ -51,8 +51,9 @@ def codes(name: str) -> set[str]:
     ("nccl_watchdog_old.log", {"ZD701"}, set()),
     ("nccl_watchdog_new.log", {"ZD701"}, set()),
     ("hf_trainer_nan_loss.log", {"ZD204"}, set()),
-    ("hf_deepspeed_config_mismatch.log", {"ZD690"}, set()),
+    ("hf_deepspeed_config_mismatch.log", {"ZD106"}, {"ZD690"}),
     ("accelerate_grad_accum_update.log", {"ZD104"}, set()),
+    ("deepspeed_batch_nonpositive.log", {"ZD105"}, {"ZD101"}),
     ("megatron_training_log.log", {"ZD202", "ZD204"}, {"ZD201"}),
 ])
 def test_each_format_reaches_its_rules(name: str, expected: set[str], absent: set[str]) -> None:

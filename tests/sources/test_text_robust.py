@@ -24,7 +24,14 @@ FRAGMENTS = [
     "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=", "{'loss': ", "'grad_norm': nan",
     "Updating DeepSpeed's gradient accumulation steps to ", "Please correct the following DeepSpeed",
     "- ds a=1 vs hf b=2", "***** Running training", "  Total train batch size = ", " iteration ",
-    "number of skipped iterations: ", "[rank1]:", "\r", "{", "}", "[", "]", "│", "0", "65536", "-1", "1e309", "nan",
+    "number of skipped iterations: ", "[rank1]:", "\r",
+    "Invoked with: ", "'1e-5'", "torch.Size([0])", "copying a param with shape torch.Size([0]) from checkpoint",
+    "used a DP world size of ", " but the current world size is ", "No module named 'torch._six'",
+    "fatal error: cuda_profiler_api.h: No such file or directory", "buffer nbytes != file bytes ",
+    "Not enough buffers ", " for swapping ", "Using /x as PyTorch extensions root...", "Loading extension module",
+    "wait (torch/utils/file_baton.py:42)", "failed (exitcode: -9) local_rank: ", "exits with return code = -9",
+    " allowed; ", "Timeout(ms)=", "Gradient accumulation steps:0 has to be greater than 0",
+    "requires you to pass at least one of training or evaluation dataloaders", "- ds a=1 vs hf b (calculated)=2", "{", "}", "[", "]", "│", "0", "65536", "-1", "1e309", "nan",
     # numbers a resumed run or a garbled line prints: neither may invent steps without bound
     "step=0, skipped=0, lr=[", "step=200010, skipped=150, lr=[", "9" * 25, "18446744073709551616", "9223372036854775807",
     "step=" + "9" * 25 + ", skipped=0, lr=[",
@@ -32,11 +39,15 @@ FRAGMENTS = [
 lines = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=20)), max_size=12).map("".join)
 
 
-def _parse_all(path: Path) -> int:
-    """Every byte through the parsers, past the binary check ``open_log`` makes (the parsers are what is fuzzed)."""
+def _parser_errors(path: Path) -> list[str]:
+    """Reasons of the lines a parser's own exception cost (read_batches turns those into rejects).
+
+    Every byte goes through the parsers, past the binary check ``open_log`` makes (the parsers are what is fuzzed).
+    """
     parser = make_parser("text", "fuzz")
     with open(path, "rb") as raw:
-        return sum(len(b.events) + len(b.rejected) for b in read_batches(path, parser, stream=raw))
+        return [r.reason for b in read_batches(path, parser, stream=raw) for r in b.rejected
+                if r.reason.startswith("parser error")]
 
 
 @settings(max_examples=150, deadline=None)
@@ -44,7 +55,7 @@ def _parse_all(path: Path) -> int:
 def test_random_text_never_raises(tmp_path_factory, text_lines: list[str]) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "console.log"
     path.write_text("\n".join(text_lines), encoding="utf-8", errors="replace")
-    _parse_all(path)
+    assert _parser_errors(path) == []
 
 
 @settings(max_examples=60, deadline=None)
@@ -52,7 +63,7 @@ def test_random_text_never_raises(tmp_path_factory, text_lines: list[str]) -> No
 def test_binary_never_raises(tmp_path_factory, data: bytes) -> None:
     path = tmp_path_factory.mktemp("bin") / "console.log"
     path.write_bytes(data)
-    _parse_all(path)
+    assert _parser_errors(path) == []
 
 
 def test_a_20_mb_line_is_quarantined_and_parsing_goes_on(tmp_path: Path) -> None:

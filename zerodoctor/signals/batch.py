@@ -27,6 +27,9 @@ SIGNALS = [
     Signal("batch.effective_batch", "samples", "samples per optimizer step over all ranks, as fed"),
     Signal("batch.effective_ratio", "ratio", "effective batch / configured train_batch_size"),
     Signal("batch.mismatched_ranks", "ranks", "ranks whose fed samples per micro-batch differ from the config"),
+    Signal("batch.nonpositive", "values", "batch values DeepSpeed refused as not > 0"),
+    Signal("batch.nonpositive_key", "name", "the batch value DeepSpeed refused as not > 0 (written or derived)"),
+    Signal("batch.nonpositive_value", "samples", "its value"),
 ]
 
 
@@ -73,6 +76,16 @@ def _median(counts: dict[str, int]) -> float:
     return (found[0] + found[1]) / 2
 
 
+def _nonpositive(view: RunView) -> dict[str, Any]:
+    """DeepSpeed's "<value>: N has to be greater than 0" (runtime/config.py _batch_assertion)."""
+    refused = [log["data"] for log in view.events.get("log", []) if log.get("what") == "batch_nonpositive" and log.get("data")]
+    out: dict[str, Any] = {"batch.nonpositive": len(refused)}
+    if refused:
+        (key, value), = refused[0].items()
+        out.update({"batch.nonpositive_key": key, "batch.nonpositive_value": value})
+    return out
+
+
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     world = values.get("run.world_size")
     written, resolved = _configured(view)
@@ -82,6 +95,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "batch.train_batch_size": resolved[TRAIN_BATCH],
         "batch.micro_batch": resolved[MICRO_BATCH],
         "batch.grad_accum": resolved[GRAD_ACCUM],
+        **_nonpositive(view),
     }
     if explicit and world:
         out["batch.config_product"] = written[MICRO_BATCH] * written[GRAD_ACCUM] * world

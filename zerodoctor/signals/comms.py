@@ -1,7 +1,10 @@
 """Signals, communication: how much of each step the collectives take.
 
 The probe times collectives itself (``comm_s`` per step, ``comm`` events per op):
-``comms_logger`` reports running totals in 0.19.8, not per-call latencies.
+``comms_logger`` reports running totals in 0.19.8, not per-call latencies; a console log gives
+the per-op totals of its summary table and, with ``wall_clock_breakdown``, the step's timers.
+Of ZeRO-3's collectives only the parameter all-gathers are its own: gradients are reduced
+(reduce-scatter, all-reduce) under stage 2 too, so what stage 2 would save is the all-gather share.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ SIGNALS = [
     Signal("comm.compute_s", "s", "forward + backward + optimizer time outside collectives, per step (median)"),
     Signal("comm.top_op", "name", "collective with the most time"),
     Signal("comm.top_op_share", "ratio", "share of collective time spent in comm.top_op"),
+    Signal("comm.allgather_share", "ratio",
+           "share of collective time in all-gathers (ZeRO-3's parameter gathers; gradient reductions excluded)"),
     Signal("comm.prefetch_bucket_size", "elements",
            f"stage3_prefetch_bucket_size in effect (default {ds.STAGE3_PREFETCH_BUCKET_SIZE:.0e})"),
     Signal("comm.persistence_threshold", "elements",
@@ -71,5 +76,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if fold.per_op_s:
         top = max(fold.per_op_s, key=fold.per_op_s.__getitem__)
         out["comm.top_op"] = top
-        out["comm.top_op_share"] = fold.per_op_s[top] / (sum(fold.per_op_s.values()) or 1.0)
+        total = sum(fold.per_op_s.values()) or 1.0
+        out["comm.top_op_share"] = fold.per_op_s[top] / total
+        out["comm.allgather_share"] = sum(s for op, s in fold.per_op_s.items() if "all_gather" in op) / total
     return out

@@ -47,6 +47,7 @@ BUCKETS = (("reduce_bucket_size", ds.REDUCE_BUCKET_SIZE, (1, 2, 3)),
            ("allgather_bucket_size", ds.ALLGATHER_BUCKET_SIZE, (1, 2)),
            ("stage3_prefetch_bucket_size", ds.STAGE3_PREFETCH_BUCKET_SIZE, (3,)))
 BUCKET_MAX_COLLECTIVES = 10_000  # buckets per step beyond which collectives are latency-bound
+BUCKET_TARGET_COLLECTIVES = 100  # what a proposed smaller-than-default bucket aims at: overlap, not latency
 FP16_MAX = 65504.0
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
@@ -71,11 +72,15 @@ SIGNALS = [
     Signal("config.warmup_max_lr", "lr", "learning rate the warm-up ends at"),
     Signal("config.warmup_steps", "steps", "scheduler warmup_num_steps (WarmupLR default 1000)"),
     Signal("config.total_steps", "steps", "scheduler total_num_steps, else the last step of a run that ended"),
-    Signal("config.bucket_outliers", "keys", "ZeRO bucket sizes larger than the model or too small for it"),
-    Signal("config.buckets_over_model", "keys", "those larger than the whole model: key → elements"),
-    Signal("config.buckets_too_small", "keys",
-           f"those needing over {BUCKET_MAX_COLLECTIVES:,} collectives per step: key → elements"),
-    Signal("config.bucket_patch", "patch", "merge patch setting them to a size that fits the model"),
+    Signal("config.bucket_outliers", "keys", "ZeRO bucket sizes the user wrote larger than the whole model"),
+    Signal("config.bucket_waste_bytes", "bytes", "device memory those buckets hold and never fill"),
+    Signal("config.bucket_waste_share", "ratio", "that memory / the device's memory"),
+    Signal("config.bucket_patch", "patch", "merge patch sizing them to the model (one bucket holds all of it)"),
+    Signal("config.small_buckets", "keys", f"ZeRO bucket sizes the user wrote so small a step needs more than "
+                                           f"{BUCKET_MAX_COLLECTIVES:,} collectives"),
+    Signal("config.small_bucket_collectives", "collectives", "collectives per step the smallest of them makes"),
+    Signal("config.small_bucket_patch", "patch", f"merge patch aiming at {BUCKET_TARGET_COLLECTIVES} collectives "
+                                                 f"per step, never above DeepSpeed's default"),
     Signal("config.unknown_keys", "keys", "keys DeepSpeed does not know (and ignores)"),
     Signal("config.close_matches", "keys", "unknown key → the known key it is close to, where one is (dotted)"),
     Signal("config.unknown_keys_patch", "patch", "merge patch renaming each misspelt key to its close match"),
@@ -106,7 +111,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["config.zero_stage"] = stage
     out["config.offload_param_ignored"] = offload_param in ("cpu", "nvme") and stage is not None and stage < 3
     if values.get("run.params") and stage is not None:
-        out.update(_buckets(config, int(stage), int(values["run.params"])))
+        out.update(_buckets(config, int(stage), int(values["run.params"]), values.get("run.device_memory_bytes")))
     return out
 
 
@@ -189,24 +194,50 @@ def _warmup(config: dict[str, Any], values: dict[str, Any], finished: bool) -> d
     return out
 
 
-def _buckets(config: dict[str, Any], stage: int, params: int) -> dict[str, Any]:
+def _buckets(config: dict[str, Any], stage: int, params: int, device: int | None) -> dict[str, Any]:
+    """Bucket sizes the user wrote, weighed in bytes against the device and in collectives against the model.
+
+    DeepSpeed's defaults are never judged: the user did not choose them. A bucket larger than the model
+    only costs the bytes it never fills (stages 1-2 allocate their gradient buckets whole, twice with
+    overlap_comm), so it is judged against the device's memory, and not at all when that is unknown;
+    the proposed size holds the whole model in one bucket, so it never adds a collective.
+    """
     zero = config.get("zero_optimization") if isinstance(config.get("zero_optimization"), dict) else {}
-    over: dict[str, float] = {}
-    small: dict[str, float] = {}
-    patch = {}
+    precision = _precision(config)
+    element = 2 if precision.get("config.fp16_enabled") or precision.get("config.bf16_enabled") else 4
+    buffers = 2 if zero.get("overlap_comm", stage == 3) is True else 1
+    large, small, waste = [], {}, 0
+    patch: dict[str, int] = {}
     for key, default, stages in BUCKETS:
-        size = _number(zero.get(key, default))
-        if stage not in stages or size is None:
+        size = _number(zero.get(key)) if key in zero else None
+        if stage not in stages or size is None or size <= 0:
             continue
         if size > params:
-            over[key] = size
+            large.append(key)
+            waste += int((size - params) * element * buffers)
+            patch[key] = _round_up(params)
         elif size * BUCKET_MAX_COLLECTIVES < params:
             small[key] = size
-        else:
-            continue
-        patch[key] = int(float(f"{min(default, params // 4):.2g}"))
-    return {"config.bucket_outliers": [*over, *small], "config.buckets_over_model": over, "config.buckets_too_small": small,
-            "config.bucket_patch": {"zero_optimization": patch} if patch else {}}
+    out: dict[str, Any] = {"config.bucket_outliers": large}
+    if large:
+        out.update({"config.bucket_waste_bytes": waste, "config.bucket_patch": {"zero_optimization": patch}})
+        if device:  # without the device's memory the bytes weigh nothing: the rule is left unjudged
+            out["config.bucket_waste_share"] = waste / device
+    out["config.small_buckets"] = sorted(small)
+    if small:
+        target = _round_up(params / BUCKET_TARGET_COLLECTIVES)
+        out["config.small_bucket_collectives"] = params / min(small.values())
+        out["config.small_bucket_patch"] = {"zero_optimization": {
+            key: int(min(dict((k, d) for k, d, _ in BUCKETS)[key], max(target, size))) for key, size in small.items()}}
+    return out
+
+
+def _round_up(value: float) -> int:
+    """``value`` rounded up to two significant digits: a size people can read that is never smaller."""
+    rounded = float(f"{value:.2g}")
+    if rounded < value:
+        rounded += 10 ** (len(str(int(rounded))) - 2) if rounded >= 10 else 1
+    return int(rounded)
 
 
 def _unknown_keys(config: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,15 @@
 """Signals, memory: OOMs told apart (fragmentation vs capacity) and model-state fits.
 
-A fragmentation OOM is one where the caching allocator holds, reserved but unallocated,
-at least as much as the failed request: the bytes exist, just not in one piece. A
-capacity OOM has allocated ≈ reserved: the model and activations simply do not fit.
+Decided from the message alone, by what ``c10/cuda/CUDACachingAllocator.cpp`` does before it
+raises: a failed cudaMalloc is retried after freeing cached blocks large enough, then after
+``release_cached_blocks`` frees every cached block that is not split (``num_alloc_retries`` + 1),
+and only then the OOM is raised. So what the message calls "reserved but unallocated" is stranded
+in segments that still hold a live block, and the usable free memory is what cudaMemGetInfo
+reports, capped by ``allowed`` when a memory fraction is set. The bytes existed but not in one
+piece — fragmentation — when stranded + free ≥ the request and the stranded part is a real share
+of it (at least a quarter: less is the allocator's own rounding, and a GPU that full fails again at
+the next allocation); otherwise the GPU is full — capacity. Allocator retries in the steps before
+are evidence, never a condition: PyTorch's own pre-raise retry makes every OOM's count at least 1.
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ from zerodoctor import runview
 from zerodoctor.modelstates import model_state_bytes
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal, nested
+from zerodoctor.sources.torch import oom_numbers
 from zerodoctor.units import GB
 
 HEADROOM = 0.7  # share of device memory model states may take; the rest is activations and buffers
+STRANDED_SHARE = 0.25  # stranded bytes below this share of a request are rounding, not fragmentation
 
 SIGNALS = [
     Signal("memory.oom_count", "events", "out-of-memory errors"),
@@ -27,6 +36,10 @@ SIGNALS = [
     Signal("memory.oom_free_unallocated_bytes", "bytes", "reserved but unallocated at the first OOM"),
     Signal("memory.oom_frag_ratio", "ratio", "reserved-but-unallocated / requested at the first OOM"),
     Signal("memory.oom_reserved_bytes", "bytes", "memory reserved by PyTorch at the first OOM"),
+    Signal("memory.oom_headroom_bytes", "bytes",
+           "device memory free at the first OOM, capped by the process's allowed memory when a fraction is set"),
+    Signal("memory.oom_fragmented", "bool",
+           f"at the first OOM, stranded + free memory covered the request and stranded was >= {STRANDED_SHARE:.0%} of it"),
     Signal("memory.alloc_retries", "retries", "cudaMalloc retries (cache flushes) in the steps, the OOM's own retry excluded"),
     Signal("memory.expandable_segments", "bool", "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True"),
     Signal("memory.alloc_conf", "text", "PYTORCH_CUDA_ALLOC_CONF as recorded ('unset' when absent)"),
@@ -80,8 +93,24 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
             out["memory.oom_free_unallocated_bytes"] = spare
             if requested:
                 out["memory.oom_frag_ratio"] = spare / requested
+                headroom = _headroom(first)
+                out["memory.oom_headroom_bytes"] = headroom
+                out["memory.oom_fragmented"] = spare >= requested or (
+                    spare >= STRANDED_SHARE * requested and headroom is not None and spare + headroom >= requested)
     out.update(_fits(values))
     return out
+
+
+def _headroom(oom: dict[str, Any]) -> int | None:
+    """Free device memory the allocator could still have had: cudaMemGetInfo's, within the fraction cap."""
+    free, allowed, reserved = oom.get("free_bytes"), oom.get("allowed_bytes"), oom.get("reserved_bytes")
+    if allowed is None and oom.get("message"):  # events recorded before the cap was a field of its own
+        allowed = oom_numbers(oom["message"]).get("allowed_bytes")
+    if free is None:
+        return None
+    if allowed is not None and reserved is not None:
+        return max(min(free, allowed - reserved), 0)
+    return free
 
 
 def _fits(values: dict[str, Any]) -> dict[str, Any]:

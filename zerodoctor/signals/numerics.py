@@ -134,15 +134,18 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
                     "numerics.nonfinite_grad_steps": fold.nonfinite_grad_steps,
                     "numerics.first_nonfinite_step": fold.first_nonfinite_step})
     precision = values.get("run.precision")
-    # Only DeepSpeed's static LossScaler prints "Gradients are non-finite" (sources/deepspeed.py).
-    static_seen = any(e.get("what") == "static_loss_scaler" for e in view.events.get("log", []))
+    # Only DeepSpeed's static LossScaler prints "Gradients are non-finite", and only its dynamic one
+    # lowers the scale ("reducing to", hysteresis): the messages say which scaler ran (sources/deepspeed.py).
+    logged = {e.get("what") for e in view.events.get("log", [])}
+    static_seen = "static_loss_scaler" in logged
+    dynamic_seen = "dynamic_loss_scaler" in logged
     scaled = hit_min or static_seen or bool(fold.scales_seen)
     fp16 = precision == "fp16" if precision else (True if scaled else None)
     out["fp16.enabled"] = fp16
     if not fp16:
         return out
     static = nested(config, "fp16.loss_scale", FP16["loss_scale"]) or 0
-    if not config and not hit_min:
+    if not config and not hit_min and not dynamic_seen:
         static = fold.scales_seen[0] if len(fold.scales_seen) == 1 and fold.overflows else 0
     out["fp16.dynamic"] = not (static or static_seen)
     out["fp16.static_scale"] = static or None

@@ -18,6 +18,8 @@ from zerodoctor.signals.memory import HEADROOM
 from zerodoctor.units import GB
 
 _OFFLOADED = ("cpu", "nvme")
+# DeepSpeed builds these only for an optimizer offloaded to the host (runtime/engine.py _configure_basic_optimizer).
+_HOST_OPTIMIZERS = ("DeepSpeedCPUAdam", "DeepSpeedCPUAdagrad", "DeepSpeedCPULion")
 
 SIGNALS = [
     Signal("offload.optimizer", "bool", "offload_optimizer.device is cpu or nvme"),
@@ -42,8 +44,10 @@ class Fold(runview.Fold):
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     config = view.config
+    host_optimizer = any((e.get("data") or {}).get("optimizer") in _HOST_OPTIMIZERS
+                         for e in view.events.get("log", []) if e.get("what") == "engine_setup")
     out: dict[str, Any] = {
-        "offload.optimizer": nested(config, "zero_optimization.offload_optimizer.device") in _OFFLOADED,
+        "offload.optimizer": nested(config, "zero_optimization.offload_optimizer.device") in _OFFLOADED or host_optimizer,
         "offload.param": nested(config, "zero_optimization.offload_param.device") in _OFFLOADED,
     }
     out["offload.optimizer_fraction"] = StepWindow.series(view.fold(__name__).window, 1)

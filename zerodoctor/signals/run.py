@@ -46,6 +46,9 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     fold: Fold = view.fold(__name__)
     ranks = view.ranks()
     stage = start.get("zero_stage", nested(config, "zero_optimization.stage"))
+    if stage is None:  # a console log without the config dump still says "Creating … ZeRO stage N optimizer"
+        stage = next((e["data"]["zero_stage"] for e in view.events.get("log", [])
+                      if e.get("what") == "engine_setup" and "zero_stage" in (e.get("data") or {})), None)
     precision = start.get("precision")
     if precision is None and config:
         precision = "fp16" if nested(config, "fp16.enabled") else "bf16" if nested(config, "bf16.enabled") else None

@@ -1,8 +1,9 @@
 """Signals, trainer: what Hugging Face Trainer and Accelerate refused or silently changed in the DeepSpeed config.
 
 Accelerate overwrites ``gradient_accumulation_steps`` with its own value and says so only at
-INFO; Trainer refuses a config whose values contradict its ``TrainingArguments``. Both come
-from console logs (``sources/hf.py``).
+INFO, and refuses to prepare a model when nothing says the micro-batch; Trainer refuses a config
+whose values contradict its ``TrainingArguments`` (batch values apart: a batch fault, not a
+config one). All come from console logs (``sources/hf.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ SIGNALS = [
     Signal("trainer.config_mismatches", "values", "DeepSpeed config values that contradict TrainingArguments"),
     Signal("trainer.mismatches", "keys", "each contradicting DeepSpeed key → its value in the DeepSpeed config"),
     Signal("trainer.trainer_values", "keys", "the TrainingArguments side: HF key → its value"),
+    Signal("trainer.batch_mismatches", "values", "DeepSpeed batch values (train_batch_size, micro-batch, grad-accum) "
+                                               "that contradict TrainingArguments"),
+    Signal("trainer.batch_mismatch_keys", "keys", "those DeepSpeed batch keys"),
+    Signal("trainer.batch_unknown", "bool", "Accelerate refused to prepare: no data loader and no integer micro-batch"),
 ]
 
 
@@ -39,4 +44,9 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if rows:
         out["trainer.mismatches"] = {r["ds_key"]: r["ds_value"] for r in rows}
         out["trainer.trainer_values"] = {r["hf_key"]: r["hf_value"] for r in rows}
+    batch_rows = [row for e in logs if e.get("what") == "hf_batch_mismatch"
+                  for row in (e.get("data") or {}).get("mismatches", [])]
+    out["trainer.batch_mismatches"] = len(batch_rows)
+    out["trainer.batch_mismatch_keys"] = list(dict.fromkeys(r["ds_key"] for r in batch_rows)) or None
+    out["trainer.batch_unknown"] = any(e.get("what") == "accelerate_batch_unknown" for e in logs)
     return out

@@ -36,17 +36,24 @@ _DETECTED = re.compile(rf"(?:Overflow detected\.|fp16 dynamic loss scale overflo
 _PROGRESS = re.compile(rf"step=(\d+), skipped=(\d+), lr=\[\s*({NUM})?")
 _TIMERS = re.compile(r"time \(ms\) \|")
 _TIMER = re.compile(rf"\| (\w+): ({NUM})")
-_TPUT = re.compile(rf"global_step=(\d+), RunningAvgSamplesPerSec=({NUM}), CurrSamplesPerSec=({NUM}), "
+# utils/timer.py ThroughputTimer: "epoch=E/micro_step=M/global_step=G, …" since 0.9; before, "E/S, …" whose S
+# is not always the optimizer step (it counts the timer's stops), so only the memory is taken from those.
+_TPUT = re.compile(rf"(?:global_step=(\d+)|\b\d+/\d+), RunningAvgSamplesPerSec=({NUM}), CurrSamplesPerSec=({NUM}), "
                    rf"MemAllocated=({NUM})GB, MaxMemAllocated=({NUM})GB")
 _FLUSHES = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
 _SEE_MEMORY = re.compile(rf"\bMA ({NUM}) GB\s+Max_MA ({NUM}) GB\s+CA ({NUM}) GB\s+Max_CA ({NUM}) GB")
-_NONPOSITIVE = re.compile(r"(Train batch size|Micro batch size per gpu|Gradient accumulation steps): "
+_NONPOSITIVE = re.compile(r"(Train batch size|Micro batch size per gpu|Gradient accumulation steps): ?"
                           r"(-?\d+) has to be greater than 0")
 # Matched on whitespace-free text so hard wraps, rich boxes and the pre-2022 form (no space
 # after "world_size") all read the same.
 _BATCH = re.compile(r"train_batch_sizeisnotequaltomicro_batch_per_gpu\*gradient_acc_step\*world_size"
                     r"(\d+)!=(\d+)\*(\d+)\*(\d+)")
+_BATCH_START = "train_batch_sizeisnotequaltomicro_batch_per_gpu"
 _MIN_SCALE = "lossscalealreadyatminimum"
+# runtime/engine.py: the optimizer DeepSpeed built and the ZeRO optimizer wrapping it.
+_ENGINE = re.compile(r"DeepSpeed Basic Optimizer = (\w+)|Creating (?:[\w.]+ )?ZeRO stage (\d) optimizer")
+# Trainer's tqdm bar glued before a line: "N/M [" says N optimizer steps are done.
+_TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _SQUEEZE = re.compile(r"[\s│┃|╭╮╰╯─━]+")
 
 # Timer names of every generation → the step field they feed.
@@ -62,9 +69,9 @@ _NONPOSITIVE_KEYS = {"Train batch size": TRAIN_BATCH, "Micro batch size per gpu"
 class DeepSpeedDialect:
     name = "deepspeed"
     keywords = (b"OVERFLOW!", b"Grad overflow", b"Overflow detected", b"Reducing dynamic loss", b"Using static loss",
-                b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size: ",
-                b"Micro batch size per gpu: ", b"Gradient accumulation steps: ", b", skipped=", b"(ms) |",
-                b"SamplesPerSec", b"pytorch allocator", b"Max_MA", *ConfigDump.keywords, *CommsTable.keywords)
+                b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size", b"Micro batch size per gpu",
+                b"Gradient accumulation steps", b", skipped=", b"(ms) |",
+                b"SamplesPerSec", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ", b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords)
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -73,10 +80,11 @@ class DeepSpeedDialect:
         self.comms = CommsTable(context)
         self._reported: set[tuple] = set()
         self._flushes = 0
+        self._batch_wrapped = 0  # lines left to complete a batch assertion hard-wrapped after its "!="
 
     @property
     def holding(self) -> bool:
-        return self.config.holding or self.comms.holding
+        return self.config.holding or self.comms.holding or self._batch_wrapped > 0
 
     def feed(self, line: Line) -> list[Event]:
         if self.holding:
@@ -90,7 +98,7 @@ class DeepSpeedDialect:
                 return out
         if "Exiting run" in text or "Current loss" in text:
             return self._min_scale(line)
-        if "!=" in text:
+        if "!=" in text or self._batch_wrapped:
             return self._batch_assertion(line)
         if "has to be greater" in text:
             return self._nonpositive(line, text)
@@ -104,6 +112,8 @@ class DeepSpeedDialect:
             return self._cache_flushes(line, text)
         if "Max_MA" in text:
             return self._memory_usage(line, text)
+        if "Basic Optimizer = " in text or "ZeRO stage " in text:
+            return self._engine(line, text)
         started = self.config.feed(line)
         if started is not None:
             return started
@@ -122,11 +132,14 @@ class DeepSpeedDialect:
         if match:
             scale = float(match.group(2)) if match.group(2) else None
             rank = self._rank(line, match.group(1))
-            out = self.clock.add(line, rank, "overflow", {"overflow": True, "loss_scale": scale})
+            out = self.clock.add(line, rank, "overflow", {"overflow": True, "loss_scale": scale},
+                                 step=_bar_step(text, match.start()))
             if "Gradients are non-finite" in text and self._once(("static",)):
                 # loss_scaler.py LossScaler: the static scaler's own message, whatever the config says
                 out.append(self.context.event("log", line, rank=rank, message=match.group(0), source=self.name,
                                               level="WARNING", what="static_loss_scaler"))
+            elif "reducing to" in text or "Reducing hysteresis" in text:
+                out += self._dynamic(line, rank, match.group(0))
             return out
         match = _GRAD_OVERFLOW.search(text)
         if match:
@@ -136,7 +149,8 @@ class DeepSpeedDialect:
         match = _REDUCING.search(text)
         if match:
             return self.clock.add(line, self._rank(line), "reducing",
-                                  {"overflow": True, "loss_scale": float(match.group(1))})
+                                  {"overflow": True, "loss_scale": float(match.group(1))}) + self._dynamic(
+                line, self._rank(line), match.group(0))
         match = _STATIC.search(text)
         if match:
             return self.clock.add(line, self._rank(line), "static",
@@ -146,6 +160,13 @@ class DeepSpeedDialect:
             scale = float(match.group(1)) if match.group(1) else None
             return self.clock.add(line, self._rank(line), "detected", {"overflow": True, "loss_scale": scale})
         return None
+
+    def _dynamic(self, line: Line, rank: int, message: str) -> list[Event]:
+        """Only DeepSpeed's DynamicLossScaler lowers the scale ("reducing to", hysteresis): say so once."""
+        if not self._once(("dynamic",)):
+            return []
+        return [self.context.event("log", line, rank=rank, message=message, source=self.name, level="INFO",
+                                   what="dynamic_loss_scaler")]
 
     def _same_rank_window(self, line: Line) -> str:
         """This line and the ones before it from the same rank, without whitespace or box drawing."""
@@ -170,9 +191,16 @@ class DeepSpeedDialect:
                                                         step=self.context.step or None)]
 
     def _batch_assertion(self, line: Line) -> list[Event]:
-        found = _BATCH.findall(self._same_rank_window(line))
+        window = self._same_rank_window(line)
+        found = _BATCH.findall(window)
         if not found:
+            # Rich and terminals wrap the numbers onto the next lines ("64 != 4 *" / "8 * 1"): wait for them.
+            if "!=" in line.text and _BATCH_START in window:
+                self._batch_wrapped = 2
+            else:
+                self._batch_wrapped = max(self._batch_wrapped - 1, 0)
             return []
+        self._batch_wrapped = 0
         values = tuple(int(v) for v in found[-1])
         if not self._once(("batch", line.rank, values)):
             return []
@@ -218,7 +246,7 @@ class DeepSpeedDialect:
         step, _, _, allocated, peak = match.groups()
         return self.clock.add(line, self._rank(line), "tput", {
             "mem_allocated_bytes": int(float(allocated) * GIB), "mem_peak_bytes": int(float(peak) * GIB)},
-            step=int(step))
+            step=int(step) if step else None)
 
     def _cache_flushes(self, line: Line, text: str) -> list[Event]:
         match = _FLUSHES.search(text)
@@ -226,6 +254,18 @@ class DeepSpeedDialect:
             return []
         self._flushes += int(match.group(1))  # the warning counts since the last step; the field is cumulative
         return self.clock.add(line, self._rank(line), "flushes", {"alloc_retries": self._flushes})
+
+    def _engine(self, line: Line, text: str) -> list[Event]:
+        """What deepspeed.initialize built: a console log's only word on CPU offload (DeepSpeedCPUAdam) or stage."""
+        match = _ENGINE.search(text)
+        if not match:
+            return []
+        optimizer, stage = match.groups()
+        data = {"optimizer": optimizer} if optimizer else {"zero_stage": int(stage)}
+        if not self._once(("engine", *data)):
+            return []
+        return [self.context.event("log", line, message=match.group(0), source=self.name, what="engine_setup",
+                                   data=data)]
 
     def _memory_usage(self, line: Line, text: str) -> list[Event]:
         match = _SEE_MEMORY.search(text)
@@ -235,6 +275,12 @@ class DeepSpeedDialect:
         data = {k: int(float(v) * GIB) for k, v in zip(keys, match.groups())}
         return [self.context.event("log", line, message=match.group(0), source=self.name, what="memory_usage",
                                    data=data, step=self.context.step or None)]
+
+
+def _bar_step(text: str, end: int) -> int | None:
+    """The optimizer step a line glued after a tqdm bar belongs to: the bar counts the steps already done."""
+    bars = _TQDM_STEP.findall(text, 0, end)
+    return int(bars[-1][0]) + 1 if bars else None
 
 
 def _fields(named: dict[str, float], table: dict[str, str]) -> dict[str, Any]:

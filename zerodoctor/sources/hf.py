@@ -5,7 +5,9 @@ Templates: ``transformers/trainer.py`` (the log dicts ``{'loss': …, 'grad_norm
 ``transformers/integrations/deepspeed.py`` (``Please correct the following DeepSpeed config
 values that mismatch TrainingArguments values:`` with ``- ds X=A vs hf Y=B`` lines) and
 ``accelerate/accelerator.py`` (``Updating DeepSpeed's gradient accumulation steps to X from Y.``,
-logged at INFO while the effective batch silently changes).
+logged at INFO while the effective batch silently changes, and ``_prepare_deepspeed``'s refusal when
+no data loader and no integer ``train_micro_batch_size_per_gpu`` says the batch). Mismatched batch
+values are a batch fault of their own (``hf_batch_mismatch``), the others a config one.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zerodoctor.deepspeed_defaults import GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
+from zerodoctor.deepspeed_defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.events import Event
 from zerodoctor.sources.text import NUM, Context, Line
 
 _PAIR = re.compile(rf"'(\w+)': (nan|-?inf|{NUM})")
 _TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _ACCUM = re.compile(r"Updating DeepSpeed's gradient accumulation steps to (\d+) from (\d+)")
-_MISMATCH = re.compile(r"^\W*- ds (\S+?)=(.*?) vs hf (\S+?)=(.*?)\s*$")
+# Older Trainers name a derived value "hf train_batch_size (calculated)=4": the hf key may hold a space.
+_MISMATCH = re.compile(r"^\W*- ds (\S+?)=(.*?) vs hf (.+?)=(.*?)\s*$")
+_NO_BATCH = "requires you to pass at least one of training or evaluation dataloaders"
 _HEADER_ROW = re.compile(r"\s{2}([A-Z][\w .&(),-]*?) = ([\d,]+)\s*$")
 _HEADER = {"Instantaneous batch size per device": MICRO_BATCH,
            "Total train batch size (w. parallel, distributed & accumulation)": TRAIN_BATCH,
@@ -31,7 +35,8 @@ MAX_BLOCK_LINES = 64
 
 class HuggingFaceDialect:
     name = "hf"
-    keywords = (b"{'", b"Updating DeepSpeed's", b"Please correct the following DeepSpeed", b"***** Running training")
+    keywords = (b"{'", b"Updating DeepSpeed's", b"Please correct the following DeepSpeed", b"***** Running training",
+                b"When using DeepSpeed")
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -60,6 +65,9 @@ class HuggingFaceDialect:
                 to, was = int(match.group(1)), int(match.group(2))
                 return [self.context.event("log", line, message=match.group(0), source=self.name, level="INFO",
                                            what="grad_accum_update", data={"from": was, "to": to})]
+        if _NO_BATCH in text:
+            return [self.context.event("log", line, message=_NO_BATCH, source=self.name, level="ERROR",
+                                       what="accelerate_batch_unknown")]
         if "Please correct the following DeepSpeed" in text:
             self._open("mismatch", line)
         elif "***** Running training" in text:
@@ -87,11 +95,18 @@ class HuggingFaceDialect:
         self._block = None
         assert line is not None
         if block == "mismatch" and rows:
-            data = {"mismatches": [{"ds_key": d, "ds_value": dv, "hf_key": h, "hf_value": hv} for d, dv, h, hv in rows]}
-            message = "DeepSpeed config values mismatch TrainingArguments: " + "; ".join(
-                f"ds {d}={dv} vs hf {h}={hv}" for d, dv, h, hv in rows)
-            return [self.context.event("log", line, message=message, source=self.name, level="ERROR",
-                                       what="hf_config_mismatch", data=data)]
+            out = []
+            for what, kept in (("hf_batch_mismatch", [r for r in rows if r[0] in BATCH_KEYS]),
+                               ("hf_config_mismatch", [r for r in rows if r[0] not in BATCH_KEYS])):
+                if not kept:
+                    continue
+                data = {"mismatches": [{"ds_key": d, "ds_value": dv, "hf_key": h, "hf_value": hv}
+                                       for d, dv, h, hv in kept]}
+                message = "DeepSpeed config values mismatch TrainingArguments: " + "; ".join(
+                    f"ds {d}={dv} vs hf {h}={hv}" for d, dv, h, hv in kept)
+                out.append(self.context.event("log", line, message=message, source=self.name, level="ERROR",
+                                              what=what, data=data))
+            return out
         if block == "header":
             data = {_HEADER[k]: int(v.replace(",", "")) for k, v in rows if k in _HEADER}
             micro, accum, total = (data.get(k) for k in (MICRO_BATCH, GRAD_ACCUM, TRAIN_BATCH))

@@ -5,6 +5,7 @@ WorkNCCL(SeqNum=S, OpType=OP, [NumelIn=…, NumelOut=…,] Timeout(ms)=T) ran fo
 before timing out.`` New form (torch 2.2+): the same message behind ``[rankR]:[E… ProcessGroupNCCL.cpp:N]``
 and a ``[PG ID 0 PG GUID 0(default_pg) Rank R]`` (or ``[PG 0 (default_pg) Rank R]``) tag. The
 watchdog repeats the message when it tears the process down, so each (rank, SeqNum) counts once.
+A message a terminal hard-wrapped (``Timeout(ms)=`` / ``600000) ran for …``) is joined with its next line.
 """
 
 from __future__ import annotations
@@ -23,17 +24,24 @@ _RANK = re.compile(r"Rank (\d+)\]\s*(?:Process group watchdog[^:]*: \[Rank \d+\]
 class NcclDialect:
     name = "nccl"
     keywords = (b"Watchdog caught",)
-    holding = False
 
     def __init__(self, context: Context) -> None:
         self.context = context
         self._seen: set[tuple[int, int]] = set()
+        self._wrapped: str | None = None  # the start of a message whose end is on the next line
+
+    @property
+    def holding(self) -> bool:
+        return self._wrapped is not None
 
     def feed(self, line: Line) -> list[Event]:
-        match = _TIMEOUT.search(line.text)
+        text, self._wrapped = (self._wrapped + line.text.strip() if self._wrapped is not None else line.text), None
+        match = _TIMEOUT.search(text)
         if not match:
+            if "Watchdog caught" in line.text and "before timing out" not in line.text:
+                self._wrapped = line.text.rstrip()
             return []
-        said = _RANK.search(line.text)
+        said = _RANK.search(text)
         rank = int(said.group(1)) if said else (line.rank if line.rank is not None else 0)
         seq, op, numel_in, numel_out, timeout_ms, ran_ms = match.groups()
         if (rank, int(seq)) in self._seen:

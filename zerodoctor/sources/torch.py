@@ -8,8 +8,11 @@ PyTorch)`` with or without the ``max_split_size_mb`` hint (as ``RuntimeError`` a
 by PyTorch, [with X allocated in private pools (e.g., CUDA Graphs),] and X is reserved by
 PyTorch but unallocated"), raised as ``torch.OutOfMemoryError`` since 2.4. Messages wrapped
 over several lines are held per rank until complete; two ranks' glued on one line are split.
-torchrun's failure summary (``torch/distributed/elastic/multiprocessing/errors/__init__.py``,
-``_FAILURE_FORMAT_TEMPLATE``) gives each failed rank's exit code or signal.
+A memory cap (``torch.cuda.set_per_process_memory_fraction``) adds ``X allowed;``. torchrun's failure
+summary (``torch/distributed/elastic/multiprocessing/errors/__init__.py``, ``_FAILURE_FORMAT_TEMPLATE``),
+its one-line ``failed (exitcode: N) local_rank: R`` (``elastic/multiprocessing/api.py``) and DeepSpeed's
+launcher ``[...] exits with return code = N`` (``launcher/launch.py``) give each failed rank's exit code
+or signal.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ _FIELDS = {
     "free_bytes": re.compile(rf"{SIZE} free\b|of which {SIZE} is free"),
     "allocated_bytes": re.compile(rf"{SIZE} already allocated|Of the allocated memory {SIZE} is allocated by PyTorch"),
     "reserved_bytes": re.compile(rf"{SIZE} reserved in total by PyTorch"),
+    "allowed_bytes": re.compile(rf"{SIZE} allowed;"),
     "_unallocated": re.compile(rf"and {SIZE} is reserved by PyTorch but unallocated"),
 }
 _DEVICE = re.compile(r"\(GPU (\d+);|GPU (\d+) has a total")
@@ -40,11 +44,16 @@ _SUMMARY_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (-?\d+) \(pid: (\d+)\)")
 _SUMMARY_END = re.compile(r"^\s*={10,}\s*$")
 MAX_SUMMARY_LINES = 400
+LAUNCHER_LINES = 8  # lines after "Killing subprocess" in which the launcher names the exit code
+# Bounded numbers: an exit code or a rank past int32 is a garbled line, not an event the store refuses.
+_EXITED = re.compile(r"failed \(exitcode: (-?\d{1,9})\) local_rank: (\d{1,9})\b|exits with return code = (-?\d{1,9})\b")
 
 
 class TorchDialect:
     name = "torch"
-    keywords = (b"CUDA out of memory", b"Root Cause (first", b"Failures:")
+    # DeepSpeed's launcher logs "Killing subprocess N" for each child before "[…] exits with return code = C":
+    # that keyword opens a short window instead of a lower-case one that would slow every line's prefilter.
+    keywords = (b"CUDA out of memory", b"Root Cause (first", b"Failures:", b"(exitcode: ", b"Killing subprocess")
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -52,15 +61,23 @@ class TorchDialect:
         self._summary_lines = -1  # -1: not in a failure summary
         self._summary_rank: int | None = None
         self._exited: set[int] = set()
+        self._killing = 0
 
     @property
     def holding(self) -> bool:
-        return bool(self._open) or self._summary_lines >= 0
+        return bool(self._open) or self._summary_lines >= 0 or self._killing > 0
 
     def feed(self, line: Line) -> list[Event]:
         text = line.text
         if self._summary_lines >= 0 or any(s in text for s in _SUMMARY_START):
             return self._summary(line, text)
+        if "Killing subprocess" in text:
+            self._killing = LAUNCHER_LINES
+            return []
+        if self._killing:
+            self._killing -= 1
+        if line.rank not in self._open and ("exitcode" in text or "return code" in text):
+            return self._exited_line(line, text)
         out: list[Event] = []
         if line.rank in self._open:
             first, parts = self._open[line.rank]
@@ -105,7 +122,21 @@ class TorchDialect:
         match = _SUMMARY_EXIT.match(text)
         if not match or self._summary_rank is None or self._summary_rank in self._exited:
             return []
-        rank, code = self._summary_rank, int(match.group(1))
+        return self._ended(line, self._summary_rank, int(match.group(1)))
+
+    def _exited_line(self, line: Line, text: str) -> list[Event]:
+        """torchrun's or DeepSpeed's launcher's one line about a child that exited non-zero."""
+        match = _EXITED.search(text)
+        if not match:
+            return []
+        code, local_rank, launcher_code = match.groups()
+        if launcher_code is not None:  # the launcher names the command, not the rank
+            return self._ended(line, line.rank if line.rank is not None else 0, int(launcher_code))
+        return self._ended(line, int(local_rank), int(code))
+
+    def _ended(self, line: Line, rank: int, code: int) -> list[Event]:
+        if rank in self._exited or code == 0:
+            return []
         self._exited.add(rank)
         # A negative exitcode is the signal that killed the rank (-6: SIGABRT from the NCCL watchdog).
         return [self.context.event("run_end", line, rank=rank, exit_code=code,

@@ -1,0 +1,59 @@
+"""diagnose on the public corpus: right on real logs, and never an error on a log that shows no fault."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.corpus.score import CORPUS, cases, score_corpus
+
+CATEGORIES = {"batch_size", "fp16_overflow", "stage3_comm", "fragmentation_oom", "offload_slow", "config", "memory",
+              "hang", "straggler", "data", "other"}
+MIN_CASES = 80
+TARGET = 0.95
+
+
+@pytest.fixture(scope="module")
+def score():
+    return score_corpus()
+
+
+def test_every_case_names_its_source_and_its_categories() -> None:
+    found = cases()
+    assert len(found) >= MIN_CASES, f"{len(found)} cases under {CORPUS}"
+    for case in found:
+        expected = json.loads((case / "expected.json").read_text())
+        assert expected["source"].startswith("https://github.com/"), case.name
+        assert set(expected["must"]) <= CATEGORIES and set(expected["must_not"]) <= CATEGORIES, case.name
+        assert not set(expected["must"]) & set(expected["must_not"]), case.name
+        assert (case / "console.log").stat().st_size > 0, case.name
+
+
+def test_precision_and_recall_reach_the_target(score) -> None:
+    wrong = [(c.name, sorted(c.missed), sorted(c.false), sorted(c.missed_rules)) for c in score.cases if not c.right]
+    assert score.precision >= TARGET and score.recall >= TARGET, wrong
+    assert score.right_share >= TARGET, wrong
+
+
+def test_no_error_on_a_log_that_shows_no_fault(score) -> None:
+    assert [c.name for c in score.false_errors_on_negatives()] == []
+
+
+# Cases diagnose gets wrong today, each with why; every other case must stay right.
+KNOWN_WRONG: dict[str, str] = {
+    "ds-1635-cpu-adam-step-dominates": "the excerpt never shows that the optimizer is offloaded (only the user's "
+                                       "config, pasted as prose, says so): an optimizer step of 95% alone is not "
+                                       "called offload",
+    "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
+                                                 "actor; the excerpt alone does not confirm host memory",
+}
+
+
+@pytest.mark.parametrize("case", [c.name for c in cases()])
+def test_case(score, case: str) -> None:
+    result = next(c for c in score.cases if c.name == case)
+    if case in KNOWN_WRONG:
+        pytest.xfail(KNOWN_WRONG[case])
+    assert result.right, (f"missed {sorted(result.missed)}, false {sorted(result.false)}, "
+                          f"missed rules {sorted(result.missed_rules)}")

@@ -1,0 +1,76 @@
+"""Signals, crashes: how the run stopped → known crash signatures, SIGKILLed ranks, a stall on the JIT build lock.
+
+The signatures come from ``sources/crashes.py`` (``log`` events ``crash``); kills from ``run_end``
+(the probe, torchrun's summary and one-line failure, DeepSpeed's launcher). A rank whose last
+``extension`` event says ``Using … as PyTorch extensions root`` and which logged nothing after it is
+waiting on ``torch/utils/file_baton.py``'s lock: a rank that builds prints "Emitting ninja build file"
+right away, one that loads a cached build prints "Loading extension module" — only a waiter is silent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zerodoctor.runview import RunView
+from zerodoctor.signals.base import Signal
+from zerodoctor.sources.crashes import SIGNATURES
+
+SIGKILL = 9
+
+SIGNALS = [
+    *(Signal(f"crash.{name}", "ranks", f"how many ranks printed the '{name}' crash signature")
+      for name, _, _ in SIGNATURES),
+    *(Signal(f"crash.ranks_{name}", "ranks", f"the ranks that printed the '{name}' crash signature")
+      for name, _, _ in SIGNATURES),
+    Signal("crash.saved_world_size", "ranks", "data-parallel world size the ZeRO checkpoint was saved with"),
+    Signal("crash.resume_world_size", "ranks", "data-parallel world size that tried to load it"),
+    Signal("crash.missing_header", "name", "the CUDA header the op build could not find"),
+    Signal("crash.swap_buffers_wanted", "buffers", "swap buffers the parameter swapper asked for"),
+    Signal("crash.sigkilled", "ranks", "how many ranks were killed by SIGKILL (exit code -9)"),
+    Signal("crash.ranks_sigkilled", "ranks", "the ranks killed by SIGKILL"),
+    Signal("crash.host_killed", "ranks", "how many ranks were killed for host memory: SIGKILL, or Ray's memory monitor"),
+    Signal("crash.ranks_host_killed", "ranks", "those ranks"),
+    Signal("crash.extension_lock_waiters", "ranks",
+           "how many ranks' logs end waiting for another process's JIT build of an op"),
+    Signal("crash.ranks_extension_lock_waiters", "ranks", "the ranks waiting on the JIT build lock"),
+]
+
+
+def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    logs = run.events.get("log", [])
+    seen: dict[str, set[int]] = {name: set() for name, _, _ in SIGNATURES}
+    out: dict[str, Any] = {}
+    for log in logs:
+        data = log.get("data") or {}
+        if log.get("what") != "crash" or data.get("signature") not in seen:
+            continue
+        seen[data["signature"]].add(log["rank"])
+        if "saved_world_size" in data:
+            out["crash.saved_world_size"], out["crash.resume_world_size"] = data["saved_world_size"], data["world_size"]
+        out["crash.missing_header"] = out.get("crash.missing_header") or data.get("header")
+        out["crash.swap_buffers_wanted"] = out.get("crash.swap_buffers_wanted") or data.get("wanted_buffers")
+    seen["sigkilled"] = {e["rank"] for e in run.events.get("run_end", [])
+                         if e.get("signal") == SIGKILL or e.get("exit_code") == -SIGKILL}
+    seen["host_killed"] = seen["sigkilled"] | seen["ray_memory_monitor_kill"]
+    seen["extension_lock_waiters"] = _lock_waiters(run)
+    for name, ranks in seen.items():
+        out[f"crash.{name}"] = len(ranks)
+        out[f"crash.ranks_{name}"] = sorted(ranks) or None
+    return out
+
+
+def _lock_waiters(run: RunView) -> set[int]:
+    """Ranks caught waiting on the build lock, or whose last word was the extensions root."""
+    last: dict[int, tuple[float, str]] = {}
+    waiting: set[int] = set()
+    for log in run.events.get("log", []):
+        if log.get("what") == "extension":
+            state = (log.get("data") or {}).get("state")
+            if state == "waiting":
+                waiting.add(log["rank"])
+            last[log["rank"]] = (log["t"], state)
+    later = [e["t"] for kind in ("exception", "oom", "run_end") for e in run.events.get(kind, [])]
+    later += [e["t"] for e in run.events.get("log", []) if e.get("what") != "extension"]
+    later += [r["last_t"] for r in run.per_rank.values() if r.get("last_t") is not None]  # a rank that stepped got past it
+    latest = max(later, default=float("-inf"))
+    return waiting | {rank for rank, (t, state) in last.items() if state == "root" and t >= latest}
