@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -82,17 +81,25 @@ def duckdb_time(path: Path) -> float | None:
     return time.perf_counter() - start
 
 
+# The child reports its own image's high-water mark (VmHWM): ru_maxrss, even the child's own,
+# keeps the pre-exec image's (this process, DuckDB's memory included) across exec.
+_MEASURED = """
+import atexit, runpy, sys
+def hwm(): print(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")), file=sys.stderr)
+atexit.register(hwm)
+sys.argv = ["zerodoctor", *sys.argv[1:]]
+runpy.run_module("zerodoctor", run_name="__main__")
+"""
+
+
 def run_diagnose(path: Path) -> tuple[float, float, int]:
     """(wall seconds, peak RSS MiB, findings) of a fresh ``zerodoctor diagnose`` process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never",
+    proc = subprocess.run([sys.executable, "-c", _MEASURED, "diagnose", "--format", "json", "--fail-on", "never",
                            str(path)], capture_output=True, text=True, check=True)
     wall = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     findings = len(json.loads(proc.stdout)["findings"])
-    # ru_maxrss of children is the max over all children so far: sizes run in increasing order
-    return wall, max(peak, before) / 1024, findings
+    return wall, int(proc.stderr.split()[-1]) / 1024, findings
 
 
 def main() -> None:
