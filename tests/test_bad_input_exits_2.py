@@ -67,8 +67,10 @@ def full_disk(tmp_path: Path):  # noqa: ANN201 - a Path
 
 
 def test_a_full_disk_at_start_is_one_line_exit_2(full_disk):
-    _one_error_line(run_cli("watch", "--once", str(full_disk / "runs")), "No space left on device (ENOSPC)")
+    store = full_disk / "runs" / "zerodoctor.db"  # watch's default store, on the full disk: its creation fails first
+    _one_error_line(run_cli("watch", "--once", str(full_disk / "runs")),
+                    f"cannot open the store sqlite:///{store}: OperationalError: database or disk is full")
     _one_error_line(run_cli("diagnose", "--db", str(full_disk / "d.db"), str(full_disk / "runs" / "r")),
-                    "the store refused to write: database or disk is full")
+                    f"cannot open the store sqlite:///{full_disk / 'd.db'}: OperationalError: database or disk is full")
     _one_error_line(run_cli("run", "--runs-dir", str(full_disk / "new"), "--", "true"),
                     "No space left on device (ENOSPC)")
