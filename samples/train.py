@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -30,6 +31,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--loss-mult-from", type=int, default=0, help="... from this optimizer step on")
     p.add_argument("--cpu-fp16-shim", action="store_true", help="let DeepSpeed's CPU accelerator do fp16")
     p.add_argument("--hub_token", help="unused: as HF scripts take one to push to the Hub (the probe must redact it)")
+    p.add_argument("--loader", action="store_true", help="feed batches through a torch DataLoader")
+    p.add_argument("--slow-data-rank", type=int, default=None, help="fault: this rank's loader is slower ...")
+    p.add_argument("--slow-data-s", type=float, default=0.0, help="... by this many seconds per batch")
+    p.add_argument("--stall-rank", type=int, default=None, help="fault: this rank stops before its forward ...")
+    p.add_argument("--stall-at", type=int, default=0, help="... at this optimizer step ...")
+    p.add_argument("--stall-s", type=float, default=0.0, help="... for this many seconds")
+    p.add_argument("--eval-every", type=int, default=0, help="every N optimizer steps, all ranks evaluate ...")
+    p.add_argument("--eval-s", type=float, default=0.0, help="... for this many seconds (forwards in eval mode)")
+    p.add_argument("--save-every", type=int, default=0, help="every N optimizer steps, save a checkpoint ...")
+    p.add_argument("--save-s", type=float, default=0.0, help="... on storage this many seconds slow per file")
+    p.add_argument("--save-dir", default=None, help="where checkpoints go")
+    p.add_argument("--leak-bytes", type=int, default=0, help="fault: keep this many bytes alive per step")
     return p.parse_args()
 
 
@@ -38,6 +51,43 @@ def build_model(width: int, layers: int) -> torch.nn.Module:
     for _ in range(layers):
         blocks += [torch.nn.Linear(width, width), torch.nn.GELU()]
     return torch.nn.Sequential(*blocks, torch.nn.Linear(width, width))
+
+
+class Batches(torch.utils.data.IterableDataset):
+    """(input, target) pairs from a per-rank generator, ``delay_s`` slower per batch when asked."""
+
+    def __init__(self, feed: int, width: int, dtype: torch.dtype, seed: int, delay_s: float) -> None:
+        self.feed, self.width, self.dtype, self.seed, self.delay_s = feed, width, dtype, seed, delay_s
+
+    def __iter__(self):  # noqa: ANN204
+        generator = torch.Generator().manual_seed(self.seed)
+        while True:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            x = torch.randn(self.feed, self.width, generator=generator).to(self.dtype)
+            yield x, torch.randn(self.feed, self.width, generator=generator)
+
+
+def evaluate(engine, seconds: float, feed: int, width: int, dtype: torch.dtype) -> None:  # noqa: ANN001
+    """Forwards in eval mode under no_grad until ``seconds`` have passed, as an eval loop would."""
+    engine.eval()
+    end = time.monotonic() + seconds
+    with torch.no_grad():
+        while time.monotonic() < end:
+            engine(torch.randn(feed, width).to(dtype))
+            time.sleep(0.5)
+    engine.train()
+
+
+def slow_storage(engine, seconds: float) -> None:  # noqa: ANN001
+    """Checkpoint files take ``seconds`` longer each to write (a slow network filesystem)."""
+    save = engine.checkpoint_engine.save
+
+    def slow_save(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        time.sleep(seconds)
+        return save(*args, **kwargs)
+
+    engine.checkpoint_engine.save = slow_save
 
 
 def main() -> None:
@@ -55,17 +105,41 @@ def main() -> None:
     dtype = torch.float16 if engine.fp16_enabled() else torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
     feed = args.feed or engine.train_micro_batch_size_per_gpu()
     generator = torch.Generator().manual_seed(1 + engine.global_rank)
-    rank0 = engine.global_rank == 0
+    rank = engine.global_rank
+    rank0 = rank == 0
+    batches = None
+    if args.loader or args.slow_data_rank is not None:
+        delay = args.slow_data_s if rank == args.slow_data_rank else 0.0
+        batches = iter(torch.utils.data.DataLoader(Batches(feed, args.width, dtype, 1 + rank, delay), batch_size=None))
+    if args.save_s:
+        slow_storage(engine, args.save_s)
+    kept = []  # the --leak-bytes fault: what a loss appended without .item() keeps alive
+    stalled = False
     while engine.global_steps < args.steps:
-        x = torch.randn(feed, args.width, generator=generator).to(dtype)
-        target = torch.randn(feed, args.width, generator=generator)
+        if rank == args.stall_rank and engine.global_steps == args.stall_at and not stalled:
+            stalled = True
+            time.sleep(args.stall_s)
+        if batches is not None:
+            x, target = next(batches)
+        else:
+            x = torch.randn(feed, args.width, generator=generator).to(dtype)
+            target = torch.randn(feed, args.width, generator=generator)
         err = (engine(x).float() - target) ** 2
         loss = err.sum() if args.loss == "sum" else err.mean()
         if engine.global_steps >= args.loss_mult_from:
             loss = loss * args.loss_mult
+        before = engine.global_steps
         engine.backward(loss)
         engine.step()
-        if rank0 and engine.is_gradient_accumulation_boundary() and engine.global_steps % 10 == 0:
+        if engine.global_steps == before:  # a micro-batch of gradient accumulation
+            continue
+        if args.leak_bytes:
+            kept.append(torch.ones(args.leak_bytes // 4))
+        if args.eval_every and engine.global_steps % args.eval_every == 0:
+            evaluate(engine, args.eval_s, feed, args.width, dtype)
+        if args.save_every and engine.global_steps % args.save_every == 0:
+            engine.save_checkpoint(args.save_dir)
+        if rank0 and engine.global_steps % 10 == 0:
             print(f"step {engine.global_steps} loss {loss.item():.4f}", flush=True)
     if rank0:
         print(f"done: {engine.global_steps} steps, {engine.skipped_steps} skipped", flush=True)

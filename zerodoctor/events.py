@@ -52,6 +52,8 @@ class RunStart(_Envelope):
     versions: dict[str, str | None] | None = Field(None, description="torch, deepspeed, cuda, nccl, python")
     device_name: str | None = Field(None, description="accelerator name, e.g. 'NVIDIA H100 80GB HBM3'")
     device_memory_bytes: Int64 | None = Field(None, description="total memory of the accelerator")
+    host_memory_bytes: Int64 | None = Field(
+        None, description="host memory the rank may use: MemTotal, or the cgroup's limit when lower")
     env: dict[str, str] | None = Field(None, description="allow-listed environment (never secrets)")
 
 
@@ -71,9 +73,12 @@ class Step(_Envelope):
     bwd_s: float | None = Field(None, description="time in backward, summed over micro-batches")
     optim_s: float | None = Field(None, description="time in the optimizer step")
     comm_s: float | None = Field(None, description="time in collectives during this step")
+    data_s: float | None = Field(None, description="time in DataLoader iteration (on the training thread) during this step")
     mem_allocated_bytes: Int64 | None = Field(None, description="torch.cuda.memory_allocated() after the step")
     mem_reserved_bytes: Int64 | None = Field(None, description="torch.cuda.memory_reserved() after the step")
-    mem_peak_bytes: Int64 | None = Field(None, description="torch.cuda.max_memory_allocated() since the last step")
+    mem_peak_bytes: Int64 | None = Field(
+        None, description="highest torch.cuda.memory_allocated() of this step; absent when the step set no new "
+        "max_memory_allocated() (the probe never resets the user's peak counter)")
     alloc_retries: Int64 | None = Field(None, description="cumulative num_alloc_retries of the caching allocator")
     inactive_split_bytes: Int64 | None = Field(None, description="inactive_split_bytes.all.current of the allocator")
 
@@ -86,6 +91,22 @@ class Comm(_Envelope):
     bytes: Int64 | None = Field(None, description="message bytes summed over the calls")
     total_s: float | None = Field(None, description="time in the calls, summed")
     interval_s: float | None = Field(None, description="length of the aggregation interval")
+
+
+class Heartbeat(_Envelope):
+    kind: Literal["heartbeat"]
+    phase: Literal["forward", "backward", "step", "collective", "save_checkpoint", "load_checkpoint",
+                   "eval", "data", "user"] = Field(
+        description="what the rank's training thread is doing: an engine phase, a collective, or outside the "
+        "engine (eval: evaluation, data: the data loader, user: any other code)")
+    since_t: float | None = Field(None, allow_inf_nan=False, description="unix time when that phase began")
+    outer: str | None = Field(None, description="the engine phase a collective runs in (forward, backward, ...)")
+    op: str | None = Field(None, description="the collective, when phase is collective")
+    group: str | None = Field(None, description="its process group (c10d group name; '0' is the default group)")
+    seq: Int64 | None = Field(None, description="that collective's sequence number on its group (c10d's count)")
+    last_step: Int64 | None = Field(None, description="last optimizer step this rank completed")
+    rss_bytes: Int64 | None = Field(None, description="resident host memory of the rank's process")
+    pinned_bytes: Int64 | None = Field(None, description="page-locked host memory held by PyTorch (CUDA only)")
 
 
 class Oom(_Envelope):
@@ -129,7 +150,7 @@ class RunEnd(_Envelope):
     duration_s: float | None = Field(None, description="wall time of the process")
 
 
-MODELS: tuple[type[_Envelope], ...] = (RunStart, Step, Comm, Oom, ExceptionEvent, Log, RunEnd)
+MODELS: tuple[type[_Envelope], ...] = (RunStart, Step, Comm, Heartbeat, Oom, ExceptionEvent, Log, RunEnd)
 EVENT_MODELS: dict[str, type[_Envelope]] = {m.model_fields["kind"].annotation.__args__[0]: m for m in MODELS}  # type: ignore[union-attr]
 
 

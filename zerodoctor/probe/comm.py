@@ -4,13 +4,17 @@
 synchronises the device after every op. Instead the methods of the backend object
 (``deepspeed.comm.comm.cdb``), which every ``deepspeed.comm`` call ends in, are wrapped
 once per process. An async call's handle is wrapped too, so the time a rank waits for
-the collective to finish counts, not only the time to launch it.
+the collective to finish counts, not only the time to launch it. While a rank is inside
+one, ``PHASE`` names the op, its process group and the group's sequence number (c10d's own
+count, which the NCCL flight recorder also records), so a heartbeat shows what it waits in.
 """
 
 from __future__ import annotations
 
 from time import perf_counter
 from typing import Any
+
+from zerodoctor.probe.phase import PHASE, RankPhase
 
 OPS = ("all_reduce", "all_reduce_coalesced", "inference_all_reduce", "broadcast", "all_gather",
        "all_gather_into_tensor", "all_gather_base", "all_gather_coalesced", "reduce_scatter_tensor",
@@ -20,7 +24,8 @@ OPS = ("all_reduce", "all_reduce_coalesced", "inference_all_reduce", "broadcast"
 class CommClock:
     """Time in collectives: per optimizer step (``take_step``) and per op (``take_ops``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, phase: RankPhase = PHASE, default_group: Any = None) -> None:
+        self.phase, self.default_group = phase, default_group
         self.step_s = 0.0
         self.ops: dict[str, list[float]] = {}  # op -> [count, bytes, seconds]
         self._depth = 0  # a backend op implemented with another one counts once
@@ -48,34 +53,52 @@ class CommClock:
             if self._depth:
                 return fn(*args, **kwargs)
             self._depth += 1
+            group, seq = self._group(args, kwargs)
+            previous = self.phase.enter_collective(op, group, seq)
             start = perf_counter()
             try:
                 result = fn(*args, **kwargs)
             finally:
                 self._depth -= 1
                 self.add(op, perf_counter() - start, _message_bytes(args, kwargs))
+                self.phase.leave(previous)
             if result is not None and hasattr(result, "wait") and not hasattr(result, "dtype"):
-                return _TimedWork(result, self, op)
+                return _TimedWork(result, self, op, group, seq)
             return result
 
         timed.__wrapped__ = fn  # type: ignore[attr-defined]
         return timed
 
 
+    def _group(self, args: tuple, kwargs: dict) -> tuple[str | None, int | None]:
+        """The op's process group name and the sequence number this op takes on it."""
+        group = kwargs.get("group")
+        if group is None:
+            group = next((a for a in args if hasattr(a, "_get_sequence_number_for_group")), self.default_group)
+        if group is None:
+            return None, None
+        try:
+            return group.group_name, group._get_sequence_number_for_group() + 1
+        except (AttributeError, RuntimeError):  # a backend without c10d's counter
+            return None, None
+
+
 class _TimedWork:
     """An async collective's handle whose ``wait`` adds the blocked time to the op."""
 
-    __slots__ = ("_work", "_clock", "_op")
+    __slots__ = ("_work", "_clock", "_op", "_group", "_seq")
 
-    def __init__(self, work: Any, clock: CommClock, op: str) -> None:
-        self._work, self._clock, self._op = work, clock, op
+    def __init__(self, work: Any, clock: CommClock, op: str, group: str | None, seq: int | None) -> None:
+        self._work, self._clock, self._op, self._group, self._seq = work, clock, op, group, seq
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
+        previous = self._clock.phase.enter_collective(self._op, self._group, self._seq)
         start = perf_counter()
         try:
             return self._work.wait(*args, **kwargs)
         finally:
             self._clock.add(self._op, perf_counter() - start, 0, calls=0)
+            self._clock.phase.leave(previous)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._work, name)
@@ -106,7 +129,9 @@ def instrument_backend() -> CommClock | None:
     clock = getattr(backend, "_zerodoctor_clock", None)
     if clock is not None:
         return clock
-    clock = CommClock()
+    from torch.distributed import distributed_c10d
+
+    clock = CommClock(default_group=distributed_c10d._get_default_group())
     for op in OPS:
         fn = getattr(backend, op, None)
         if callable(fn):

@@ -6,6 +6,11 @@ the loss scale before the scaler updates it, ``skipped_steps`` for overflow, the
 as DeepSpeed cached it. Nothing here synchronises the device: loss and grad norm stay
 0-dim tensors until the writer's thread turns them into numbers.
 
+Each wrapper also sets the rank's phase (``probe.phase``) for the heartbeat: forward,
+backward, step, save/load_checkpoint, evaluation (a forward in eval mode or without grad),
+and outside the engine in between. The user's memory counters are never reset: the peak of
+a step is reported only when it set a new high, read from the counter as it is.
+
 A probe that raises is switched off after recording the failure once; the call it
 wrapped still runs, so training never notices.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from time import perf_counter
@@ -22,6 +28,7 @@ from typing import Any
 from zerodoctor.probe import RUN_DIR_ENV, RUN_ID_ENV
 from zerodoctor.probe.comm import CommClock, instrument_backend
 from zerodoctor.probe.crash import CrashRecorder
+from zerodoctor.probe.phase import PHASE, watch_data_loader
 from zerodoctor.probe.runinfo import run_start_fields, user_config
 from zerodoctor.probe.writer import EventWriter
 
@@ -33,6 +40,7 @@ class EngineProbe:
     def __init__(self, engine: Any, writer: EventWriter, crash: CrashRecorder, comm: CommClock | None) -> None:
         self.engine, self.writer, self.crash, self.comm = engine, writer, crash, comm
         self.enabled = True
+        self.phase = PHASE
         self._cuda = _cuda_memory()
         self._reset()
         self._last_step_t: float | None = None
@@ -49,12 +57,14 @@ class EngineProbe:
     def install(self) -> None:
         engine = self.engine
         forward, backward, step = engine.forward, engine.backward, engine.step
+        grad_enabled = _grad_enabled()
 
         def probed_forward(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return forward(*args, **kwargs)
+            phase = "forward" if engine.module.training and grad_enabled() else "eval"
             start = perf_counter()
-            out = self._call(forward, args, kwargs)
+            out = self._call(forward, args, kwargs, phase, "user" if phase == "forward" else "eval")
             self._safely(self._after_forward, args, kwargs, start)
             return out
 
@@ -62,7 +72,7 @@ class EngineProbe:
             if not self.enabled:
                 return backward(loss, *args, **kwargs)
             start = perf_counter()
-            out = self._call(backward, (loss, *args), kwargs)
+            out = self._call(backward, (loss, *args), kwargs, "backward")
             self._safely(self._after_backward, loss, start)
             return out
 
@@ -71,7 +81,7 @@ class EngineProbe:
                 return step(*args, **kwargs)
             before = self._safely(self._before_step)
             start = perf_counter()
-            out = self._call(step, args, kwargs)
+            out = self._call(step, args, kwargs, "step")
             if before is not None:
                 self._safely(self._after_step, before, start)
             return out
@@ -80,15 +90,36 @@ class EngineProbe:
         object.__setattr__(engine, "forward", probed_forward)
         object.__setattr__(engine, "backward", probed_backward)
         object.__setattr__(engine, "step", probed_step)
+        for name in ("save_checkpoint", "load_checkpoint"):
+            self._phase_only(name)
+        self.phase.thread = threading.get_ident()
+        watch_data_loader(self.phase)
 
-    def _call(self, fn: Any, args: tuple, kwargs: dict) -> Any:
+    def _phase_only(self, name: str) -> None:
+        """Wrap an engine method only to name the phase: checkpoints take minutes and all ranks' collectives."""
+        method = getattr(self.engine, name, None)
+        if method is None:
+            return
+
+        def probed(*args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:
+                return method(*args, **kwargs)
+            return self._call(method, args, kwargs, name)
+
+        object.__setattr__(self.engine, name, probed)
+
+    def _call(self, fn: Any, args: tuple, kwargs: dict, phase: str, after: str = "user") -> Any:
         if self._last_step_t is None:
             self._last_step_t = perf_counter()
+        previous = self.phase.enter(phase)
         try:
             return fn(*args, **kwargs)
         except BaseException as exc:
             self._safely(self.crash.record, exc)
             raise
+        finally:
+            # an engine call inside another (DeepSpeed's step calls into itself) returns to it
+            self.phase.leave(previous, after)
 
     def _safely(self, fn: Any, *args: Any) -> Any:
         try:
@@ -149,12 +180,14 @@ class EngineProbe:
             "fwd_s": self.fwd_s,
             "bwd_s": self.bwd_s,
             "optim_s": now - start,
+            "data_s": self.phase.data_s,
         }
         if self.comm is not None:
             fields["comm_s"] = self.comm.take_step()
         if self._cuda is not None:
             fields.update(self._cuda())
         self.writer.emit("step", **fields)
+        self.phase.last_step, self.phase.data_s = engine.global_steps, 0.0
         self.crash.step = engine.global_steps + 1  # failures from here on belong to the next step
         self._last_step_t = now
         self._reset()
@@ -183,20 +216,35 @@ def _batch_shape(args: tuple, kwargs: dict) -> tuple[int | None, int | None]:
     return None, None
 
 
-def _cuda_memory() -> Any:
-    """Reader of the caching allocator's counters (host-side bookkeeping, no device sync), or None."""
+def _grad_enabled() -> Any:
     import torch
 
-    if not torch.cuda.is_available():
+    return torch.is_grad_enabled
+
+
+def _cuda_memory(cuda: Any = None) -> Any:
+    """Reader of the caching allocator's counters (host-side bookkeeping, no device sync), or None.
+
+    It never resets them: ``max_memory_allocated()`` belongs to the user (and to the HF Trainer's
+    memory metrics). A step's peak is known only when it raised the all-time peak; otherwise it
+    stays absent, since all the counter says is that it was no higher than before.
+    """
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda
+    if not cuda.is_available():
         return None
-    cuda = torch.cuda
+    last_peak = [cuda.memory_stats().get("allocated_bytes.all.peak")]
 
     def read() -> dict[str, Any]:
         stats = cuda.memory_stats()
-        cuda.reset_peak_memory_stats()
+        peak = stats.get("allocated_bytes.all.peak")
+        rose = peak is not None and (last_peak[0] is None or peak > last_peak[0])
+        last_peak[0] = peak
         return {"mem_allocated_bytes": stats.get("allocated_bytes.all.current"),
                 "mem_reserved_bytes": stats.get("reserved_bytes.all.current"),
-                "mem_peak_bytes": stats.get("allocated_bytes.all.peak"),
+                "mem_peak_bytes": peak if rose else None,
                 "alloc_retries": stats.get("num_alloc_retries"),
                 "inactive_split_bytes": stats.get("inactive_split_bytes.all.current")}
 
@@ -209,7 +257,7 @@ def attach_engine(engine: Any, run_dir: str | os.PathLike | None, *, config: Any
     run_id = run_id or os.environ.get(RUN_ID_ENV) or run_dir.name
     crash = _RECORDERS.get(str(run_dir))
     if crash is None:
-        crash = CrashRecorder(EventWriter(run_dir, run_id, engine.global_rank))
+        crash = CrashRecorder(EventWriter(run_dir, run_id, engine.global_rank, heartbeat=PHASE.heartbeat))
         crash.install()
         _RECORDERS[str(run_dir)] = crash
     snapshot = user_config(config) if config is not None else None

@@ -83,8 +83,28 @@ def run_start_fields(engine: Any, config: dict[str, Any] | None) -> dict[str, An
         "params": param_count(engine.module),
         "versions": versions(),
         "env": allowed_env(),
+        "host_memory_bytes": host_memory_bytes(),
     }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         fields["device_name"], fields["device_memory_bytes"] = props.name, props.total_memory
     return fields
+
+
+def host_memory_bytes() -> int | None:
+    """What the kernel's OOM killer counts against: the host's MemTotal, or the cgroup's limit if lower."""
+    limits = []
+    try:
+        with open("/proc/meminfo") as f:
+            limits.append(int(next(line for line in f if line.startswith("MemTotal:")).split()[1]) * 1024)
+    except (OSError, StopIteration, ValueError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value.isdigit():
+            limits.append(int(value))
+    return min(limits) if limits else None

@@ -4,7 +4,9 @@ The training thread only appends a dict to a list. A daemon thread validates, se
 and writes the pending events at least every ``FLUSH_EVERY_S``; ``flush`` does the same
 synchronously at exit, on a crash and on a signal. Validation and ``float()`` of 0-dim
 tensors (loss, grad norm) happen there too, off the training thread, so the probe never
-adds a device synchronisation to a step.
+adds a device synchronisation to a step. The same thread writes a ``heartbeat`` every
+``HEARTBEAT_EVERY_S`` from the rank's phase, so a rank blocked in a collective, a data loader
+or a sleep is still heard from.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from zerodoctor import events
 from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode
+from zerodoctor.probe.phase import HEARTBEAT_EVERY_S
 
 FLUSH_EVERY_S = 0.5
 
@@ -26,7 +29,9 @@ FLUSH_EVERY_S = 0.5
 class EventWriter:
     """One writer per rank; ``emit`` is cheap and thread-safe, ``flush`` is idempotent."""
 
-    def __init__(self, run_dir: Path, run_id: str, rank: int) -> None:
+    def __init__(self, run_dir: Path, run_id: str, rank: int, *,
+                 heartbeat: Callable[[], dict[str, Any]] | None = None,
+                 heartbeat_every_s: float = HEARTBEAT_EVERY_S) -> None:
         self.path = Path(run_dir) / f"rank-{rank}.jsonl"
         self.run_id, self.rank = run_id, rank
         Path(run_dir).mkdir(mode=RUN_DIR_MODE, parents=True, exist_ok=True)
@@ -38,6 +43,8 @@ class EventWriter:
         self._file = os.fdopen(fd, "ab", buffering=0)  # lives as long as the process
         self._stop = threading.Event()
         self.dropped = 0
+        self._heartbeat, self._heartbeat_every_s = heartbeat, heartbeat_every_s
+        self._next_beat = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="zerodoctor-writer", daemon=True)
         self._thread.start()
 
@@ -64,9 +71,16 @@ class EventWriter:
     def _run(self) -> None:
         while not self._stop.wait(FLUSH_EVERY_S):
             try:
+                self._beat()
                 self.flush()
             except Exception:  # noqa: BLE001 - a full disk must not kill training; counted instead
                 self.dropped += 1
+
+    def _beat(self) -> None:
+        if self._heartbeat is None or time.monotonic() < self._next_beat:
+            return
+        self._next_beat = time.monotonic() + self._heartbeat_every_s
+        self.emit("heartbeat", **self._heartbeat())
 
     def _line(self, fields: dict[str, Any]) -> bytes | None:
         kind = fields.pop("kind")

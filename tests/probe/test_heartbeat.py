@@ -1,0 +1,141 @@
+"""The probe's phase and heartbeat, its collective wrapper's phase, and memory read without resetting the user's counters."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import torch
+
+from tests.conftest import ROOT
+from zerodoctor.probe.comm import CommClock
+from zerodoctor.probe.engine import _cuda_memory
+from zerodoctor.probe.phase import RankPhase, watch_data_loader
+from zerodoctor.probe.writer import EventWriter
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_heartbeats_come_from_the_writer_thread_while_the_training_thread_is_blocked(tmp_path):
+    phase = RankPhase()
+    phase.last_step = 14
+    writer = EventWriter(tmp_path, "r", 1, heartbeat=phase.heartbeat, heartbeat_every_s=0.2)
+    previous = phase.enter_collective("all_reduce", "1", 31)
+    entered = phase.now[1]
+    time.sleep(1.3)  # the training thread is "stuck": it emits nothing
+    phase.leave(previous)
+    writer.close()
+    beats = [e for e in _lines(tmp_path / "rank-1.jsonl") if e["kind"] == "heartbeat"]
+    assert len(beats) >= 2
+    assert {(b["phase"], b["op"], b["group"], b["seq"], b["last_step"], b["outer"]) for b in beats} == {
+        ("collective", "all_reduce", "1", 31, 14, "user")}
+    assert all(b["since_t"] == entered for b in beats)  # since when, not when written
+    assert all(b["rss_bytes"] > 10 * 2**20 for b in beats)
+
+
+def test_leaving_a_collective_returns_to_the_engine_phase_and_leaving_the_engine_starts_a_new_outside_phase():
+    phase = RankPhase()
+    around = phase.enter("backward")
+    backward_since = phase.now[1]
+    inner = phase.enter_collective("all_reduce", "0", 7)
+    assert phase.now[0] == "collective" and phase.now[2] == "backward"
+    phase.leave(inner)
+    assert phase.now[:2] == ("backward", backward_since)
+    time.sleep(0.01)
+    phase.leave(around, "eval")
+    assert phase.now[0] == "eval" and phase.now[1] > backward_since
+
+
+def test_a_collective_shows_its_op_group_and_the_groups_own_sequence_number_while_it_runs():
+    phase = RankPhase()
+    seen = []
+
+    class Group:  # the two attributes of a c10d ProcessGroup the wrapper reads
+        group_name = "1"
+
+        def _get_sequence_number_for_group(self):
+            return 41
+
+    clock = CommClock(phase=phase, default_group=Group())
+    all_reduce = clock.wrap("all_reduce", lambda tensor, group=None: seen.append(phase.now))
+    all_reduce(torch.ones(2))
+    assert seen[0][0] == "collective" and seen[0][3:] == ("all_reduce", "1", 42)
+    assert phase.now[0] == "user"
+    assert clock.take_ops()["all_reduce"][0] == 1
+
+
+def test_data_loader_time_is_the_data_phase_on_the_training_thread_and_batches_are_unchanged():
+    phase = RankPhase()
+    phase.thread = threading.get_ident()
+    watch_data_loader(phase)
+    seen = []
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            seen.append(phase.now[0])
+            time.sleep(0.05)
+            return torch.tensor([i])
+
+    batches = [b.item() for b in torch.utils.data.DataLoader(Slow(), batch_size=None)]
+    assert batches == [0, 1, 2]
+    assert seen == ["data"] * 3
+    assert phase.data_s >= 0.15
+    assert phase.now[0] == "user"
+
+
+def _recorded_allocator_stats():
+    """memory_stats() as the H200 run recorded them, one dict per step (samples/gpu-capacity-oom-h200)."""
+    steps = [e for e in _lines(ROOT / "samples" / "gpu-capacity-oom-h200" / "rank-0.jsonl") if e["kind"] == "step"]
+    return [{"allocated_bytes.all.current": s["mem_allocated_bytes"], "reserved_bytes.all.current": s["mem_reserved_bytes"],
+             "allocated_bytes.all.peak": max(x["mem_peak_bytes"] for x in steps[:i + 1]),
+             "num_alloc_retries": s["alloc_retries"], "inactive_split_bytes.all.current": s["inactive_split_bytes"]}
+            for i, s in enumerate(steps[:12])]
+
+
+class _Allocator:
+    """torch.cuda's counters as a stand-in fed with recorded stats; a GPU is not here. Reset must never be called."""
+
+    def __init__(self, stats):
+        self.stats = [stats[0], *stats]  # the first read is the probe's baseline at attach
+        self.resets = 0
+
+    def is_available(self):
+        return True
+
+    def memory_stats(self):
+        return self.stats.pop(0) if len(self.stats) > 1 else self.stats[0]
+
+    def reset_peak_memory_stats(self, device=None):
+        self.resets += 1
+
+
+def test_memory_is_read_without_resetting_the_users_peak_and_a_steps_peak_only_when_it_rose():
+    stats = _recorded_allocator_stats()
+    allocator = _Allocator(stats)
+    read = _cuda_memory(allocator)
+    fields = [read() for _ in stats]
+    assert allocator.resets == 0
+    assert [f["mem_allocated_bytes"] for f in fields] == [s["allocated_bytes.all.current"] for s in stats]
+    peaks = [s["allocated_bytes.all.peak"] for s in stats]
+    expected = [None] + [p if p > q else None for q, p in zip(peaks, peaks[1:])]
+    assert [f["mem_peak_bytes"] for f in fields] == expected
+    assert any(p is not None for p in expected)
+
+
+def test_the_probe_never_calls_torchs_reset_peak_memory_stats(monkeypatch):
+    """On CPU the CUDA reader is off; wrap torch's own reset and run the reader path that would call it."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    stats = _recorded_allocator_stats()
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda *a, **k: stats[0])
+    read = _cuda_memory()
+    for _ in range(3):
+        read()
+    assert calls == []
