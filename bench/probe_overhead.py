@@ -9,7 +9,10 @@ Runs ``samples/train.py`` (DeepSpeed, ZeRO-2, DS_ACCELERATOR=cpu, one rank) two 
   load at that moment; this isolates the per-step work of the engine wrappers.
 
 Each run stamps its optimizer steps itself (after warm-up). Prints ms per step both ways,
-the difference in µs per step and in percent, and the spread of the bare runs.
+the difference in µs per step and in percent, and the spread of the bare runs. Then the
+heartbeat's share on its own: the phase switches of one step and of one collective on the
+training thread, and one heartbeat on the writer's thread (every 5 s), against a step of
+each shape measured in the same run.
 
     python bench/probe_overhead.py [--repeats 3] [--steps 80]
 """
@@ -94,6 +97,9 @@ class _StubEngine:
 
     global_steps = skipped_steps = global_rank = 0
 
+    class module:  # noqa: N801 - the attribute the probe reads: training mode
+        training = True
+
     def forward(self, x):  # noqa: ANN001, ANN201
         return x
 
@@ -146,6 +152,37 @@ def probe_code_us(work: Path, steps: int = 20_000) -> float:
     return (probed - bare) / steps * 1e6
 
 
+def heartbeat_costs_us(repeat: int = 20_000) -> dict[str, float]:
+    """µs for: one step's phase switches, one collective's (group, sequence number, phase), one heartbeat."""
+    import time
+
+    from zerodoctor.probe.comm import CommClock
+    from zerodoctor.probe.phase import RankPhase
+
+    phase = RankPhase()
+    start = time.perf_counter()
+    for _ in range(repeat):  # forward, backward, step: enter and leave each
+        for name in ("forward", "backward", "step"):
+            phase.leave(phase.enter(name), "user")
+    per_step = (time.perf_counter() - start) / repeat * 1e6
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():  # a real one-rank gloo group: its name and c10d count are what is read
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    clock = CommClock(phase=phase, default_group=dist.distributed_c10d._get_default_group())
+    start = time.perf_counter()
+    for _ in range(repeat):  # what the collective wrapper gained: the group's name and count, two phase switches
+        group, seq = clock._group((), {"group": None})
+        phase.leave(phase.enter_collective("all_reduce", group, seq))
+    per_collective = (time.perf_counter() - start) / repeat * 1e6
+    start = time.perf_counter()
+    for _ in range(repeat // 10):
+        phase.heartbeat()
+    beat = (time.perf_counter() - start) / (repeat // 10) * 1e6
+    return {"phases per step": per_step, "per collective (group+seq)": per_collective, "one heartbeat": beat}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=3, help="bare/wrapped pairs (and toggle runs) per shape")
@@ -174,6 +211,13 @@ def main() -> None:
     print(f"\nprobe code alone (stub engine, serialisation included): {code_us:.1f} µs per optimizer step")
     for name, how, b, *_ in rows[1::2]:
         print(f"  = {code_us / (b * 1e6) * 100:.3f}% of a {name} step ({b * 1e3:.2f} ms)")
+    costs = heartbeat_costs_us()
+    print(f"\n{'heartbeat part':<28} {'µs':>8}  " + "  ".join(f"{'% of ' + n.split()[0] + ' step':>18}" for n, *_ in rows[1::2]))
+    for part, us in costs.items():
+        # a heartbeat runs once per 5 s on the writer thread: its share of a step is us / (5 s / step)
+        shares = [us * (b / 5.0 if part == "one heartbeat" else 1.0) / (b * 1e6) * 100 for _, _, b, *_ in rows[1::2]]
+        print(f"{part:<28} {us:>8.2f}  " + "  ".join(f"{x:>17.4f}%" for x in shares))
+    print("(per collective: times the step's collectives; ZeRO-3 issues one all-gather per partitioned module)")
 
 
 if __name__ == "__main__":
