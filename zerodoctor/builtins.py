@@ -39,11 +39,11 @@ def register_dialects() -> list[type]:
 
 @hookimpl
 def register_signals() -> list:
-    from zerodoctor.signals import (batch, comms, config, crashes, evidence, hang, memory, numerics, offload, run,
-                                    trainer)
+    from zerodoctor.signals import (batch, comms, config, crashes, creep, evidence, hang, memory, numerics, offload,
+                                    run, straggler, trainer)
 
     # Order matters: a module may read what earlier ones computed; evidence sums up last.
-    return [run, batch, numerics, comms, memory, offload, config, hang, trainer, crashes, evidence]
+    return [run, batch, numerics, comms, memory, creep, offload, config, hang, straggler, trainer, crashes, evidence]
 
 
 @hookimpl

@@ -22,6 +22,11 @@ HINTS: tuple[tuple[str, str | None], ...] = (
     ("batch.", 'the DeepSpeed config dump ("log_level": "info") prints the batch settings'),
     ("run.", 'the DeepSpeed config dump ("log_level": "info") prints world size, stage and precision'),
     ("memory.stage2", None),
+    ("hang.fr_", "TORCH_NCCL_DUMP_ON_TIMEOUT=1 makes NCCL dump its flight recorder (under `zerodoctor run` the "
+                 "dumps land in the run directory)"),
+    ("hang.", None),  # heartbeats: only the probe writes them
+    ("creep.host", None),
+    ("straggler.", '"wall_clock_breakdown": true prints the step and allreduce times'),
 )
 
 

@@ -1,17 +1,38 @@
-"""Signals, hangs: collective timeouts (NCCL watchdog) and how the ranks ended → which collective, which ranks.
+"""Signals, hangs: heartbeats, steps and collective timeouts → is the run stuck, which ranks, waiting in what.
+
+Live (and after the fact, ``now`` being the run's last event): when no step has completed for
+``window`` seconds, each rank's last heartbeat says where it is. A rank outside the engine, or
+in an earlier collective, while the others wait in one is the stuck rank; every rank in the same
+collective is the collective or the network; no rank waiting (evaluation, a checkpoint save, a
+slow loader) is only busy; a rank whose heartbeats stopped is dead or frozen in native code.
+When steps resume after such a gap, the gap is kept as a closed episode with how long it lasted.
 
 When one rank never enters a collective, every other rank waits in it until the watchdog's
 timeout and reports the same SeqNum; the rank that reports an older SeqNum, or none at all,
-is the one to look at. Exit codes come from ``run_end`` (the probe, or torchrun's summary).
+is the one to look at. The flight recorder's dumps say the same per process group. Exit codes
+come from ``run_end`` (the probe, or torchrun's summary).
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
-from zerodoctor.signals.base import Signal
+from zerodoctor import runview
 from zerodoctor.runview import RunView
+from zerodoctor.signals.base import Signal
+
+HANG_WITHIN_S = 60.0  # the promise: a stuck run is named within this long of its last progress
+NAMING_LATENCY_S = 5.0  # what naming it takes once judged stuck: a heartbeat interval and the watch's timer
+STEP_TIMES = 10.0  # a run whose steps take minutes is stuck after this many median steps, not 60 s
+SILENT_AFTER_S = 30.0  # six missed heartbeats: the writer thread itself stopped
+BUSY = ("save_checkpoint", "load_checkpoint", "eval")  # legitimately long, on every rank at once
+RUNS_KEPT = 8  # phase runs kept per rank: enough to cover a gap, bounded however long the run
+EPISODES_KEPT = 16
+MEDIAN_OF = 101
 
 SIGNALS = [
     Signal("hang.collective_timeouts", "events", "collective operations the NCCL watchdog timed out (one per rank)"),
@@ -23,10 +44,190 @@ SIGNALS = [
     Signal("hang.behind_ranks", "ranks", "ranks that timed out on an older collective (a smaller SeqNum)"),
     Signal("hang.silent_ranks", "ranks", "ranks of the job that reported no timeout while others did"),
     Signal("hang.failed_ranks", "ranks", "ranks that exited non-zero or by a signal"),
+    Signal("hang.heartbeat_ranks", "ranks", "ranks that wrote heartbeats (the probe's; a console log has none)"),
+    Signal("hang.window_s", "s", f"no step for this long is a stall: max({HANG_WITHIN_S:g} s, {STEP_TIMES:g} median "
+                                 f"steps) less {NAMING_LATENCY_S:g} s to name it"),
+    Signal("hang.stalled_s", "s", "seconds since the last completed step, at the judgement's now"),
+    Signal("hang.kind", "name", "none | rank (stuck while others wait) | collective (all wait in it) | "
+                                "busy (no rank waits) | silent (heartbeats stopped)"),
+    Signal("hang.last_step", "step", "last step completed on every rank before the stall"),
+    Signal("hang.stuck_ranks", "ranks", "the ranks the others wait for, or whose heartbeats stopped"),
+    Signal("hang.stuck_text", "text", "where each stuck rank is and since when"),
+    Signal("hang.waiting_text", "text", "what the other ranks wait in and since when"),
+    Signal("hang.busy_text", "text", "what each rank does while no step completes"),
+    Signal("hang.recovered", "episodes", "stalls (a rank stuck, a collective, silence) that ended with steps resuming"),
+    Signal("hang.recovered_lasted_s", "s", "how long the last of them lasted"),
+    Signal("hang.recovered_step", "step", "the step that ended it"),
+    Signal("hang.recovered_text", "text", "what it was: the stuck ranks and what the others waited in"),
+    Signal("hang.recovered_ranks", "ranks", "the ranks that were stuck"),
+    Signal("hang.fr_behind", "ranks", "how many ranks' flight recorder's last collective is behind the others'"),
+    Signal("hang.fr_behind_ranks", "ranks", "those ranks"),
+    Signal("hang.fr_text", "text", "the flight recorder's last collectives, joined with the heartbeats"),
 ]
+
+STEP_FIELDS = {"step_time_s": "max"}
+FOLD_EVENTS = ("heartbeat",)
+
+
+@dataclass
+class Fold(runview.Fold):
+    """Per rank, its last few phase runs (consecutive heartbeats in one phase); recent step times; closed stalls."""
+
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # rank → runs, oldest first
+    step_times: list[float] = field(default_factory=list)
+    progress_t: float | None = None  # when the last step completed on every rank
+    last_step: int | None = None
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+
+    def event(self, event: dict[str, Any]) -> None:
+        runs = self.runs.setdefault(str(event["rank"]), [])
+        key = (event.get("phase"), event.get("since_t"), event.get("seq"))
+        if runs and (runs[-1]["phase"], runs[-1]["since_t"], runs[-1]["seq"]) == key:
+            runs[-1]["t"] = max(runs[-1]["t"], event["t"])
+            return
+        runs.append({k: event.get(k) for k in ("t", "phase", "since_t", "outer", "op", "group", "seq", "last_step")})
+        runs.sort(key=lambda r: r["t"])  # one file per rank is in order; a re-read after rotation may not be
+        del runs[:-RUNS_KEPT]
+
+    def step(self, row: dict[str, Any], view: RunView) -> None:
+        if row["step_time_s"] is not None:
+            self.step_times.append(row["step_time_s"])
+            del self.step_times[:-MEDIAN_OF]
+        if self.progress_t is not None and row["t"] - self.progress_t >= self.window():
+            self._close(row)
+        self.progress_t = row["t"] if self.progress_t is None else max(self.progress_t, row["t"])
+        self.last_step = row["step"]
+
+    def window(self) -> float:
+        median = statistics.median(self.step_times) if self.step_times else 0.0
+        return max(HANG_WITHIN_S, STEP_TIMES * median) - NAMING_LATENCY_S
+
+    def _close(self, row: dict[str, Any]) -> None:
+        """Steps resumed after a stall: keep what it was, judged at its end from the runs inside it."""
+        start, end = self.progress_t, row["t"]
+        states = {rank: _during(runs, start, end) for rank, runs in self.runs.items()}
+        verdict = classify({r: s for r, s in states.items() if s is not None}, end)
+        if verdict["kind"] in ("rank", "collective", "silent"):
+            self.episodes.append({"from_t": start, "to_t": end, "step": row["step"], **verdict})
+            del self.episodes[:-EPISODES_KEPT]
+
+
+def _during(runs: list[dict[str, Any]], start: float, end: float) -> dict[str, Any] | None:
+    """The rank's longest phase inside [start, end]: where it spent the stall."""
+    inside = [r for r in runs if r["t"] >= start and (r["since_t"] or r["t"]) <= end]
+    if not inside:
+        return None
+    return max(inside, key=lambda r: min(r["t"], end) - max(r["since_t"] or r["t"], start))
+
+
+def classify(states: dict[str, dict[str, Any]], now: float) -> dict[str, Any]:
+    """What a stall is, from each rank's state (its last phase run) at ``now``."""
+    ranks = sorted(map(int, states))
+    silent = [r for r in ranks if now - states[str(r)]["t"] >= SILENT_AFTER_S]
+    if silent and len(silent) < len(ranks):  # all silent: the job ended or was killed; nothing to tell apart
+        return {"kind": "silent", "ranks": silent,
+                "stuck": "; ".join(f"rank {r}: no heartbeat for {now - states[str(r)]['t']:.0f} s (last seen "
+                                   f"{_where(states[str(r)], now)})" for r in silent),
+                "waiting": _listing(states, [r for r in ranks if r not in silent], now)}
+    waits = Counter((s["group"], s["seq"]) for s in states.values() if s["phase"] == "collective")
+    if not waits or all(s["phase"] in BUSY or s.get("outer") in BUSY for s in states.values()):
+        return {"kind": "busy", "ranks": [], "busy": _listing(states, ranks, now)}
+    # the collective most ranks wait in (the later one on a tie): whoever is elsewhere holds it up
+    head = max(waits, key=lambda k: (waits[k], k[1] or 0))
+    behind = [r for r in ranks if states[str(r)]["phase"] != "collective"
+              or (states[str(r)]["group"], states[str(r)]["seq"]) != head]
+    if not behind:
+        return {"kind": "collective", "ranks": ranks, "waiting": _listing(states, ranks, now)}
+    return {"kind": "rank", "ranks": behind, "stuck": _listing(states, behind, now),
+            "waiting": _listing(states, [r for r in ranks if r not in behind], now)}
+
+
+def _where(state: dict[str, Any], now: float) -> str:
+    phase = state["phase"]
+    if phase == "collective":
+        what = f"waiting in {state['op']} (#{state['seq']} on group {state['group']}, in {state['outer']})"
+    else:
+        what = {"user": "in user code outside the engine", "data": "in the data loader", "eval": "in evaluation",
+                "forward": "in forward", "backward": "in backward", "step": "in the optimizer step",
+                "save_checkpoint": "in save_checkpoint", "load_checkpoint": "in load_checkpoint"}.get(phase, phase)
+    since = state.get("since_t") or state["t"]
+    return f"{what} since {time.strftime('%H:%M:%S', time.gmtime(since))} UTC ({now - since:.0f} s)"
+
+
+def _listing(states: dict[str, dict[str, Any]], ranks: list[int], now: float) -> str:
+    return "; ".join(f"rank {r} {_where(states[str(r)], now)}" for r in ranks)
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    out.update(_stall(view))
+    out.update(_flight_recorder(view))
+    out.update(_timeouts(view, values))
+    return out
+
+
+def _stall(view: RunView) -> dict[str, Any]:
+    fold: Fold = view.fold(__name__)
+    if not fold.runs or view.now is None:
+        return {}
+    out: dict[str, Any] = {"hang.heartbeat_ranks": sorted(map(int, fold.runs)), "hang.window_s": fold.window()}
+    if fold.episodes:
+        last = fold.episodes[-1]
+        out.update({"hang.recovered": len(fold.episodes), "hang.recovered_lasted_s": last["to_t"] - last["from_t"],
+                    "hang.recovered_step": last["step"], "hang.recovered_ranks": last["ranks"],
+                    "hang.recovered_text": _episode_text(last)})
+    starts = [e["t"] for e in view.starts]
+    progress = fold.progress_t if fold.progress_t is not None else max(starts, default=None)
+    ended = {e["rank"] for e in view.events.get("run_end", [])}
+    if progress is None or ended >= set(map(int, fold.runs)):
+        out["hang.kind"] = "none"
+        return out
+    stalled = view.now - progress
+    out["hang.stalled_s"] = stalled
+    if stalled < fold.window():
+        out["hang.kind"] = "none"
+        return out
+    states = {r: runs[-1] for r, runs in fold.runs.items() if int(r) not in ended}
+    verdict = classify(states, view.now)
+    out.update({"hang.kind": verdict["kind"], "hang.stuck_ranks": verdict["ranks"] or None,
+                "hang.last_step": fold.last_step, "hang.stuck_text": verdict.get("stuck"),
+                "hang.waiting_text": verdict.get("waiting"), "hang.busy_text": verdict.get("busy")})
+    return out
+
+
+def _episode_text(episode: dict[str, Any]) -> str:
+    if episode["kind"] == "collective":
+        return f"every rank waited in the same collective ({episode['waiting']})"
+    if episode.get("waiting"):
+        return f"{episode['stuck']}, while {episode['waiting']}"
+    return episode["stuck"]
+
+
+def _flight_recorder(view: RunView) -> dict[str, Any]:
+    """Per process group, the ranks whose last recorded collective is behind the group's furthest."""
+    last: dict[str, dict[int, dict[str, Any]]] = {}
+    for e in view.events.get("log", []):
+        data = e.get("data") or {}
+        if e.get("what") == "flight_recorder" and isinstance(data.get("seq"), int):
+            last.setdefault(str(data.get("group")), {})[e["rank"]] = data
+    behind, parts = set(), []
+    beats = view.fold(__name__).runs
+    for group, ranks in sorted(last.items()):
+        head = max(d["seq"] for d in ranks.values())
+        for rank, d in sorted(ranks.items()):
+            if d["seq"] < head:
+                behind.add(rank)
+                beat = beats.get(str(rank))
+                seen = f"; its last heartbeat: {_where(beat[-1], beat[-1]['t'])}" if beat else ""
+                parts.append(f"rank {rank}'s last collective on group {group} is #{d['seq']} {d.get('op')}, "
+                             f"the others reached #{head}{seen}")
+    if not last:
+        return {}
+    return {"hang.fr_behind": len(behind), "hang.fr_behind_ranks": sorted(behind) or None,
+            "hang.fr_text": "; ".join(parts) or None}
+
+
+def _timeouts(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     timeouts = [e for e in view.events.get("log", []) if e.get("what") == "collective_timeout"]
     out: dict[str, Any] = {"hang.collective_timeouts": len(timeouts)}
     ends = view.events.get("run_end", [])

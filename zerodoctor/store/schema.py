@@ -83,6 +83,7 @@ STEP_METRICS = (
     "bwd_s",
     "optim_s",
     "comm_s",
+    "data_s",
     "mem_allocated_bytes",
     "mem_reserved_bytes",
     "mem_peak_bytes",

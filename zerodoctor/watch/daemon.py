@@ -63,18 +63,21 @@ class Watcher:
             being judged.
         tick_s: the periodic pass over every tailed file, wake-up or not.
         rescan_s: the periodic look for new run directories and files.
+        recheck_s: how often a run still in progress is judged again with no new events: a
+            rank that hangs, or dies, writes nothing, and silence is what the hang rules judge.
     """
 
     def __init__(self, engine: Engine, roots: list[Path], rules: list[Rule], announce: Announce, *,
                  notifiers: list[Notifier] | None = None, on_judged: Callable[[Judgement], None] | None = None,
                  judge_every_s: float = 0.2, tick_s: float = 1.0,
-                 rescan_s: float = 5.0, notify_retry_s: float = 30.0, lock: WriterLock | None = None) -> None:
+                 rescan_s: float = 5.0, notify_retry_s: float = 30.0, lock: WriterLock | None = None,
+                 recheck_s: float = 2.0) -> None:
         self.engine, self.roots, self.rules, self.announce = engine, roots, rules, announce
         self.on_judged = on_judged
         self.lock = lock
         self._scanned = False
         self._refused: dict[Path, str] = {}  # run directories another watcher writes, and who
-        self.judge_every_s, self.tick_s, self.rescan_s = judge_every_s, tick_s, rescan_s
+        self.judge_every_s, self.tick_s, self.rescan_s, self.recheck_s = judge_every_s, tick_s, rescan_s, recheck_s
         self.pipeline = Pipeline(engine, rules)
         self.tails: dict[Path, FileTail] = {}
         self.skipped: dict[Path, str] = {}  # files found but not read, and why
@@ -85,6 +88,7 @@ class Watcher:
         self._changed: set[str] = set()  # runs with events not judged yet
         self._judged_at: dict[str, float] = {}
         self._interval: dict[str, float] = {}
+        self._in_progress: set[str] = set()  # runs whose ranks send heartbeats and have not all ended
 
     # -- one pass -------------------------------------------------------------------
 
@@ -203,6 +207,7 @@ class Watcher:
         """Judge the changed runs that are due; return seconds until the next one is (None: none waits)."""
         now = time.monotonic()
         wait = None
+        self._changed.update(n for n in self._in_progress if now - self._judged_at.get(n, -1e9) >= self.recheck_s)
         for name in sorted(self._changed):
             due = self._judged_at.get(name, -1e9) + self._interval.get(name, 0.0)
             if not force and due > now:
@@ -227,6 +232,10 @@ class Watcher:
         if self.on_judged is not None:
             self.on_judged(judged)
         found, config, run_id = judged.findings, judged.config, self.pipeline.view(name).run_id
+        if "hang.stalled_s" in judged.values:  # heartbeats, and a rank not ended: judged on the timer too
+            self._in_progress.add(name)
+        else:
+            self._in_progress.discard(name)
         with self.engine.begin() as conn:
             unannounced = stored_findings.unannounced(conn, run_id)
             fresh = [f for f in found if f.rule in unannounced]

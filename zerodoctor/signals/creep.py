@@ -1,0 +1,134 @@
+"""Signals, memory creep: allocated device memory per step and each rank's host RSS → how fast it climbs, when it is full.
+
+A tensor kept alive every step (a loss appended without ``.item()``, a cache that only grows)
+shows as allocated memory rising in a straight line, step after step. A least-squares line
+over the last ``POINTS`` steps gives the rate; its R² says whether it is a steady climb or
+noise; the memory left divided by the rate says in how many steps the OOM comes. Host memory
+is read from the heartbeats (RSS per rank, against the host's or cgroup's limit, summed over
+the ranks of one host): under CPU offload the host runs out first, and the kernel's OOM killer
+leaves no message at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerodoctor import runview
+from zerodoctor.runview import RunView
+from zerodoctor.signals.base import Signal
+
+POINTS = 128  # the fit's window: recent enough to see a leak start, long enough to see through noise
+
+SIGNALS = [
+    Signal("creep.device_bytes_per_step", "bytes", "growth of allocated device memory per step (least squares)"),
+    Signal("creep.device_rate", "text", "that growth in MiB per step"),
+    Signal("creep.device_r2", "ratio", "how straight the climb is (R² of the fit; 1 = every step the same)"),
+    Signal("creep.device_growth_share", "ratio", "growth over the fitted steps / device memory"),
+    Signal("creep.device_steps_left", "steps", "steps until allocated memory reaches the device's memory at that rate"),
+    Signal("creep.device_points", "steps", "steps in the fit"),
+    Signal("creep.device_now", "text", "allocated memory at the last step, and the device's, in GiB"),
+    Signal("creep.host_bytes_per_step", "bytes", "growth of the RSS of the ranks of the fastest-growing host, per step"),
+    Signal("creep.host_rate", "text", "that growth in MiB per step"),
+    Signal("creep.host_r2", "ratio", "how straight the fastest-growing rank's climb is (R²)"),
+    Signal("creep.host_growth_share", "ratio", "growth over the fitted heartbeats / host memory"),
+    Signal("creep.host_steps_left", "steps", "steps until that host's ranks together reach its memory at that rate"),
+    Signal("creep.host_points", "heartbeats", "heartbeats in the fastest-growing rank's fit"),
+    Signal("creep.host_now", "text", "RSS of that host's ranks now, and the host's memory, in GiB"),
+    Signal("creep.host_ranks", "ranks", "the ranks of that host"),
+]
+
+STEP_FIELDS = {"mem_allocated_bytes": "max"}
+FOLD_EVENTS = ("heartbeat",)
+
+
+@dataclass
+class Fold(runview.Fold):
+    device: list[list[int]] = field(default_factory=list)  # [step, allocated bytes], the last POINTS
+    host: dict[str, list[list[int]]] = field(default_factory=dict)  # rank → [last step, rss bytes]
+
+    def step(self, row: dict[str, Any], view: RunView) -> None:
+        if row["mem_allocated_bytes"] is not None:
+            self.device.append([row["step"], row["mem_allocated_bytes"]])
+            del self.device[:-POINTS]
+
+    def event(self, event: dict[str, Any]) -> None:
+        if event.get("rss_bytes") is None or event.get("last_step") is None:
+            return
+        points = self.host.setdefault(str(event["rank"]), [])
+        if points and points[-1][0] == event["last_step"]:
+            points[-1][1] = event["rss_bytes"]  # one point per step: a stalled rank is no climb
+        else:
+            points.append([event["last_step"], event["rss_bytes"]])
+            del points[:-POINTS]
+
+
+def fit(points: list[list[int]]) -> tuple[float, float] | None:
+    """(slope per step, R²) of the least-squares line through ``points``; None below 8 points or no spread."""
+    if len(points) < 8:
+        return None
+    n = len(points)
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    sxx = sum((p[0] - mx) ** 2 for p in points)
+    syy = sum((p[1] - my) ** 2 for p in points)
+    if sxx == 0:
+        return None
+    sxy = sum((p[0] - mx) * (p[1] - my) for p in points)
+    slope = sxy / sxx
+    return slope, (sxy * sxy / (sxx * syy) if syy > 0 else 0.0)
+
+
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    fold: Fold = view.fold(__name__)
+    out: dict[str, Any] = {}
+    out.update(_device(fold, view.first_start().get("device_memory_bytes")))
+    out.update(_host(fold, view))
+    return out
+
+
+def _device(fold: Fold, capacity: int | None) -> dict[str, Any]:
+    fitted = fit(fold.device)
+    if fitted is None or not capacity:
+        return {}
+    slope, r2 = fitted
+    span = fold.device[-1][0] - fold.device[0][0]
+    current = fold.device[-1][1]
+    out = {"creep.device_bytes_per_step": slope, "creep.device_rate": f"{slope / 2**20:.1f} MiB",
+           "creep.device_r2": r2, "creep.device_growth_share": slope * span / capacity,
+           "creep.device_points": len(fold.device),
+           "creep.device_now": f"{current / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB"}
+    if slope > 0:
+        out["creep.device_steps_left"] = max(capacity - current, 0) / slope
+    return out
+
+
+def _host(fold: Fold, view: RunView) -> dict[str, Any]:
+    hosts: dict[str, list[str]] = {}
+    limits: dict[str, int] = {}
+    for start in view.starts:
+        host = str(start.get("host"))
+        hosts.setdefault(host, []).append(str(start["rank"]))
+        if start.get("host_memory_bytes"):
+            limits[host] = start["host_memory_bytes"]
+    best: dict[str, Any] | None = None
+    for host, ranks in hosts.items():
+        fits = {r: fit(fold.host[r]) for r in ranks if r in fold.host}
+        fits = {r: f for r, f in fits.items() if f is not None}
+        if not fits or host not in limits:
+            continue
+        slope = sum(f[0] for f in fits.values())
+        if best is None or slope > best["slope"]:
+            top = max(fits, key=lambda r: fits[r][0])
+            span = fold.host[top][-1][0] - fold.host[top][0][0]
+            best = {"slope": slope, "r2": fits[top][1], "limit": limits[host], "ranks": sorted(map(int, fits)),
+                    "now": sum(fold.host[r][-1][1] for r in fits), "span": span, "points": len(fold.host[top])}
+    if best is None:
+        return {}
+    out = {"creep.host_bytes_per_step": best["slope"], "creep.host_rate": f"{best['slope'] / 2**20:.1f} MiB",
+           "creep.host_r2": best["r2"], "creep.host_growth_share": best["slope"] * best["span"] / best["limit"],
+           "creep.host_points": best["points"], "creep.host_ranks": best["ranks"],
+           "creep.host_now": f"{best['now'] / 2**30:.2f} GiB of {best['limit'] / 2**30:.2f} GiB"}
+    if best["slope"] > 0:
+        out["creep.host_steps_left"] = max(best["limit"] - best["now"], 0) / best["slope"]
+    return out

@@ -1,0 +1,72 @@
+"""Signals, stragglers: each rank's time in and out of collectives per step → the slow rank, its cost, its cause.
+
+In data parallelism every rank meets the others at each collective, so a rank that is slower
+elsewhere makes the others wait in the collective: their ``comm_s`` is its extra time. The rank
+that waits least is the slow one; what the others wait beyond its own wait is what it costs them
+per step. Where it spends that extra time says why: outside the engine (data loading, host work,
+``step_time - forward - backward - step``) or inside forward/backward/step but not in a
+collective (its device). Per-rank means over the run's steps, from the probe's events or a
+console log's per-rank timers alike; each rank's worst step is left out, so one long pause (a
+stall that recovered, ZD706's business) does not pass for a rank that is slow at every step.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from zerodoctor.runview import RunView
+from zerodoctor.signals.base import Signal
+
+SIGNALS = [
+    Signal("straggler.rank", "rank", "the rank the others wait for: the one that waits least in collectives"),
+    Signal("straggler.ranks", "ranks", "that rank, as a list"),
+    Signal("straggler.cost_s", "s", "per step, how much longer the other ranks wait in collectives than it does"),
+    Signal("straggler.share", "ratio", "that cost / the median rank's step time: the share of each step lost"),
+    Signal("straggler.step_s", "s", "mean step time (the median over ranks)"),
+    Signal("straggler.outside_extra_s", "s", "its time outside the engine per step, beyond the others' (median)"),
+    Signal("straggler.device_extra_s", "s", "its forward+backward+step time outside collectives, beyond the others'"),
+    Signal("straggler.data_s", "s", "its time in the DataLoader per step"),
+    Signal("straggler.others_data_s", "s", "the other ranks' time in the DataLoader per step (median)"),
+]
+
+_SUMS = ("comm_s", "step_time_s", "fwd_s", "bwd_s", "optim_s", "data_s")
+RANK_FIELDS = {**{f"straggler_{name}": (name, "sum") for name in _SUMS},
+               "straggler_comm_max": ("comm_s", "max"), "straggler_step_max": ("step_time_s", "max")}
+
+
+def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    per_rank = {rank: _means(totals) for rank, totals in view.per_rank.items()}
+    per_rank = {rank: m for rank, m in per_rank.items() if m is not None}
+    if len(per_rank) < 2:
+        return {}
+    slow = min(per_rank, key=lambda r: per_rank[r]["wait"])
+    others = [m for r, m in per_rank.items() if r != slow]
+    me = per_rank[slow]
+    cost = statistics.median(m["wait"] for m in others) - me["wait"]
+    step = statistics.median(m["step"] for m in per_rank.values())
+    out: dict[str, Any] = {
+        "straggler.rank": slow, "straggler.ranks": [slow], "straggler.cost_s": cost,
+        "straggler.share": cost / step if step > 0 else None, "straggler.step_s": step,
+        "straggler.outside_extra_s": me["outside"] - statistics.median(m["outside"] for m in others),
+        "straggler.device_extra_s": me["device"] - statistics.median(m["device"] for m in others),
+    }
+    if me["data"] is not None:
+        out["straggler.data_s"] = me["data"]
+        known = [m["data"] for m in others if m["data"] is not None]
+        out["straggler.others_data_s"] = statistics.median(known) if known else None
+    return out
+
+
+def _means(totals: dict[str, Any]) -> dict[str, float] | None:
+    """Per step: wait in collectives, step time, device work outside collectives, time outside the engine."""
+    n = totals.get("steps") or 0
+    comm, step = totals.get("straggler_comm_s"), totals.get("straggler_step_time_s")
+    if n < 3 or comm is None or step is None:
+        return None
+    engine = sum(totals.get(f"straggler_{k}") or 0.0 for k in ("fwd_s", "bwd_s", "optim_s")) / n
+    data = totals.get("straggler_data_s")
+    wait = (comm - (totals.get("straggler_comm_max") or 0.0)) / (n - 1)
+    step_s = (step - (totals.get("straggler_step_max") or 0.0)) / (n - 1)
+    return {"wait": wait, "step": step_s, "device": max(engine - wait, 0.0), "outside": max(step_s - engine, 0.0),
+            "data": None if data is None else data / n}
