@@ -14,15 +14,19 @@ from zerodoctor.hookspecs import hookimpl
 @hookimpl
 def register_sources() -> list[tuple[str, str]]:
     # Events written by the probe are the better evidence; the console is the fallback.
-    return [("rank-*.jsonl", "jsonl"), ("console.log", "text")]
+    # A flight recorder dump beside them is read as well (``pipeline.expand_inputs``).
+    from zerodoctor.sources.flight_recorder import DUMP_PATTERN
+
+    return [("rank-*.jsonl", "jsonl"), ("console.log", "text"), (DUMP_PATTERN, "flight-recorder")]
 
 
 @hookimpl
 def register_parsers() -> dict:
+    from zerodoctor.sources.flight_recorder import FlightRecorderParser
     from zerodoctor.sources.jsonl import JsonlParser
     from zerodoctor.sources.text import TextParser
 
-    return {"jsonl": JsonlParser, "text": TextParser}
+    return {"jsonl": JsonlParser, "text": TextParser, "flight-recorder": FlightRecorderParser}
 
 
 @hookimpl

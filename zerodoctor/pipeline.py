@@ -24,6 +24,7 @@ from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.rulebook.loader import Rule, load_rules
 from zerodoctor.runview import Reads, RunView
 from zerodoctor.sources import Batch, UnsupportedFormat, detect_format, run_files, source_patterns
+from zerodoctor.sources.flight_recorder import dumps_in
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store.ingest import Ingestor
@@ -65,6 +66,8 @@ def expand_inputs(paths: list[Path], input_format: str | None = None) -> list[tu
                 patterns = ", ".join(p for p, _ in source_patterns())
                 raise InputError(f"{path}: none of {patterns} in this directory")
             out += [(f, input_format or fmt) for f, fmt in files]
+            # beside the rank files: what the flight recorder dumped when the job hung
+            out += [(f, "flight-recorder") for f in dumps_in(path) if (f, "flight-recorder") not in out]
         elif path.exists() or path.is_symlink():  # a FIFO or a symlink loop is refused by name, not "missing"
             out.append((path, input_format or detect_format(path)))
         else:

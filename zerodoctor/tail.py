@@ -96,7 +96,7 @@ class FileTail:
         self.offset, self.lines = row["offset"], row["lines"]
         self.identity: Identity = (row["device"], row["inode"])
         self.fingerprint: str | None = row["fingerprint"]
-        self.parser: Parser = make_parser(self.fmt, run_id=run_id_for(self.path))
+        self.parser: Parser = make_parser(self.fmt, run_id=run_id_for(self.path), path=self.path)
 
     def poll(self, conn: Connection, ingestor: Ingestor, emit: Emit) -> Polled:
         """Store up to ``BATCH_LINES`` new complete lines: "more" when more are waiting, "gone" with the path.

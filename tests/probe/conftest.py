@@ -34,12 +34,21 @@ class Recorded:
         return self.returncode == 0 or TEARDOWN_ABORT in self.console()
 
 
-def record_run(tmp: Path, name: str, config: dict, *train_args: str, env: dict | None = None) -> Recorded:
+def run_command(tmp: Path, name: str, config: dict, *train_args: str) -> list[str]:
+    """``zerodoctor run -- torchrun (2 ranks) samples/train.py --config CONFIG ARGS``, the run in ``tmp/name``."""
     config_path = tmp / f"{name}.json"
     config_path.write_text(json.dumps(config))
-    command = [sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp), "--name", name, "--",
-               sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(TRAIN), "--config", str(config_path), *train_args]
-    done = subprocess.run(command, capture_output=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
-                          env={**os.environ, "DS_ACCELERATOR": "cpu", **(env or {})})
+    return [sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp), "--name", name, "--",
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+            str(TRAIN), "--config", str(config_path), *train_args]
+
+
+def run_env(env: dict | None = None) -> dict:
+    return {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", **(env or {})}
+
+
+def record_run(tmp: Path, name: str, config: dict, *train_args: str, env: dict | None = None,
+               timeout: float = RUN_TIMEOUT_S) -> Recorded:
+    done = subprocess.run(run_command(tmp, name, config, *train_args), capture_output=True, timeout=timeout,
+                          cwd=ROOT, env=run_env(env))
     return Recorded(tmp / name, done.returncode, done.stdout, done.stderr)

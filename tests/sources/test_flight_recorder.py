@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, diagnose_json, run_cli
 from zerodoctor.sources.flight_recorder import FlightRecorderError, dump_events, dumps_in, load
 
 HELPER = Path(__file__).with_name("fr_hang.py")
@@ -63,3 +63,26 @@ def test_files_that_are_not_dumps_say_so_with_their_name(tmp_path):
         load(pickle.dumps([1, 2], protocol=2), "list")
     (tmp_path / "notes_rank_0").write_text("not a pickle")
     assert dumps_in(tmp_path) == []
+
+
+def test_diagnose_reads_the_dumps_of_a_run_directory_and_names_the_rank_behind(dumps, tmp_path):
+    run_dir = tmp_path / "hung"
+    run_dir.mkdir()
+    for path in dumps_in(dumps):
+        (run_dir / path.name).write_bytes(path.read_bytes())
+    report = diagnose_json(run_dir)
+    assert {i["format"] for i in report["inputs"]} == {"flight-recorder"}
+    behind = next(f for f in report["findings"] if f["rule"] == "ZD707")
+    assert behind["ranks"] == [1]
+    assert "rank 1's last collective on group 0 is #2 gloo:all_reduce, the others reached #3" in behind["message"]
+
+
+def test_a_damaged_dump_is_kept_aside_with_its_name_and_the_rest_is_read(dumps, tmp_path):
+    run_dir = tmp_path / "hung"
+    run_dir.mkdir()
+    good, other = dumps_in(dumps)
+    (run_dir / good.name).write_bytes(good.read_bytes())
+    (run_dir / other.name).write_bytes(other.read_bytes()[:200])
+    proc = run_cli("diagnose", "--format", "json", "--fail-on", "never", str(run_dir))
+    assert proc.returncode in (0, 2), proc.stderr
+    assert "nccl_trace_rank_1" in proc.stderr + proc.stdout

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-HEARTBEAT_EVERY_S = 5.0
+HEARTBEAT_EVERY_S = float(os.environ.get("ZERODOCTOR_HEARTBEAT_S", "5"))
 OUTSIDE = ("user", "eval", "data")  # outside the engine: the user's code, evaluation, the data loader
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

@@ -64,9 +64,10 @@ def _means(totals: dict[str, Any]) -> dict[str, float] | None:
     comm, step = totals.get("straggler_comm_s"), totals.get("straggler_step_time_s")
     if n < 3 or comm is None or step is None:
         return None
-    engine = sum(totals.get(f"straggler_{k}") or 0.0 for k in ("fwd_s", "bwd_s", "optim_s")) / n
+    engine = sum(totals.get(f"straggler_{k}") or 0.0 for k in ("fwd_s", "bwd_s", "optim_s"))
     data = totals.get("straggler_data_s")
     wait = (comm - (totals.get("straggler_comm_max") or 0.0)) / (n - 1)
     step_s = (step - (totals.get("straggler_step_max") or 0.0)) / (n - 1)
-    return {"wait": wait, "step": step_s, "device": max(engine - wait, 0.0), "outside": max(step_s - engine, 0.0),
+    device = max(engine - comm, 0.0) / n  # waits happen inside collectives: this part has none of them
+    return {"wait": wait, "step": step_s, "device": device, "outside": max(step_s - wait - device, 0.0),
             "data": None if data is None else data / n}

@@ -8,6 +8,7 @@ the content, ``run_files`` the files of a run directory (``register_sources``).
 
 from __future__ import annotations
 
+import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -86,6 +87,8 @@ def detect_format(path: Path) -> str:
     stream, _ = open_log(path)
     with stream as f:
         head = f.read(SNIFF_BYTES)
+    if head.startswith(b"\x80\x02"):  # a pickle: PyTorch's flight recorder dump, the one binary input
+        return "flight-recorder"
     for line in head.splitlines():
         stripped = line.strip()
         if stripped:
@@ -93,12 +96,15 @@ def detect_format(path: Path) -> str:
     return "jsonl"
 
 
-def make_parser(fmt: str, run_id: str | None = None) -> Parser:
+def make_parser(fmt: str, run_id: str | None = None, path: Path | None = None) -> Parser:
+    """A parser for ``fmt``; a factory that takes ``path`` gets it (a flight recorder dump's rank is in its name)."""
     known = parsers()
     try:
         factory = known[fmt]
     except KeyError:
         raise UnsupportedFormat(f"no parser for format '{fmt}' (known: {', '.join(sorted(known))})") from None
+    if path is not None and "path" in inspect.signature(factory).parameters:
+        return factory(run_id, path=path)
     return factory(run_id)
 
 

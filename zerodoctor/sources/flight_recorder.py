@@ -99,9 +99,14 @@ def last_collectives(dump: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def dump_events(path: Path, run_id: str) -> list[Event]:
     """One ``log`` event per process group of one rank's dump; ``FlightRecorderError`` on a bad file."""
-    rank = rank_of(path)
-    dump = load(path.read_bytes(), str(path))
-    fallback_t = path.stat().st_mtime
+    return events_of(load(path.read_bytes(), str(path)), rank_of(path), run_id, path)
+
+
+def events_of(dump: dict[str, Any], rank: int, run_id: str, path: Path) -> list[Event]:
+    try:
+        fallback_t = path.stat().st_mtime
+    except OSError:
+        fallback_t = 0.0
     out = []
     for group, last in sorted(last_collectives(dump).items()):
         t = last["time_ns"] / 1e9 if isinstance(last.get("time_ns"), int) else fallback_t
@@ -113,6 +118,30 @@ def dump_events(path: Path, run_id: str) -> list[Event]:
         out.append(events.new("log", t=t, run=run_id, rank=rank, message=message, source="flight_recorder",
                               level="INFO", what="flight_recorder", data=data))
     return out
+
+
+class FlightRecorderParser:
+    """The ``flight-recorder`` format: a whole dump, fed in pieces, parsed at the end of input.
+
+    Its rank is in the file name, so the factory takes the path; a dump that cannot be read is
+    one rejected "line" naming the file and why.
+    """
+
+    format = "flight-recorder"
+
+    def __init__(self, run_id: str | None = None, *, path: Path | None = None) -> None:
+        self.path, self._chunks = path, []
+        self.run_id = run_id or (path.parent.name if path is not None else "flight-recorder")
+
+    def feed(self, data: bytes) -> tuple[Event, ...]:
+        self._chunks.append(data)
+        return ()
+
+    def finish(self) -> list[Event]:
+        if self.path is None:
+            raise FlightRecorderError("a flight recorder dump is read from a file (its rank is in the name)")
+        data, self._chunks = b"".join(self._chunks), []
+        return events_of(load(data, str(self.path)), rank_of(self.path), self.run_id, self.path)
 
 
 def dumps_in(directory: Path) -> list[Path]:
