@@ -43,6 +43,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--save-s", type=float, default=0.0, help="... on storage this many seconds slow per file")
     p.add_argument("--save-dir", default=None, help="where checkpoints go")
     p.add_argument("--leak-bytes", type=int, default=0, help="fault: keep this many bytes alive per step")
+    p.add_argument("--host-work-s", type=float, default=0.0, help="every rank's host work per step (a soak's pace)")
     return p.parse_args()
 
 
@@ -133,6 +134,8 @@ def main() -> None:
         engine.step()
         if engine.global_steps == before:  # a micro-batch of gradient accumulation
             continue
+        if args.host_work_s:
+            time.sleep(args.host_work_s)
         if args.leak_bytes:
             kept.append(torch.ones(args.leak_bytes // 4))
         if args.eval_every and engine.global_steps % args.eval_every == 0:

@@ -105,6 +105,9 @@ def child_env(run_dir: Path, run_id: str, site_dir: Path) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site_dir), env.get("PYTHONPATH")) if p)
     env[RUN_DIR_ENV], env[RUN_ID_ENV] = str(run_dir), run_id
     env.setdefault("PYTHONUNBUFFERED", "1")  # a pipe would otherwise make Python buffer 8 KiB
+    # Where NCCL's flight recorder dumps on a timeout (if TORCH_NCCL_DUMP_ON_TIMEOUT=1): beside the
+    # rank files, which is where diagnose looks for them, instead of /tmp on each node.
+    env.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(run_dir / "nccl_trace_rank_"))
     return env
 
 

@@ -47,6 +47,11 @@ def test_leaving_a_collective_returns_to_the_engine_phase_and_leaving_the_engine
     time.sleep(0.01)
     phase.leave(around, "eval")
     assert phase.now[0] == "eval" and phase.now[1] > backward_since
+    evaluating_since = phase.now[1]
+    phase.leave(phase.enter("eval"), "eval")  # the evaluation's next forward: still the same evaluation
+    assert phase.now == ("eval", evaluating_since, None, None, None, None)
+    phase.leave(phase.enter("forward"), "user")
+    assert phase.now[0] == "user" and phase.now[1] > evaluating_since
 
 
 def test_a_collective_shows_its_op_group_and_the_groups_own_sequence_number_while_it_runs():

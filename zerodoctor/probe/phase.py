@@ -46,11 +46,16 @@ class RankPhase:
         return previous
 
     def leave(self, previous: State, outside: str | None = None) -> None:
-        """Back to ``previous``; back outside the engine (as ``outside`` when given) starts a new phase now."""
-        if previous[0] in OUTSIDE:
-            self.now = (outside or previous[0], time.time(), None, None, None, None)
-        else:
+        """Back to ``previous``; back outside the engine (as ``outside`` when given) starts a new phase now.
+
+        Except within an evaluation: its forwards and data loading return to the same evaluation,
+        which is one phase from its first forward on.
+        """
+        name = outside or previous[0]
+        if previous[0] not in OUTSIDE or (name == previous[0] == "eval"):
             self.now = previous
+        else:
+            self.now = (name, time.time(), None, None, None, None)
 
     def heartbeat(self) -> dict[str, Any]:
         """The fields of one ``heartbeat`` event (called on the writer's thread)."""
