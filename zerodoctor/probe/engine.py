@@ -57,7 +57,9 @@ class EngineProbe:
     def install(self) -> None:
         engine = self.engine
         forward, backward, step = engine.forward, engine.backward, engine.step
-        grad_enabled = _grad_enabled()
+        import torch
+
+        grad_enabled = torch.is_grad_enabled
 
         def probed_forward(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
@@ -214,12 +216,6 @@ def _batch_shape(args: tuple, kwargs: dict) -> tuple[int | None, int | None]:
             ids = len(shape) >= 2 and not value.is_floating_point() and not value.is_complex()
             return int(shape[0]), (int(value.numel()) if ids else None)
     return None, None
-
-
-def _grad_enabled() -> Any:
-    import torch
-
-    return torch.is_grad_enabled
 
 
 def _cuda_memory(cuda: Any = None) -> Any:

@@ -33,7 +33,8 @@ NAMING_LATENCY_S = 5.0  # what naming it takes once judged stuck: a heartbeat in
 STEP_TIMES = 10.0  # a run whose steps take minutes is stuck after this many median steps, not 60 s
 SILENT_AFTER_S = 30.0  # six missed heartbeats: the writer thread itself stopped
 BUSY = ("save_checkpoint", "load_checkpoint", "eval")  # legitimately long, on every rank at once
-RUNS_KEPT = 8  # phase runs kept per rank: enough to cover a gap, bounded however long the run
+RUNS_KEPT = 8  # recent phase runs kept per rank
+LONG_KEPT = 16  # phase runs that outlasted the shortest window, kept apart: what a stall that ended was
 EPISODES_KEPT = 16
 MEDIAN_OF = 101
 
@@ -77,20 +78,22 @@ class Fold(runview.Fold):
     """Per rank, its last few phase runs (consecutive heartbeats in one phase); recent step times; closed stalls."""
 
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # rank → runs, oldest first
+    long: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # rank → its long runs, oldest first
     step_times: list[float] = field(default_factory=list)
     progress_t: float | None = None  # when the last step completed on every rank
     last_step: int | None = None
     episodes: list[dict[str, Any]] = field(default_factory=list)
 
     def event(self, event: dict[str, Any]) -> None:
-        runs = self.runs.setdefault(str(event["rank"]), [])
-        key = (event.get("phase"), event.get("since_t"), event.get("seq"))
-        if runs and (runs[-1]["phase"], runs[-1]["since_t"], runs[-1]["seq"]) == key:
-            runs[-1]["t"] = max(runs[-1]["t"], event["t"])
-            return
-        runs.append({k: event.get(k) for k in ("t", "phase", "since_t", "outer", "op", "group", "seq", "last_step")})
-        runs.sort(key=lambda r: r["t"])  # one file per rank is in order; a re-read after rotation may not be
-        del runs[:-RUNS_KEPT]
+        """One heartbeat: extends the rank's current phase run, or starts the next one.
+
+        ``diagnose`` folds a whole file's heartbeats before its steps are merged, so a stall that
+        ended long before is found in ``long``, which only phases longer than a window enter.
+        """
+        rank = str(event["rank"])
+        run = _extend(self.runs.setdefault(rank, []), event, RUNS_KEPT)
+        if run["t"] - (run["since_t"] or run["t"]) >= HANG_WITHIN_S - NAMING_LATENCY_S:
+            _extend(self.long.setdefault(rank, []), run, LONG_KEPT)
 
     def step(self, row: dict[str, Any], view: RunView) -> None:
         if row["step_time_s"] is not None:
@@ -108,11 +111,25 @@ class Fold(runview.Fold):
     def _close(self, row: dict[str, Any]) -> None:
         """Steps resumed after a stall: keep what it was, judged at its end from the runs inside it."""
         start, end = self.progress_t, row["t"]
-        states = {rank: _during(runs, start, end) for rank, runs in self.runs.items()}
+        states = {rank: _during([*self.long.get(rank, []), *runs], start, end) for rank, runs in self.runs.items()}
         verdict = classify({r: s for r, s in states.items() if s is not None}, end)
         if verdict["kind"] in ("rank", "collective", "silent"):
             self.episodes.append({"from_t": start, "to_t": end, "step": row["step"], **verdict})
             del self.episodes[:-EPISODES_KEPT]
+
+
+def _extend(runs: list[dict[str, Any]], beat: dict[str, Any], kept: int) -> dict[str, Any]:
+    """Add a heartbeat (or a run) to ``runs``: the same phase run goes on, another one starts."""
+    key = (beat.get("phase"), beat.get("since_t"), beat.get("seq"))
+    for run in reversed(runs[-2:]):  # one file per rank is in order; a re-read after rotation may not be
+        if (run["phase"], run["since_t"], run["seq"]) == key:
+            run["t"] = max(run["t"], beat["t"])
+            return run
+    run = {k: beat.get(k) for k in ("t", "phase", "since_t", "outer", "op", "group", "seq", "last_step")}
+    runs.append(run)
+    runs.sort(key=lambda r: r["t"])
+    del runs[:-kept]
+    return run
 
 
 def _during(runs: list[dict[str, Any]], start: float, end: float) -> dict[str, Any] | None:
