@@ -73,10 +73,14 @@ def soak(work: Path, minutes: float, eval_s: float, eval_every_s: float, step_s:
     steps = int(minutes * 60 / step_s)
     seen, run_dir = watched_run(work, "soak", "--steps", str(steps), "--host-work-s", str(step_s),
                                 "--eval-every", str(int(eval_every_s / step_s)), "--eval-s", str(eval_s))
-    evals = {b["since_t"] for b in events(run_dir, 0, "heartbeat") if b["phase"] == "eval"}
+    beats = events(run_dir, 0, "heartbeat")
+    evals = {b["since_t"] for b in beats if b["phase"] == "eval"}
+    evaluating = {b["since_t"]: b["t"] - b["since_t"] for b in beats if b["phase"] == "eval"}
+    steps = events(run_dir, 0, "step")
     return {"false_alarms": [line for _, line in seen if any(code in line for code in ERRORS)],
             "busy_named": sum("ZD704" in line for _, line in seen), "evaluations": len(evals),
-            "last_step": events(run_dir, 0, "step")[-1]["step"]}
+            "longest_eval": max(evaluating.values(), default=0.0), "last_step": steps[-1]["step"],
+            "wall": steps[-1]["t"] - steps[0]["t"]}
 
 
 def main() -> None:
@@ -84,6 +88,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="150 s soak with one 65 s evaluation (for a shared machine)")
     p.add_argument("--stall-s", type=float, default=70.0, help="how long rank 1 stalls")
     args = p.parse_args()
+    # the soak's steps take `minutes` of host work; its evaluations come on top
     minutes, eval_s, every = (2.5, 65.0, 75.0) if args.quick else (10.0, 90.0, 180.0)
     with tempfile.TemporaryDirectory(prefix="zerodoctor-bench-hang-") as tmp:
         s = stall(Path(tmp), args.stall_s)
@@ -95,8 +100,11 @@ def main() -> None:
         print(f"{'time to detect (s)':<34} {s['ttd']:>10.1f} {s['ttd'] / 60:>28.2f} {s['ttd'] / s['step']:>16.0f}")
     print(f"{'median step of the run (s)':<34} {s['step']:>10.4f}")
     print(f"{'recovery named (ZD706)':<34} {str(s['recovered']):>10}")
-    print(f"\nsoak ({'quick: ' if args.quick else ''}{minutes:g} min, {eval_s:g} s evaluation every {every:g} s)")
+    print(f"\nsoak ({'quick: ' if args.quick else ''}{minutes:g} min of steps, a {eval_s:g} s evaluation after "
+          f"every {every:g} s of them)")
+    print(f"{'wall time, first to last step (s)':<34} {k['wall']:>10.0f}")
     print(f"{'evaluations run':<34} {k['evaluations']:>10}")
+    print(f"{'longest evaluation seen (s)':<34} {k['longest_eval']:>10.0f}")
     print(f"{'false alarms (error-level hangs)':<34} {len(k['false_alarms']):>10}")
     print(f"{'busy named (ZD704, info, once)':<34} {k['busy_named']:>10}")
     print(f"{'steps completed':<34} {k['last_step']:>10}")

@@ -68,7 +68,7 @@ def test_a_stalled_rank_is_named_within_60_s_and_the_recovery_says_how_long_it_l
         while lines.first("ZD706") is None and time.time() < deadline:
             time.sleep(0.5)
     finally:
-        code, out, err = stop(watch)
+        _, _, err = stop(watch)
     assert training.returncode == 0, training.stderr.read()[-2000:]
     # when rank 1 left step 8 for the user code that then slept: what its heartbeats say
     stalled_at = next(b["since_t"] for b in _heartbeats(run_dir, 1) if b["phase"] == "user" and b["last_step"] == 8)
@@ -83,7 +83,7 @@ def test_a_stalled_rank_is_named_within_60_s_and_the_recovery_says_how_long_it_l
     after = diagnose_json(run_dir)
     codes = {f["rule"]: f for f in after["findings"]}
     assert "ZD702" not in codes and "ZD710" not in codes  # recovered; one long pause is no straggler
-    assert abs(codes["ZD706"]["evidence"]["hang.recovered"] - 1) == 0
+    assert codes["ZD706"]["evidence"]["hang.recovered"] == 1
     lasted = float(codes["ZD706"]["message"].split("still for ")[1].split(" s")[0])
     assert STALL_S - 5 <= lasted <= STALL_S + 5
     assert codes["ZD706"]["ranks"] == [1]
@@ -112,7 +112,7 @@ def test_a_long_evaluation_and_a_slow_checkpoint_save_are_busy_not_hung(tmp_path
         training.wait(timeout=RUN_TIMEOUT_S)
         time.sleep(4)
     finally:
-        code, out, err = stop(watch)
+        _, _, err = stop(watch)
     assert training.returncode == 0, training.stderr.read()[-2000:]
     said = "\n".join(line for _, line in lines.seen)
     phases = {b["phase"] for r in (0, 1) for b in _heartbeats(run_dir, r)}
@@ -120,5 +120,5 @@ def test_a_long_evaluation_and_a_slow_checkpoint_save_are_busy_not_hung(tmp_path
     assert "ZD704" in said and "in evaluation" in said, said + err  # announced once per run: the evaluation came first
     saving = [b for b in _heartbeats(run_dir, 0) if b["phase"] == "save_checkpoint"]
     assert saving and saving[-1]["t"] - saving[0]["since_t"] >= 15  # the save outlasted the hang threshold
-    for code_ in ("ZD702", "ZD703", "ZD705", "ZD706"):
-        assert code_ not in said, said
+    for code in ("ZD702", "ZD703", "ZD705", "ZD706"):
+        assert code not in said, said

@@ -69,7 +69,6 @@ class CommClock:
         timed.__wrapped__ = fn  # type: ignore[attr-defined]
         return timed
 
-
     def _group(self, args: tuple, kwargs: dict) -> tuple[str | None, int | None]:
         """The op's process group name and the sequence number this op takes on it."""
         group = kwargs.get("group")
@@ -131,7 +130,11 @@ def instrument_backend() -> CommClock | None:
         return clock
     from torch.distributed import distributed_c10d
 
-    clock = CommClock(default_group=distributed_c10d._get_default_group())
+    try:
+        default_group = distributed_c10d._get_default_group()
+    except (RuntimeError, ValueError):  # a backend that runs without torch.distributed's default group
+        default_group = None
+    clock = CommClock(default_group=default_group)
     for op in OPS:
         fn = getattr(backend, op, None)
         if callable(fn):
