@@ -33,3 +33,17 @@ def test_a_stall_followed_by_an_hour_of_training_is_reported_with_its_length(tmp
     assert recovered["ranks"] == [1] and recovered["steps"] == [21, 21]
     assert "stood still for 95 s" in recovered["message"] and "rank 1 in the data loader" in recovered["message"]
     assert not {"ZD702", "ZD703", "ZD704", "ZD705"} & set(found)
+
+
+def test_a_job_whose_every_rank_went_quiet_at_once_is_not_called_hung(tmp_path):
+    """Killed with its wrapper (no run_end): the last beats show an ordinary mid-step moment, 10 min old."""
+    lines = [_e(0, r, "run_start", world_size=2) for r in (0, 1)]
+    lines += [_e(i, r, "step", step=i, step_time_s=1.0) for i in range(1, 21) for r in (0, 1)]
+    lines.append(_e(20.5, 0, "heartbeat", phase="collective", since_t=T0 + 20.4, op="all_reduce", group="1", seq=50,
+                    outer="backward", last_step=20))
+    lines.append(_e(20.5, 1, "heartbeat", phase="forward", since_t=T0 + 20.45, last_step=20))
+    lines.append(_e(620, 0, "log", message="a line the launcher printed later", source="torch"))
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    found = {f["rule"] for f in diagnose_json(path)["findings"]}
+    assert not {"ZD702", "ZD703", "ZD704", "ZD705"} & found

@@ -53,7 +53,7 @@ SIGNALS = [
                                  f"steps) less {NAMING_LATENCY_S:g} s to name it"),
     Signal("hang.stalled_s", "s", "seconds since the last completed step, at the judgement's now"),
     Signal("hang.kind", "name", "none | rank (stuck while others wait) | collective (all wait in it) | "
-                                "busy (no rank waits) | silent (heartbeats stopped)"),
+                                "busy (no rank waits) | silent (some ranks' heartbeats stopped) | gone (all did)"),
     Signal("hang.last_step", "step", "last step completed on every rank before the stall"),
     Signal("hang.stuck_ranks", "ranks", "the ranks the others wait for, or whose heartbeats stopped"),
     Signal("hang.stuck_text", "text", "where each stuck rank is and since when"),
@@ -144,7 +144,9 @@ def classify(states: dict[str, dict[str, Any]], now: float) -> dict[str, Any]:
     """What a stall is, from each rank's state (its last phase run) at ``now``."""
     ranks = sorted(map(int, states))
     silent = [r for r in ranks if now - states[str(r)]["t"] >= SILENT_AFTER_S]
-    if silent and len(silent) < len(ranks):  # all silent: the job ended or was killed; nothing to tell apart
+    if silent and len(silent) == len(ranks):  # the whole job went quiet: killed with its wrapper, or ended unseen
+        return {"kind": "gone", "ranks": []}
+    if silent:
         return {"kind": "silent", "ranks": silent,
                 "stuck": "; ".join(f"rank {r}: no heartbeat for {now - states[str(r)]['t']:.0f} s (last seen "
                                    f"{_where(states[str(r)], now)})" for r in silent),

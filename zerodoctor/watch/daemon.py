@@ -232,7 +232,8 @@ class Watcher:
         if self.on_judged is not None:
             self.on_judged(judged)
         found, config, run_id = judged.findings, judged.config, self.pipeline.view(name).run_id
-        if "hang.stalled_s" in judged.values:  # heartbeats, and a rank not ended: judged on the timer too
+        # heartbeats, a rank not ended, and not the whole job gone quiet: judged on the timer too
+        if "hang.stalled_s" in judged.values and judged.values.get("hang.kind") != "gone":
             self._in_progress.add(name)
         else:
             self._in_progress.discard(name)
