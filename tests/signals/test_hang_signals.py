@@ -47,3 +47,17 @@ def test_a_job_whose_every_rank_went_quiet_at_once_is_not_called_hung(tmp_path):
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     found = {f["rule"] for f in diagnose_json(path)["findings"]}
     assert not {"ZD702", "ZD703", "ZD704", "ZD705"} & found
+
+
+def test_a_wait_that_just_began_while_the_other_ranks_beat_is_stale_is_not_a_stuck_rank(tmp_path):
+    """Seen live: rank 0's last beat still in save_checkpoint, rank 1 0 s into the next step's all_reduce."""
+    lines = [_e(0, r, "run_start", world_size=2) for r in (0, 1)]
+    lines += [_e(i, r, "step", step=i, step_time_s=1.0) for i in range(1, 7) for r in (0, 1)]
+    lines += [_e(t, 0, "heartbeat", phase="save_checkpoint", since_t=T0 + 6.1, last_step=6) for t in range(7, 68, 5)]
+    lines += [_e(t, 1, "heartbeat", phase="save_checkpoint", since_t=T0 + 6.1, last_step=6) for t in range(7, 64, 5)]
+    lines.append(_e(67.5, 1, "heartbeat", phase="collective", since_t=T0 + 67.4, op="all_reduce", group="1", seq=56,
+                    outer="backward", last_step=6))
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    found = {f["rule"] for f in diagnose_json(path)["findings"]}
+    assert "ZD702" not in found and "ZD704" in found

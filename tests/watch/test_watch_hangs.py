@@ -122,3 +122,4 @@ def test_a_long_evaluation_and_a_slow_checkpoint_save_are_busy_not_hung(tmp_path
     assert saving and saving[-1]["t"] - saving[0]["since_t"] >= 15  # the save outlasted the hang threshold
     for code in ("ZD702", "ZD703", "ZD705", "ZD706"):
         assert code not in said, said
+    assert "ZD102" not in said  # evaluation forwards are not training samples

@@ -64,9 +64,10 @@ class EngineProbe:
         def probed_forward(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return forward(*args, **kwargs)
-            phase = "forward" if engine.module.training and grad_enabled() else "eval"
+            if not (engine.module.training and grad_enabled()):  # evaluation: no samples, no step time of its own
+                return self._call(forward, args, kwargs, "eval", "eval")
             start = perf_counter()
-            out = self._call(forward, args, kwargs, phase, "user" if phase == "forward" else "eval")
+            out = self._call(forward, args, kwargs, "forward")
             self._safely(self._after_forward, args, kwargs, start)
             return out
 

@@ -32,6 +32,10 @@ HANG_WITHIN_S = float(os.environ.get("ZERODOCTOR_HANG_WITHIN_S", "60"))
 NAMING_LATENCY_S = 5.0  # what naming it takes once judged stuck: a heartbeat interval and the watch's timer
 STEP_TIMES = 10.0  # a run whose steps take minutes is stuck after this many median steps, not 60 s
 SILENT_AFTER_S = 30.0  # six missed heartbeats: the writer thread itself stopped
+# A wait that began two heartbeats ago or less proves nothing yet: the rank it seems to wait for may
+# have moved on since its own last heartbeat (seen: one rank's beat still in save_checkpoint while
+# the other, 0 s into the next step's all_reduce, was called the waiter).
+WAITED_S = 10.0
 BUSY = ("save_checkpoint", "load_checkpoint", "eval")  # legitimately long, on every rank at once
 RUNS_KEPT = 8  # recent phase runs kept per rank
 LONG_KEPT = 16  # phase runs that outlasted the shortest window, kept apart: what a stall that ended was
@@ -151,7 +155,8 @@ def classify(states: dict[str, dict[str, Any]], now: float) -> dict[str, Any]:
                 "stuck": "; ".join(f"rank {r}: no heartbeat for {now - states[str(r)]['t']:.0f} s (last seen "
                                    f"{_where(states[str(r)], now)})" for r in silent),
                 "waiting": _listing(states, [r for r in ranks if r not in silent], now)}
-    waits = Counter((s["group"], s["seq"]) for s in states.values() if s["phase"] == "collective")
+    waits = Counter((s["group"], s["seq"]) for s in states.values()
+                    if s["phase"] == "collective" and now - (s["since_t"] or s["t"]) >= WAITED_S)
     if not waits or all(s["phase"] in BUSY or s.get("outer") in BUSY for s in states.values()):
         return {"kind": "busy", "ranks": [], "busy": _listing(states, ranks, now)}
     # the collective most ranks wait in (the later one on a tie): whoever is elsewhere holds it up
