@@ -22,6 +22,8 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
+from zerodoctor.sources.flight_recorder import PICKLE_PROTOCOL_2
+
 HEAD_BYTES = 4096
 CHUNK = 64 * 1024
 _BOMS = (  # longest first: UTF-32-LE's BOM starts with UTF-16-LE's
@@ -97,6 +99,8 @@ def _encoding(head: bytes) -> str | None:
 
 
 def _not_text(head: bytes, decoded: bytes) -> str | None:
+    if head.startswith(PICKLE_PROTOCOL_2):  # the one binary input: a flight recorder dump, read without classes
+        return None
     for magic, what in _OTHER_FORMATS:
         if head.startswith(magic):
             return what
