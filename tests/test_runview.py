@@ -63,7 +63,7 @@ def test_ranks_of_a_step_are_merged_as_each_signal_declares(tmp_path, pipeline):
     assert values["fp16.overflow_count"] == 4  # rank 1 overflowed at 7, 14, 21, 28: "max" over ranks
     assert values["fp16.loss_scale_last"] == 128.0  # the smallest scale any rank used: "min"
     assert values["numerics.nonfinite_loss_steps"] == 1  # rank 0's NaN at step 5
-    assert values["comm.fraction"] == pytest.approx(0.1 / 1.5)  # least comm over ranks (the rest is waiting) / slowest step
+    assert values["comm.fraction"] == pytest.approx(0.15 / 1.5)  # mean comm over ranks / slowest rank's step
     assert values["batch.samples_per_micro"] == 2  # per rank: 30 × 4 samples / 30 × 2 micro-batches
     assert {r: t["samples"] for r, t in pipeline.view("r").per_rank.items()} == {0: 120, 1: 120}
 
@@ -78,7 +78,10 @@ def test_folding_as_lines_arrive_gives_what_a_full_read_gives(tmp_path, pipeline
         rebuilt._rebuild(conn)
         rebuilt.formats = dict(pipeline.view("r").formats)
     assert values_of(rebuilt, pipeline.modules) == live
-    assert rebuilt.per_rank == pipeline.view("r").per_rank
+    folded = pipeline.view("r").per_rank
+    assert set(rebuilt.per_rank) == set(folded)
+    for rank, totals in rebuilt.per_rank.items():  # float sums added in another order differ in the last bits
+        assert totals == pytest.approx(folded[rank])
 
 
 def test_a_restarted_reader_starts_from_the_saved_state_and_reads_no_step_rows(tmp_path, pipeline):

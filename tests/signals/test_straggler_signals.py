@@ -12,6 +12,10 @@ def _run(tmp_path, stage: int, fast: dict, slow: dict, steps: int = 40):
               "params": 30_000_000, "config": {"zero_optimization": {"stage": stage}}} for r in (0, 1)]
     lines += [{"v": 1, "t": 1000.0 + i, "run": "s", "rank": r, "kind": "step", "step": i, **fields}
               for i in range(1, steps + 1) for r, fields in ((0, fast), (1, slow))]
+    # what the probe's per-op totals say: under ZeRO-3 most collective time is parameter all-gathers
+    lines += [{"v": 1, "t": 1000.0 + steps, "run": "s", "rank": r, "kind": "comm", "op": op, "count": steps,
+               "total_s": total} for r in (0, 1) for op, total in (("all_gather_into_tensor", 4.0),
+                                                                  ("reduce_scatter_tensor", 1.0))]
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return {f["rule"]: f for f in diagnose_json(path)["findings"]}

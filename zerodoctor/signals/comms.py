@@ -6,9 +6,9 @@ the per-op totals of its summary table and, with ``wall_clock_breakdown``, the s
 Of ZeRO-3's collectives only the parameter all-gathers are its own: gradients are reduced
 (reduce-scatter, all-reduce) under stage 2 too, so what stage 2 would save is the all-gather share.
 
-A step's collective time is the least any rank spent in them: a collective ends when its last
-rank arrives, so the rank that waited least saw mostly the transfer, and what the others spent
-beyond it was waiting for that rank (a straggler, ``signals/straggler.py``), not the network.
+Time in a collective includes waiting for the last rank to arrive: when one rank is slow
+elsewhere, the others' collective time is that wait, not the network (``signals/straggler.py``
+measures it, and ZD301 stays silent when it explains the share).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ SIGNALS = [
 ]
 
 
-STEP_FIELDS = {"comm_s": "min", "step_time_s": "max", "fwd_s": "mean", "bwd_s": "mean", "optim_s": "mean"}
+STEP_FIELDS = {"comm_s": "mean", "step_time_s": "max", "fwd_s": "mean", "bwd_s": "mean", "optim_s": "mean"}
 FOLD_EVENTS = ("comm",)
 
 

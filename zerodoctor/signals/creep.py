@@ -17,6 +17,7 @@ from typing import Any
 from zerodoctor import runview
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal
+from zerodoctor.sources.torch import oom_numbers
 
 POINTS = 128  # the fit's window: recent enough to see a leak start, long enough to see through noise
 
@@ -82,12 +83,18 @@ def fit(points: list[list[int]]) -> tuple[float, float] | None:
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     fold: Fold = view.fold(__name__)
     out: dict[str, Any] = {}
-    out.update(_device(fold, view.first_start().get("device_memory_bytes")))
+    # A process capped with set_per_process_memory_fraction runs out at its cap, which only its OOM
+    # message states ("6.00 GiB allowed"); the device's memory otherwise.
+    allowed = [o.get("allowed_bytes") or oom_numbers(o.get("message") or "").get("allowed_bytes")
+               for o in view.events.get("oom", [])]
+    allowed = [a for a in allowed if a]
+    capacity = view.first_start().get("device_memory_bytes")
+    out.update(_device(fold, min([*allowed, capacity]) if capacity else None, bool(allowed)))
     out.update(_host(fold, view))
     return out
 
 
-def _device(fold: Fold, capacity: int | None) -> dict[str, Any]:
+def _device(fold: Fold, capacity: int | None, capped: bool) -> dict[str, Any]:
     fitted = fit(fold.device)
     if fitted is None or not capacity:
         return {}
@@ -97,7 +104,8 @@ def _device(fold: Fold, capacity: int | None) -> dict[str, Any]:
     out = {"creep.device_bytes_per_step": slope, "creep.device_rate": f"{slope / 2**20:.1f} MiB",
            "creep.device_r2": r2, "creep.device_growth_share": slope * span / capacity,
            "creep.device_points": len(fold.device),
-           "creep.device_now": f"{current / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB"}
+           "creep.device_now": f"{current / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB"
+                               + (" allowed" if capped else "")}
     if slope > 0:
         out["creep.device_steps_left"] = max(capacity - current, 0) / slope
     return out

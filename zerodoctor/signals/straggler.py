@@ -22,7 +22,8 @@ SIGNALS = [
     Signal("straggler.rank", "rank", "the rank the others wait for: the one that waits least in collectives"),
     Signal("straggler.ranks", "ranks", "that rank, as a list"),
     Signal("straggler.cost_s", "s", "per step, how much longer the other ranks wait in collectives than it does"),
-    Signal("straggler.share", "ratio", "that cost / the median rank's step time: the share of each step lost"),
+    Signal("straggler.share", "ratio", "that cost / the median rank's step time: the share of each step lost "
+                                       "(0 when only one rank reports its times: there is no other to wait for)"),
     Signal("straggler.step_s", "s", "mean step time (the median over ranks)"),
     Signal("straggler.outside_extra_s", "s", "its time outside the engine per step, beyond the others' (median)"),
     Signal("straggler.device_extra_s", "s", "its forward+backward+step time outside collectives, beyond the others'"),
@@ -39,7 +40,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     per_rank = {rank: _means(totals) for rank, totals in view.per_rank.items()}
     per_rank = {rank: m for rank, m in per_rank.items() if m is not None}
     if len(per_rank) < 2:
-        return {}
+        return {"straggler.share": 0.0} if per_rank else {}
     slow = min(per_rank, key=lambda r: per_rank[r]["wait"])
     others = [m for r, m in per_rank.items() if r != slow]
     me = per_rank[slow]
@@ -51,10 +52,12 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "straggler.outside_extra_s": me["outside"] - statistics.median(m["outside"] for m in others),
         "straggler.device_extra_s": me["device"] - statistics.median(m["device"] for m in others),
     }
+    # to the µs: sums folded line by line and sums read back from the store differ in the last bits
+    out = {k: round(v, 6) if isinstance(v, float) else v for k, v in out.items()}
     if me["data"] is not None:
-        out["straggler.data_s"] = me["data"]
+        out["straggler.data_s"] = round(me["data"], 6)
         known = [m["data"] for m in others if m["data"] is not None]
-        out["straggler.others_data_s"] = statistics.median(known) if known else None
+        out["straggler.others_data_s"] = round(statistics.median(known), 6) if known else None
     return out
 
 
