@@ -20,8 +20,8 @@ def test_console_log_diagnosis_fits_one_screen_with_the_finding_first() -> None:
     assert lines[0].startswith("ERROR ZD201 fp16-loss-scale-collapse")
     assert len(lines) <= SCREEN, proc.stdout
     not_judged = [line for line in lines if "not judged" in line]
-    assert not_judged == ["19 rules not judged: this log has no config dump or per-step lines; "
-                          "needs data.tokens_per_param; `--explain` lists them"]
+    assert not_judged == ["29 rules not judged: this log has no config dump or per-step lines or heartbeats; "
+                          "needs hang.fr_behind, data.tokens_per_param; `--explain` lists them"]
 
 
 def test_explain_lists_every_rule_not_judged() -> None:

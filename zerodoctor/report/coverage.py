@@ -9,7 +9,10 @@ from zerodoctor.report.model import InputSummary, Report
 
 SHOW_OTHER = 4
 # signal families a console log shows only through per-step lines (or zerodoctor run's events)
-_PER_STEP = ("fp16.", "numerics.", "comm.", "offload.", "batch.", "run.", "memory.alloc")
+_PER_STEP = ("fp16.", "numerics.", "comm.", "offload.", "batch.", "run.", "memory.alloc", "straggler.",
+             "creep.device")
+# what only the probe's heartbeats show (a rank's phase, its host memory): no console log has them
+_HEARTBEATS = ("hang.kind", "hang.recovered", "creep.host")
 
 
 def known_formats() -> str:
@@ -28,8 +31,9 @@ def not_judged_line(report: Report) -> str:
     """"12 rules not judged: this log has no config dump or per-step lines; `--explain` lists them"."""
     missing = dict.fromkeys(m for u in report.unevaluated for m in u.missing)
     lacks = (["config dump"] if any(m.startswith("config.") for m in missing) else []) + (
-        ["per-step lines"] if any(m.startswith(_PER_STEP) for m in missing) else [])
-    other = [m for m in missing if not m.startswith(("config.", *_PER_STEP))]
+        ["per-step lines"] if any(m.startswith(_PER_STEP) for m in missing) else []) + (
+        ["heartbeats"] if any(m.startswith(_HEARTBEATS) for m in missing) else [])
+    other = [m for m in missing if not m.startswith(("config.", *_PER_STEP, *_HEARTBEATS))]
     source = "this log" if all(i.format != "jsonl" for i in report.inputs) else "this run"
     why = [f"{source} has no {' or '.join(lacks)}"] if lacks else []
     if other:

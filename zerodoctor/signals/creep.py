@@ -18,24 +18,25 @@ from zerodoctor import runview
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal
 from zerodoctor.sources.torch import oom_numbers
+from zerodoctor.units import format_bytes
 
 POINTS = 128  # the fit's window: recent enough to see a leak start, long enough to see through noise
 
 SIGNALS = [
     Signal("creep.device_bytes_per_step", "bytes", "growth of allocated device memory per step (least squares)"),
-    Signal("creep.device_rate", "text", "that growth in MiB per step"),
+    Signal("creep.device_rate", "text", "that growth per step, in PyTorch's units"),
     Signal("creep.device_r2", "ratio", "how straight the climb is (R² of the fit; 1 = every step the same)"),
     Signal("creep.device_growth_share", "ratio", "growth over the fitted steps / device memory"),
     Signal("creep.device_steps_left", "steps", "steps until allocated memory reaches the device's memory at that rate"),
     Signal("creep.device_points", "steps", "steps in the fit"),
-    Signal("creep.device_now", "text", "allocated memory at the last step, and the device's, in GiB"),
+    Signal("creep.device_now", "text", "allocated memory at the last step, and the device's (or the process's cap)"),
     Signal("creep.host_bytes_per_step", "bytes", "growth of the RSS of the ranks of the fastest-growing host, per step"),
-    Signal("creep.host_rate", "text", "that growth in MiB per step"),
+    Signal("creep.host_rate", "text", "that growth per step, in PyTorch's units"),
     Signal("creep.host_r2", "ratio", "how straight the fastest-growing rank's climb is (R²)"),
     Signal("creep.host_growth_share", "ratio", "growth over the fitted heartbeats / host memory"),
     Signal("creep.host_steps_left", "steps", "steps until that host's ranks together reach its memory at that rate"),
     Signal("creep.host_points", "heartbeats", "heartbeats in the fastest-growing rank's fit"),
-    Signal("creep.host_now", "text", "RSS of that host's ranks now, and the host's memory, in GiB"),
+    Signal("creep.host_now", "text", "RSS of that host's ranks now, and the host's memory"),
     Signal("creep.host_ranks", "ranks", "the ranks of that host"),
 ]
 
@@ -101,10 +102,10 @@ def _device(fold: Fold, capacity: int | None, capped: bool) -> dict[str, Any]:
     slope, r2 = fitted
     span = fold.device[-1][0] - fold.device[0][0]
     current = fold.device[-1][1]
-    out = {"creep.device_bytes_per_step": slope, "creep.device_rate": f"{slope / 2**20:.1f} MiB",
+    out = {"creep.device_bytes_per_step": slope, "creep.device_rate": format_bytes(slope),
            "creep.device_r2": r2, "creep.device_growth_share": slope * span / capacity,
            "creep.device_points": len(fold.device),
-           "creep.device_now": f"{current / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB"
+           "creep.device_now": f"{format_bytes(current)} of {format_bytes(capacity)}"
                                + (" allowed" if capped else "")}
     if slope > 0:
         out["creep.device_steps_left"] = max(capacity - current, 0) / slope
@@ -133,10 +134,10 @@ def _host(fold: Fold, view: RunView) -> dict[str, Any]:
                     "now": sum(fold.host[r][-1][1] for r in fits), "span": span, "points": len(fold.host[top])}
     if best is None:
         return {}
-    out = {"creep.host_bytes_per_step": best["slope"], "creep.host_rate": f"{best['slope'] / 2**20:.1f} MiB",
+    out = {"creep.host_bytes_per_step": best["slope"], "creep.host_rate": format_bytes(best["slope"]),
            "creep.host_r2": best["r2"], "creep.host_growth_share": best["slope"] * best["span"] / best["limit"],
            "creep.host_points": best["points"], "creep.host_ranks": best["ranks"],
-           "creep.host_now": f"{best['now'] / 2**30:.2f} GiB of {best['limit'] / 2**30:.2f} GiB"}
+           "creep.host_now": f"{format_bytes(best['now'])} of {format_bytes(best['limit'])}"}
     if best["slope"] > 0:
         out["creep.host_steps_left"] = max(best["limit"] - best["now"], 0) / best["slope"]
     return out
