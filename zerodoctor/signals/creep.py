@@ -18,25 +18,25 @@ from zerodoctor import runview
 from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal
 from zerodoctor.sources.torch import oom_numbers
-from zerodoctor.units import format_bytes
 
 POINTS = 128  # the fit's window: recent enough to see a leak start, long enough to see through noise
 
 SIGNALS = [
     Signal("creep.device_bytes_per_step", "bytes", "growth of allocated device memory per step (least squares)"),
-    Signal("creep.device_rate", "text", "that growth per step, in PyTorch's units"),
     Signal("creep.device_r2", "ratio", "how straight the climb is (R² of the fit; 1 = every step the same)"),
     Signal("creep.device_growth_share", "ratio", "growth over the fitted steps / device memory"),
     Signal("creep.device_steps_left", "steps", "steps until allocated memory reaches the device's memory at that rate"),
     Signal("creep.device_points", "steps", "steps in the fit"),
-    Signal("creep.device_now", "text", "allocated memory at the last step, and the device's (or the process's cap)"),
+    Signal("creep.device_bytes", "bytes", "allocated memory at the last step"),
+    Signal("creep.device_limit_bytes", "bytes", "the device's memory, or the process's cap when an OOM message stated one"),
+    Signal("creep.device_capped", "bool", "the limit is the process's cap (an OOM message's 'allowed'), not the device"),
     Signal("creep.host_bytes_per_step", "bytes", "growth of the RSS of the ranks of the fastest-growing host, per step"),
-    Signal("creep.host_rate", "text", "that growth per step, in PyTorch's units"),
     Signal("creep.host_r2", "ratio", "how straight the fastest-growing rank's climb is (R²)"),
     Signal("creep.host_growth_share", "ratio", "growth over the fitted heartbeats / host memory"),
     Signal("creep.host_steps_left", "steps", "steps until that host's ranks together reach its memory at that rate"),
     Signal("creep.host_points", "heartbeats", "heartbeats in the fastest-growing rank's fit"),
-    Signal("creep.host_now", "text", "RSS of that host's ranks now, and the host's memory"),
+    Signal("creep.host_bytes", "bytes", "RSS of that host's ranks now"),
+    Signal("creep.host_limit_bytes", "bytes", "that host's memory (MemTotal, or the cgroup's limit)"),
     Signal("creep.host_ranks", "ranks", "the ranks of that host"),
 ]
 
@@ -102,11 +102,9 @@ def _device(fold: Fold, capacity: int | None, capped: bool) -> dict[str, Any]:
     slope, r2 = fitted
     span = fold.device[-1][0] - fold.device[0][0]
     current = fold.device[-1][1]
-    out = {"creep.device_bytes_per_step": slope, "creep.device_rate": format_bytes(slope),
-           "creep.device_r2": r2, "creep.device_growth_share": slope * span / capacity,
-           "creep.device_points": len(fold.device),
-           "creep.device_now": f"{format_bytes(current)} of {format_bytes(capacity)}"
-                               + (" allowed" if capped else "")}
+    out = {"creep.device_bytes_per_step": slope, "creep.device_r2": r2,
+           "creep.device_growth_share": slope * span / capacity, "creep.device_points": len(fold.device),
+           "creep.device_bytes": current, "creep.device_limit_bytes": capacity, "creep.device_capped": capped}
     if slope > 0:
         out["creep.device_steps_left"] = max(capacity - current, 0) / slope
     return out
@@ -134,10 +132,9 @@ def _host(fold: Fold, view: RunView) -> dict[str, Any]:
                     "now": sum(fold.host[r][-1][1] for r in fits), "span": span, "points": len(fold.host[top])}
     if best is None:
         return {}
-    out = {"creep.host_bytes_per_step": best["slope"], "creep.host_rate": format_bytes(best["slope"]),
-           "creep.host_r2": best["r2"], "creep.host_growth_share": best["slope"] * best["span"] / best["limit"],
-           "creep.host_points": best["points"], "creep.host_ranks": best["ranks"],
-           "creep.host_now": f"{format_bytes(best['now'])} of {format_bytes(best['limit'])}"}
+    out = {"creep.host_bytes_per_step": best["slope"], "creep.host_r2": best["r2"],
+           "creep.host_growth_share": best["slope"] * best["span"] / best["limit"], "creep.host_points": best["points"],
+           "creep.host_ranks": best["ranks"], "creep.host_bytes": best["now"], "creep.host_limit_bytes": best["limit"]}
     if best["slope"] > 0:
         out["creep.host_steps_left"] = max(best["limit"] - best["now"], 0) / best["slope"]
     return out
