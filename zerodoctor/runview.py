@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from types import ModuleType
 from typing import Any, Iterable, Literal
 
@@ -99,7 +100,7 @@ class Reads:
                 folds[name] = fold
         return cls(step_fields, rank_fields, fold_events, folds)
 
-    @property
+    @cached_property
     def version(self) -> str:
         """Names the code a saved state came from: any change to what is folded rebuilds it."""
         shape = [__version__, WINDOW, sorted(self.step_fields.items()), sorted(self.rank_fields.items()),
@@ -185,10 +186,10 @@ class RunView:
         for e in events:
             if e["kind"] != "step":
                 self._add_event(e)
-                if self.last_t is None or e["t"] > self.last_t:
-                    self.last_t = e["t"]
 
     def _add_event(self, e: dict[str, Any]) -> None:
+        if self.last_t is None or e["t"] > self.last_t:
+            self.last_t = e["t"]
         modules = self.reads.fold_events.get(e["kind"])
         if modules is None:
             self.events.setdefault(e["kind"], []).append(_public(e))
@@ -291,12 +292,10 @@ class RunView:
         streamed = tuple(self.reads.fold_events)
         for e in stored.run_events(conn, self.run_id, exclude=streamed):  # run_start first: folds read the config
             self._add_event(e)
-            self.last_t = e["t"] if self.last_t is None else max(self.last_t, e["t"])
         self.catch_up(conn)
         self.settle(conn, final=True)
         for e in stored.run_events(conn, self.run_id, kinds=streamed) if streamed else ():
             self._add_event(e)
-            self.last_t = max(self.last_t or e["t"], e["t"])
 
     def save(self, conn: Connection) -> None:
         """Store the state in ``conn``'s transaction, with the rows and offsets it covers."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from zerodoctor.rulebook.template import format_value
 from zerodoctor.signals.evidence import MESSAGES
 
 Values = dict[str, Any]
@@ -18,7 +19,7 @@ def _stepwise(values: Values) -> str:
     ranks = values.get("evidence.step_ranks")
     if not ranks:
         return "text: no per-step lines"
-    who = "rank 0's lines only" if ranks == [0] else "lines of ranks " + ", ".join(map(str, ranks))
+    who = "rank 0's lines only" if ranks == [0] else "lines of ranks " + format_value(ranks, "list")
     return f"text: {who}, {values.get('run.steps') or 0} step(s) seen"
 
 
@@ -31,13 +32,13 @@ def _fp16(values: Values) -> str:
 def _memory(values: Values) -> str | None:
     count, ranks = values.get("memory.oom_count") or 0, values.get("memory.oom_ranks") or []
     if count > 1:
-        return f"text: {count} OOM messages from ranks {', '.join(map(str, ranks))}"
+        return f"text: {count} OOM messages from ranks {format_value(ranks, 'list')}"
     return "text: a single OOM message" if count == 1 else None
 
 
 def _hang(values: Values) -> str | None:
     ranks = values.get("hang.timeout_ranks")
-    return f"text: watchdog lines from rank(s) {', '.join(map(str, ranks))}" if ranks else None
+    return f"text: watchdog lines from rank(s) {format_value(ranks, 'list')}" if ranks else None
 
 
 def _messages(values: Values) -> str:

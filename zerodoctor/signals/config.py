@@ -155,7 +155,7 @@ def _precision(config: dict[str, Any]) -> dict[str, Any]:
     fp16 = config.get("fp16")
     if not out["config.fp16_enabled"] or not isinstance(fp16, dict):
         return out
-    floor = _number(fp16.get("min_loss_scale", 1))
+    floor = _number(fp16.get("min_loss_scale", ds.FP16["min_loss_scale"]))
     if floor is not None:
         out["config.min_loss_scale"] = floor
         out["config.min_loss_scale_integral"] = float(floor).is_integer()

@@ -115,7 +115,7 @@ class Fold(runview.Fold):
         if scale is not None:
             self.scale_last = scale
         config = view.config
-        replay = _ScalerReplay(config, nested(config, "fp16.min_loss_scale", 1), self.replay)
+        replay = _ScalerReplay(config, nested(config, "fp16.min_loss_scale", FP16["min_loss_scale"]), self.replay)
         if scale is not None:
             replay.scale = scale  # the scale this step used, as reported: re-sync
         replay.update(flag)

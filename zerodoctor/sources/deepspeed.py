@@ -22,8 +22,8 @@ from zerodoctor.events import Event
 from zerodoctor.sources.dsblocks import CommsTable, ConfigDump
 from zerodoctor.sources.stepclock import StepClock
 from zerodoctor.sources.text import NUM, Context, Line, strip_prefix
+from zerodoctor.units import LOGGED
 
-GIB = 1 << 30
 MIN_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
 
 _OVERFLOW = re.compile(
@@ -245,7 +245,7 @@ class DeepSpeedDialect:
             return []
         step, _, _, allocated, peak = match.groups()
         return self.clock.add(line, self._rank(line), "tput", {
-            "mem_allocated_bytes": int(float(allocated) * GIB), "mem_peak_bytes": int(float(peak) * GIB)},
+            "mem_allocated_bytes": int(float(allocated) * LOGGED["GB"]), "mem_peak_bytes": int(float(peak) * LOGGED["GB"])},
             step=int(step) if step else None)
 
     def _cache_flushes(self, line: Line, text: str) -> list[Event]:
@@ -272,7 +272,7 @@ class DeepSpeedDialect:
         if not match:
             return []
         keys = ("allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved_bytes")
-        data = {k: int(float(v) * GIB) for k, v in zip(keys, match.groups())}
+        data = {k: int(float(v) * LOGGED["GB"]) for k, v in zip(keys, match.groups())}
         return [self.context.event("log", line, message=match.group(0), source=self.name, what="memory_usage",
                                    data=data, step=self.context.step or None)]
 

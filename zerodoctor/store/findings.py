@@ -11,26 +11,22 @@ from zerodoctor.store.db import insert_new
 from zerodoctor.store.schema import findings
 
 
-def record(conn: Connection, run_id: int, bodies: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-    """Upsert finding bodies (keyed by rule) and return those not seen before for this run."""
+def record(conn: Connection, run_id: int, bodies: list[dict[str, Any]], now: float) -> None:
+    """Upsert finding bodies (keyed by rule); ``unannounced`` says which ones watch has not printed."""
     known = {
         rule: fid for fid, rule in conn.execute(
             select(findings.c.id, findings.c.rule).where(findings.c.run_id == run_id))
     }
-    new = []
     for body in bodies:
         fid = known.get(body["rule"])
         if fid is None:
             # Watchers on several nodes judge the same run: the first to record a finding makes it new.
-            created = conn.execute(insert_new(conn, findings).values(
+            conn.execute(insert_new(conn, findings).values(
                 run_id=run_id, rule=body["rule"], severity=body["severity"], body=body, first_seen_t=now,
-                last_seen_t=now, notified=False)).rowcount
-            if created:
-                new.append(body)
+                last_seen_t=now, notified=False))
         else:
             conn.execute(update(findings).where(findings.c.id == fid).values(
                 body=body, severity=body["severity"], last_seen_t=now))
-    return new
 
 
 def for_run(conn: Connection, run_id: int) -> list[dict[str, Any]]:

@@ -19,9 +19,10 @@ from zerodoctor.store.schema import events, files, run_state, runs, steps
 _MERGES = {"min": func.min, "max": func.max, "sum": func.sum, "mean": func.avg}
 
 
-def _merged(how: str, column):  # noqa: ANN001, ANN202 - SQLAlchemy column expressions
-    """``how`` over ``column``, typed alike on every store: PostgreSQL sums a bigint as numeric and
+def merged(how: str, field: str):  # noqa: ANN202 - a SQLAlchemy column expression
+    """``how`` over one step field, typed alike on every store: PostgreSQL sums a bigint as numeric and
     averages anything as numeric (a ``Decimal`` in Python), SQLite gives int and float."""
+    column = _column(field)
     expr = _MERGES[how](column)
     if how == "mean":
         return cast(expr, Float)
@@ -60,7 +61,7 @@ def merged_steps(conn: Connection, run_id: int, fields: dict[str, str], *, after
     One grouped query over the (run, step) index: the merge runs in the database, not per row in Python.
     """
     labels = ["step", "t", *fields]
-    query = select(steps.c.step, func.max(steps.c.t), *(_merged(m, _column(f)) for f, m in fields.items()))
+    query = select(steps.c.step, func.max(steps.c.t), *(merged(m, f) for f, m in fields.items()))
     query = query.where(steps.c.run_id == run_id)
     if after is not None:
         query = query.where(steps.c.step > after)
@@ -84,7 +85,7 @@ def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, 
     query = select(steps.c.rank, func.count().label("steps"), func.min(steps.c.step).label("first_step"),
                    func.max(steps.c.step).label("last_step"), func.max(steps.c.t).label("last_t"),
                    func.max(steps.c.id).label("max_id"), late.label("late"),
-                   *(_merged(agg, _column(field)).label(name) for name, (field, agg) in aggregates.items())
+                   *(merged(agg, field).label(name) for name, (field, agg) in aggregates.items())
                    ).group_by(steps.c.rank)
     if after_id is None:
         query = query.where(steps.c.run_id == run_id)

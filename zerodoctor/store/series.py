@@ -10,31 +10,22 @@ collectives vs step time) make a straggler visible. What comes back is bounded b
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Integer, cast, func, select
 
-from zerodoctor.store.schema import events, steps
+from zerodoctor.store.runs import merged, run_events
+from zerodoctor.store.schema import steps
 
 POINTS = 800
 
-# (column, merge across the ranks of one step): what the report's plots draw.
+# (column, merge across the ranks of one step): what the report's plots draw, merged as the
+# run view merges (``runs.merged``: the same types on SQLite and PostgreSQL).
 _MERGED = {
-    "loss": func.avg(steps.c.loss),
-    "grad_norm": func.max(steps.c.grad_norm),
-    "loss_scale": func.min(steps.c.loss_scale),
-    "lr": func.max(steps.c.lr),
-    "step_time_s": func.max(steps.c.step_time_s),
-    "fwd_s": func.avg(steps.c.fwd_s),
-    "bwd_s": func.avg(steps.c.bwd_s),
-    "optim_s": func.avg(steps.c.optim_s),
-    "comm_s": func.avg(steps.c.comm_s),
-    "samples": func.sum(steps.c.samples),
-    "mem_allocated_bytes": func.max(steps.c.mem_allocated_bytes),
-    "mem_reserved_bytes": func.max(steps.c.mem_reserved_bytes),
-    "mem_peak_bytes": func.max(steps.c.mem_peak_bytes),
+    "loss": "mean", "grad_norm": "max", "loss_scale": "min", "lr": "max", "step_time_s": "max",
+    "fwd_s": "mean", "bwd_s": "mean", "optim_s": "mean", "comm_s": "mean", "samples": "sum",
+    "mem_allocated_bytes": "max", "mem_reserved_bytes": "max", "mem_peak_bytes": "max",
 }
 COLUMNS = tuple(_MERGED)
 _OOM_FIELDS = ("requested_bytes", "allocated_bytes", "reserved_bytes", "free_bytes", "capacity_bytes")
@@ -78,7 +69,7 @@ def read_series(conn: Connection, run_id: int, points: int = POINTS) -> RunSerie
 
 def _merged(where: Any) -> Any:
     """One row per optimizer step, merged across ranks."""
-    return (select(steps.c.step, *(agg.label(name) for name, agg in _MERGED.items()))
+    return (select(steps.c.step, *(merged(how, name).label(name) for name, how in _MERGED.items()))
             .where(where).group_by(steps.c.step).subquery())
 
 
@@ -117,10 +108,5 @@ def _marks(conn: Connection, where: Any, out: RunSeries) -> None:
 
 
 def _ooms(conn: Connection, run_id: int) -> list[dict[str, Any]]:
-    found = []
-    for rank, step, t, payload in conn.execute(
-            select(events.c.rank, events.c.step, events.c.t, events.c.payload)
-            .where(events.c.run_id == run_id, events.c.kind == "oom").order_by(events.c.t, events.c.id)):
-        body = json.loads(payload) if isinstance(payload, str) else dict(payload)
-        found.append({"rank": rank, "step": step, "t": t, **{k: body.get(k) for k in _OOM_FIELDS}})
-    return found
+    return [{"rank": e["rank"], "step": e["step"], "t": e["t"], **{k: e.get(k) for k in _OOM_FIELDS}}
+            for e in run_events(conn, run_id, kinds=("oom",))]

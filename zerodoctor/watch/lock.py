@@ -115,9 +115,13 @@ class _AdvisoryLocks:
                             "start it again")
 
 
+def advisory_key(name: str) -> int:
+    """A 63-bit PostgreSQL advisory-lock key for ``name`` (keys are bigint; positive keeps classid/objid simple)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
+
+
 def _key(run_dir: Path) -> int:
-    """A 63-bit lock key for a run directory (advisory keys are bigint; positive keeps classid/objid simple)."""
-    return int.from_bytes(hashlib.sha256(str(run_dir.resolve()).encode()).digest()[:8], "big") >> 1
+    return advisory_key(str(run_dir.resolve()))
 
 
 def busy_dir(run_dir: Path, holder: str, url: str) -> StoreBusy:

@@ -10,7 +10,6 @@ endpoint costs seconds, which must not hold up ingest on watch's only writing th
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -22,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from zerodoctor import plugins
 from zerodoctor.store.db import describe, insert_new
 from zerodoctor.store.schema import deliveries, findings
+from zerodoctor.watch.lock import advisory_key
 
 log = logging.getLogger("zerodoctor.watch")
 
@@ -78,7 +78,7 @@ def _send_once(engine: Engine, notifier: Notifier, finding_id: int, body: dict[s
         with engine.begin() as conn:
             _record(conn, finding_id, notifier.name)
         return True
-    key = int.from_bytes(hashlib.sha256(f"delivery {finding_id} {notifier.name}".encode()).digest()[:8], "big") >> 1
+    key = advisory_key(f"delivery {finding_id} {notifier.name}")
     with engine.begin() as conn:
         if not conn.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": key}).scalar():
             return False
