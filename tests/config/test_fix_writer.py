@@ -20,14 +20,14 @@ def _check_fix_in_place(config: Path) -> None:
 def test_fix_in_place_keeps_mode_and_owner(tmp_path):
     config = tmp_path / "ds_config.json"
     config.write_text(json.dumps(ISSUE_CONFIG))
-    config.chmod(0o644)
+    config.chmod(0o604)  # no umask gives a new file this mode: a replaced file would not keep it
     owner = (65534, 65534) if os.geteuid() == 0 else (os.geteuid(), os.getegid())  # root can give it to nobody
     if os.geteuid() == 0:
         os.chown(config, *owner)
     _check_fix_in_place(config)
     assert json.loads(config.read_text()) != ISSUE_CONFIG  # patched
     st = config.stat()
-    assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o644, *owner)
+    assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o604, *owner)
 
 
 def test_fix_in_place_writes_through_a_symlink_to_its_target(tmp_path):

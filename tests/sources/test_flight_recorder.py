@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -84,5 +85,8 @@ def test_a_damaged_dump_is_kept_aside_with_its_name_and_the_rest_is_read(dumps, 
     (run_dir / good.name).write_bytes(good.read_bytes())
     (run_dir / other.name).write_bytes(other.read_bytes()[:200])
     proc = run_cli("diagnose", "--format", "json", "--fail-on", "never", str(run_dir))
-    assert proc.returncode in (0, 2), proc.stderr
-    assert "nccl_trace_rank_1" in proc.stderr + proc.stdout
+    assert proc.returncode == 0, proc.stderr
+    read = {Path(i["path"]).name: (i["events"], i["quarantined"]) for i in json.loads(proc.stdout)["inputs"]}
+    assert read[good.name][0] >= 1 and read[good.name][1] == 0  # the rest is read
+    assert read[other.name] == (0, 1)  # the damaged dump kept aside, counted
+    assert "nccl_trace_rank_1" in proc.stderr  # and named

@@ -57,17 +57,24 @@ def written(*roots: Path) -> list[tuple[str, int, int]]:
     return out
 
 
-def kill_repeatedly(runs: Path, store_url: str, kills: int, rng: random.Random) -> int:
-    """Start ``watch`` on ``runs`` and SIGKILL it after 0.3-1 s, ``kills`` times; return how many landed."""
-    done = 0
-    while done < kills:
+def kill_repeatedly(runs: Path, store_url: str, kills: int, rng: random.Random, total: int) -> list[int]:
+    """Start ``watch`` on ``runs`` and SIGKILL it, ``kills`` times: every other one after 0.3-1 s
+    (start-up, often), the others within 0.2 s of this life storing lines. Returns the lines stored
+    after each kill: a kill proves something only when it lands with part of the ``total`` stored."""
+    counts: list[int] = []
+    for i in range(kills):
         watch = start_watch("--db", store_url, str(runs))
-        time.sleep(rng.uniform(0.3, 1.0))  # some kills land during start-up, most during ingest
+        if i % 2:
+            before = counts[-1] if counts else 0
+            wait_for(lambda: len(stored_steps(store_url)) > before or before >= total, timeout=30)
+            time.sleep(rng.uniform(0.0, 0.2))
+        else:
+            time.sleep(rng.uniform(0.3, 1.0))
         watch.kill()
         watch.communicate(timeout=10)
         assert watch.returncode == -signal.SIGKILL
-        done += 1
-    return done
+        counts.append(len(stored_steps(store_url)))
+    return counts
 
 
 def assert_every_line_stored_once(store_url: str, lines: list[tuple[str, int, int]]) -> dict:
@@ -85,11 +92,11 @@ def test_sigkill_repeatedly_while_ranks_write_stores_every_line_once(tmp_path, s
     runs.mkdir()
     writers = [start_writer(runs / name, 4, 1500, 5.0) for name in ("a", "b")]
     try:
-        kills = kill_repeatedly(runs, store_url, 6, random.Random(7))
+        stored = kill_repeatedly(runs, store_url, 6, random.Random(7), total=2 * 4 * 1500)
     finally:
         for w in writers:
             assert w.wait(timeout=30) == 0
-    assert kills == 6
+    assert any(0 < n < 2 * 4 * 1500 for n in stored), f"no kill landed mid-ingest ({stored}): the test proved nothing"
     final = run_cli("watch", "--once", "-q", "--db", store_url, str(runs), timeout=60)
     assert final.returncode == 0, final.stderr
 

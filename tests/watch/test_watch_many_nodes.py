@@ -40,10 +40,10 @@ def test_two_nodes_one_job_survive_6_sigkills_each_with_none_lost_or_duplicated(
     each node's watcher is killed 6 times while the ranks write; the store holds one run of 8 ranks."""
     nodes = [tmp_path / "node-a" / "runs", tmp_path / "node-b" / "runs"]
     writers = [start_writer(runs / "job", 4, 1500, 5.0, first_rank=4 * i) for i, runs in enumerate(nodes)]
-    kills = [0, 0]
+    stored: list[list[int]] = [[], []]
 
     def node(i: int) -> None:
-        kills[i] = kill_repeatedly(nodes[i], pg_url, 6, random.Random(i))
+        stored[i] = kill_repeatedly(nodes[i], pg_url, 6, random.Random(i), total=8 * 1500)
 
     threads = [threading.Thread(target=node, args=(i,)) for i in range(2)]
     try:
@@ -54,7 +54,8 @@ def test_two_nodes_one_job_survive_6_sigkills_each_with_none_lost_or_duplicated(
     finally:
         for w in writers:
             assert w.wait(timeout=30) == 0
-    assert kills == [6, 6]
+    # six kills each (a thread that raised left fewer), at least one of them with part of the lines stored
+    assert [len(n) for n in stored] == [6, 6] and all(any(0 < c < 8 * 1500 for c in n) for n in stored), stored
     for runs in nodes:
         final = run_cli("watch", "--once", "-q", "--db", pg_url, str(runs), timeout=60)
         assert final.returncode == 0, final.stderr
