@@ -31,16 +31,19 @@ SIGNALS = [
     Signal("straggler.others_data_s", "s", "the other ranks' time in the DataLoader per step (median)"),
 ]
 
+MIN_STEPS = 20  # steps per rank before a rank can be called a straggler
 _SUMS = ("comm_s", "step_time_s", "fwd_s", "bwd_s", "optim_s", "data_s")
 RANK_FIELDS = {**{f"straggler_{name}": (name, "sum") for name in _SUMS},
                "straggler_comm_max": ("comm_s", "max"), "straggler_step_max": ("step_time_s", "max")}
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
-    per_rank = {rank: _means(totals) for rank, totals in view.per_rank.items()}
-    per_rank = {rank: m for rank, m in per_rank.items() if m is not None}
+    timed = {rank: m for rank, totals in view.per_rank.items() if (m := _means(totals)) is not None}
+    # A straggler is slow at every step: over a short run, one pause that spans two steps still
+    # weighs on the mean after the worst step is left out, so too few steps call no straggler.
+    per_rank = {rank: m for rank, m in timed.items() if view.per_rank[rank]["steps"] >= MIN_STEPS}
     if len(per_rank) < 2:
-        return {"straggler.share": 0.0} if per_rank else {}
+        return {"straggler.share": 0.0} if timed else {}
     slow = min(per_rank, key=lambda r: per_rank[r]["wait"])
     others = [m for r, m in per_rank.items() if r != slow]
     me = per_rank[slow]
