@@ -62,12 +62,12 @@ def fill(engine, n_steps: int, ranks: int) -> int:  # noqa: ANN001 - SQLAlchemy 
                           "mem_peak_bytes": 50_000_000_000 + rng.randrange(10**9)})
         if len(batch) >= 50_000 or n == n_steps:
             with engine.begin() as conn:
-                ingestor.add(conn, file_id, Batch(events=batch, end=n, last_line=n))
+                ingestor.add(conn, file_id, Batch.of(batch, end=n, last_line=n))
             batch = []
     ooms = [{"v": 1, "t": 2000.0 + n_steps, "run": "bench", "rank": r, "kind": "oom", "step": n_steps + 1,
              "requested_bytes": 2 << 30, "reserved_bytes": 60_000_000_000} for r in range(ranks)]
     with engine.begin() as conn:
-        ingestor.add(conn, file_id, Batch(events=ooms, end=n_steps + 1, last_line=n_steps + 1))
+        ingestor.add(conn, file_id, Batch.of(ooms, end=n_steps + 1, last_line=n_steps + 1))
         return ingestor.run_id(conn, "bench")
 
 

@@ -12,12 +12,23 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
+import msgspec
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # The PostgreSQL server the store tests also run on (``.ci/postgres`` starts one; CI always has it).
 PG_URL = os.environ.get("ZERODOCTOR_TEST_PG_URL")
 NO_PG = "no PostgreSQL server: set ZERODOCTOR_TEST_PG_URL (eval \"$(.ci/postgres DIR)\" starts one)"
+
+
+def parsed(batches) -> list[dict]:  # noqa: ANN001 - an iterable of sources.Batch
+    """Every event the batches hold, steps as event dicts too (absent fields absent), in line order."""
+    out: list[tuple[int, int, dict]] = []
+    for b in batches:
+        out += [(line, len(out) + i, e) for i, (line, e) in enumerate(zip(b.event_lines, b.events))]
+        out += [(line, len(out) + i, {k: v for k, v in msgspec.structs.asdict(s).items() if v is not None})
+                for i, (line, s) in enumerate(zip(b.step_lines, b.steps))]
+    return [e for _, _, e in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

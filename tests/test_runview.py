@@ -105,7 +105,7 @@ def store_steps(pipeline: Pipeline, rows: list[dict], *, final: bool = False) ->
     events = [{"v": 1, "run": "r", "kind": "step", **row} for row in rows]
     with pipeline.engine.begin() as conn:
         tail_row = pipeline.ingestor.register_file(conn, Path(__file__), "jsonl")
-        batch = Batch(events=events, end=0, last_line=0)
+        batch = Batch.of(events, end=0, last_line=0)
         pipeline.ingestor.add(conn, tail_row["id"], batch)
         pipeline.views["r"].add(batch.events, "x", "jsonl")
         pipeline.views["r"].catch_up(conn)

@@ -8,8 +8,11 @@ names (``_s`` seconds, ``_bytes`` bytes) so nobody has to guess.
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import Annotated, Any, Literal, Union
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.fields import FieldInfo
 from typing_extensions import NotRequired, TypedDict
@@ -190,3 +193,43 @@ def new(kind: str, **fields: Any) -> Event:
     return EVENT_ADAPTER.validate_python(
         {"v": SCHEMA_VERSION, "kind": kind, **{k: v for k, v in fields.items() if v is not None}}
     )
+
+
+_INT64 = msgspec.Meta(ge=-(2**63), le=2**63 - 1)
+_FINITE = msgspec.Meta(ge=-1.7976931348623157e308, le=1.7976931348623157e308)  # refuses the inf of 1e400
+
+
+def _record_type(name: str, annotation: Any) -> Any:
+    """The msgspec type of one ``Step`` field: int64 bounds on ints, ``t`` finite, the run name's length cap."""
+    args = typing.get_args(annotation)
+    optional = typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args
+    base = next(a for a in args if a is not type(None)) if optional else annotation
+    if typing.get_origin(base) is Annotated:  # Int64: its bounds become msgspec's
+        base = typing.get_args(base)[0]
+    if base is int:
+        base = Annotated[int, _INT64]
+    elif base is float and name == "t":
+        base = Annotated[float, _FINITE]
+    elif base is str and name == "run":
+        base = Annotated[str, msgspec.Meta(max_length=MAX_RUN_NAME)]
+    elif base not in (float, bool, str) and typing.get_origin(base) is not Literal:
+        raise TypeError(f"Step.{name}: no record type for {annotation!r}")
+    return typing.Optional[base] if optional else base
+
+
+# A step event as it travels from a parser to the store: nearly every line of a run is one, and a
+# msgspec Struct costs a third of a dict to build (no GC tracking: its fields are scalars). Every
+# field is present (``None`` when the event had none). The ``Step`` model stays the schema: this
+# is derived from it field by field, and what a record cannot express (NaN and lax coercions in
+# JSON) is validated by the model and converted (``StepRecord.of``).
+StepRecord = msgspec.defstruct(
+    "StepRecord",
+    [(name, _record_type(name, f.annotation)) if f.is_required() else (name, _record_type(name, f.annotation), None)
+     for name, f in Step.model_fields.items()],
+    gc=False, forbid_unknown_fields=False,
+)
+
+
+def step_record(event: Event) -> Any:
+    """The ``StepRecord`` of a step event dict the ``Step`` model validated (NaN and all)."""
+    return StepRecord(**{name: event.get(name) for name in StepRecord.__struct_fields__})

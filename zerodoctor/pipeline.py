@@ -102,9 +102,9 @@ class Pipeline:
         """What ``tail.poll`` calls with each stored batch: the views take its events, then ``then``."""
 
         def emit(batch: Batch) -> None:
-            by_run: dict[str, list[dict]] = {}
+            by_run: dict[str, list[dict]] = {name: [] for name in batch.runs()}
             for e in batch.events:
-                by_run.setdefault(e["run"], []).append(e)
+                by_run[e["run"]].append(e)
             for name, run_events in by_run.items():
                 self.views[name].add(run_events, tail.name, tail.fmt)
                 self._dirty.add(name)
@@ -115,7 +115,7 @@ class Pipeline:
 
     def _bring_views_up_to_date(self, conn: Connection, batch: Batch) -> None:
         """Before a batch is stored: each run it names has a view matching the store (another writer may have saved)."""
-        for name in {e["run"] for e in batch.events}:
+        for name in batch.runs():
             run_id = self.ingestor.run_id(conn, name)
             view = self.views.get(name)
             if view is not None and view.run_id == run_id and (

@@ -30,6 +30,7 @@ from sqlalchemy import Connection
 
 from zerodoctor import __version__
 from zerodoctor.store import runs as stored
+from zerodoctor.store.runs import Steps
 
 WINDOW = 1024  # steps a per-step signal keeps: the "now" of a days-long run, and the scope of `for: N steps`
 MAX_PENDING = 4096  # steps waiting for lagging ranks; beyond it the oldest are handed on without them
@@ -41,17 +42,23 @@ Aggregate = Literal["sum", "max", "min"]  # RANK_FIELDS: over one rank's steps
 
 @dataclass
 class Fold:
-    """Bounded state a signal module keeps up to date, one rank-merged step at a time.
+    """Bounded state a signal module keeps up to date, one block of rank-merged steps at a time.
 
     Subclasses are dataclasses whose fields are JSON values (numbers, strings, lists, dicts
-    with string keys), so ``dump``/``load`` round-trip them through the store.
+    with string keys), so ``dump``/``load`` round-trip them through the store. A subclass
+    overrides ``add_steps`` (a block at once: the fast way) or ``step`` (one row at a time).
     """
 
-    def step(self, row: dict[str, Any], view: RunView) -> None:
-        """One optimizer step merged over its ranks: ``step``, ``t`` and the declared ``STEP_FIELDS``.
+    def add_steps(self, block: Steps, view: RunView) -> None:
+        """The next rank-merged steps, in order (every step exactly once, in blocks of any size).
 
         ``view`` has the run's facts known so far (its run_start and config come first).
         """
+        for row in block.rows():
+            self.step(row, view)
+
+    def step(self, row: dict[str, Any], view: RunView) -> None:
+        """One optimizer step merged over its ranks: ``step``, ``t`` and the declared ``STEP_FIELDS``."""
 
     def event(self, event: dict[str, Any]) -> None:
         """One event of a kind the module lists in ``FOLD_EVENTS``."""
@@ -181,11 +188,10 @@ class RunView:
     # -- ingest side ------------------------------------------------------------------
 
     def add(self, events: Iterable[dict[str, Any]], path: str, fmt: str) -> None:
-        """Take in this run's events of one stored batch; its step rows are read back by ``catch_up``."""
+        """Take in this run's non-step events of one stored batch; its step rows are read back by ``catch_up``."""
         self.formats[path] = fmt
         for e in events:
-            if e["kind"] != "step":
-                self._add_event(e)
+            self._add_event(e)
 
     def _add_event(self, e: dict[str, Any]) -> None:
         if self.last_t is None or e["t"] > self.last_t:
@@ -249,11 +255,11 @@ class RunView:
         return self.last_step is not None and (self.released_through is None or self.last_step > self.released_through)
 
     def _fold_steps(self, conn: Connection, upto: int) -> None:
-        for row in stored.merged_steps(conn, self.run_id, self.reads.step_fields, after=self.released_through,
-                                       upto=upto):
+        for block in stored.merged_steps(conn, self.run_id, self.reads.step_fields, after=self.released_through,
+                                         upto=upto):
             for fold in self.folds.values():
-                fold.step(row, self)
-            self.released_through = row["step"]
+                fold.add_steps(block, self)
+            self.released_through = block.columns["step"][-1]
 
     # -- saved with the rows ----------------------------------------------------------
 

@@ -28,7 +28,7 @@ def _page(tmp_path: Path, n_steps: int, overflow_every: int) -> tuple[str, dict]
     rows.append({"v": 1, "t": 1e6, "run": "long", "rank": 1, "kind": "oom", "step": n_steps, "reserved_bytes": 2**31})
     with engine.begin() as conn:
         file_id = ingestor.register_file(conn, source, "jsonl")["id"]
-        ingestor.add(conn, file_id, Batch(events=rows, end=1, last_line=len(rows)))
+        ingestor.add(conn, file_id, Batch.of(rows, end=1, last_line=len(rows)))
     with engine.connect() as conn:
         series = read_series(conn, ingestor.run_id(conn, "long"))
     engine.dispose()

@@ -15,6 +15,7 @@ import pytest
 from zerodoctor.diagnosis import diagnose
 from zerodoctor.pipeline import rules_from
 from zerodoctor.sources import make_parser, read_batches
+from tests.conftest import parsed
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 RULES = rules_from()
@@ -22,11 +23,9 @@ GIB, MIB = 1 << 30, 1 << 20
 
 
 def parse(name: str) -> list[dict]:
-    out: list[dict] = []
-    for batch in read_batches(LOGS / name, make_parser("text", "t")):
-        assert not batch.rejected
-        out += batch.events
-    return out
+    batches = list(read_batches(LOGS / name, make_parser("text", "t")))
+    assert not [r for b in batches for r in b.rejected]
+    return parsed(batches)
 
 
 def kind(events: list[dict], name: str) -> list[dict]:

@@ -10,17 +10,16 @@ from zerodoctor.pipeline import Pipeline, rules_from
 from zerodoctor.store.db import open_engine
 from zerodoctor.sources import make_parser, read_batches
 from zerodoctor.sources.torch import oom_numbers
+from tests.conftest import parsed
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 RULES = rules_from()
 
 
 def events(path: Path) -> list[dict]:
-    out: list[dict] = []
-    for batch in read_batches(path, make_parser("text", "t")):
-        assert not batch.rejected
-        out += batch.events
-    return out
+    batches = list(read_batches(path, make_parser("text", "t")))
+    assert not [r for b in batches for r in b.rejected]
+    return parsed(batches)
 
 
 def test_an_overflow_glued_to_a_tqdm_bar_is_the_step_after_the_bar_and_the_dynamic_scaler(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from zerodoctor.sources import make_parser, read_batches
 from zerodoctor.sources.lines import MAX_LINE_BYTES
 from zerodoctor.sources.text import MAX_INTERVAL
+from tests.conftest import parsed
 
 PROGRESS = "[2026-01-12 09:00:{s:02d},007] [INFO] [logging.py:107:log_dist] [Rank 0] step={n}, skipped={k}, lr=[0.0001]\n"
 
@@ -74,14 +75,14 @@ def test_a_20_mb_line_is_quarantined_and_parsing_goes_on(tmp_path: Path) -> None
         f.write(b"[Rank 0] time (ms) | fwd: 1.00 | bwd: 2.00 | step: 3.00\n")
     batches = list(read_batches(path, make_parser("text", "big")))
     rejected = [r for b in batches for r in b.rejected]
-    events = [e for b in batches for e in b.events]
+    events = parsed(batches)
     assert len(rejected) == 1 and rejected[0].size > MAX_LINE_BYTES
     assert [e["kind"] for e in events if e["kind"] == "step"] == ["step"]
 
 
 def _read(path: Path) -> tuple[list[dict], list]:
     batches = list(read_batches(path, make_parser("text", "t")))
-    return [e for b in batches for e in b.events if e["kind"] == "step"], [r for b in batches for r in b.rejected]
+    return [e for e in parsed(batches) if e["kind"] == "step"], [r for b in batches for r in b.rejected]
 
 
 def test_a_resumed_run_is_counted_from_its_first_step_not_from_zero(tmp_path: Path) -> None:

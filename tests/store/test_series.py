@@ -36,7 +36,7 @@ def run(tmp_path: Path):
                  "requested_bytes": 2 << 30, "reserved_bytes": 70 << 30})
     with engine.begin() as conn:
         file_id = ingestor.register_file(conn, source, "jsonl")["id"]
-        ingestor.add(conn, file_id, Batch(events=rows, end=1, last_line=len(rows)))
+        ingestor.add(conn, file_id, Batch.of(rows, end=1, last_line=len(rows)))
         run_id = ingestor.run_id(conn, "r")
     yield engine, run_id
     engine.dispose()

@@ -47,7 +47,7 @@ def counts(engine, file_id: int) -> tuple[int, int, int, int]:
 
 def test_batch_rows_and_offset_commit_together(store):
     engine, ingestor, file_id = store
-    batch = Batch([step(0, 1), step(0, 2), comm(0, 0.5)], [Rejected("f", 4, "bad", b"{", 1)], end=321, last_line=4)
+    batch = Batch.of([step(0, 1), step(0, 2), comm(0, 0.5)], [Rejected("f", 4, "bad", b"{", 1)], end=321, last_line=4)
     with engine.begin() as conn:
         ingestor.add(conn, file_id, batch)
     assert counts(engine, file_id) == (2, 1, 1, 321)
@@ -55,7 +55,7 @@ def test_batch_rows_and_offset_commit_together(store):
 
 def test_rolled_back_batch_leaves_neither_rows_nor_offset(store):
     engine, ingestor, file_id = store
-    batch = Batch([step(0, 1), comm(0, 0.5)], [Rejected("f", 3, "bad", b"{", 1)], end=99, last_line=3)
+    batch = Batch.of([step(0, 1), comm(0, 0.5)], [Rejected("f", 3, "bad", b"{", 1)], end=99, last_line=3)
     with engine.connect() as conn:
         trans = conn.begin()
         ingestor.add(conn, file_id, batch)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Protocol
 
 from zerodoctor import plugins
-from zerodoctor.events import Event
+from zerodoctor.events import Event, StepRecord, step_record
 from zerodoctor.sources.lines import MAX_LINE_BYTES, read_lines
 from zerodoctor.sources.readable import open_log
 from zerodoctor.sources.rejects import BadLine, Rejected
@@ -25,11 +25,13 @@ SNIFF_BYTES = 64 * 1024
 
 
 class Parser(Protocol):
+    """Yields event dicts; a step may come as a dict or already as a ``StepRecord``."""
+
     format: str
 
-    def feed(self, data: bytes) -> tuple[Event, ...] | list[Event]: ...
+    def feed(self, data: bytes) -> tuple[Event | StepRecord, ...] | list[Event | StepRecord]: ...
 
-    def finish(self) -> tuple[Event, ...] | list[Event]: ...
+    def finish(self) -> tuple[Event | StepRecord, ...] | list[Event | StepRecord]: ...
 
 
 def parsers() -> dict[str, Callable[[str | None], Parser]]:
@@ -68,8 +70,10 @@ class UnsupportedFormat(ValueError):
 class Batch:
     """Events and rejects read from one file, up to byte offset ``end`` (exclusive).
 
-    ``event_lines[i]`` is the line ``events[i]`` was parsed from (its last line, for an event
-    spanning several): a store that refuses one event quarantines that line, not the batch.
+    Step events, nearly all of a run, are ``steps`` (``StepRecord``s); ``events`` holds every
+    other kind. ``event_lines[i]`` / ``step_lines[i]`` is the line ``events[i]`` / ``steps[i]``
+    was parsed from (its last line, for an event spanning several): a store that refuses one
+    event quarantines that line, not the batch.
     """
 
     events: list[Event] = field(default_factory=list)
@@ -77,6 +81,32 @@ class Batch:
     end: int = 0
     last_line: int = 0
     event_lines: list[int] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    step_lines: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, parsed: list, rejected: list[Rejected] | None = None, *, end: int, last_line: int) -> Batch:
+        """A batch of events and steps in any mix (all from line ``last_line``), each routed as ``add`` does."""
+        batch = cls(rejected=list(rejected or ()), end=end, last_line=last_line)
+        batch.add(parsed, last_line)
+        return batch
+
+    def runs(self) -> set[str]:
+        """The names of the runs this batch has events or steps of."""
+        return {e["run"] for e in self.events} | {s.run for s in self.steps}
+
+    def add(self, parsed: tuple | list, line: int) -> None:
+        """Take what a parser made of ``line``: steps to ``steps``, every other kind to ``events``."""
+        for e in parsed:
+            if type(e) is StepRecord:
+                self.steps.append(e)
+                self.step_lines.append(line)
+            elif e.get("kind") == "step":
+                self.steps.append(step_record(e))
+                self.step_lines.append(line)
+            else:
+                self.events.append(e)
+                self.event_lines.append(line)
 
 
 def detect_format(path: Path) -> str:
@@ -141,12 +171,7 @@ def read_batches(
                 )
             else:
                 try:
-                    parsed = parser.feed(data)
-                    batch.events.extend(parsed)
-                    if len(parsed) == 1:  # the common case, kept cheap: ~0.1 µs a line
-                        batch.event_lines.append(number)
-                    elif parsed:
-                        batch.event_lines.extend([number] * len(parsed))
+                    batch.add(parser.feed(data), number)
                 except BadLine as exc:
                     batch.rejected.append(Rejected(name, number, str(exc), data.rstrip(b"\r\n"), len(data)))
                 except Exception as exc:  # noqa: BLE001 - a parser's bug costs one line, never the whole read
@@ -158,9 +183,7 @@ def read_batches(
                 batch, in_batch = Batch(end=end, last_line=number), 0
     if final:
         try:
-            held = parser.finish()
-            batch.events.extend(held)
-            batch.event_lines.extend([batch.last_line] * len(held))
+            batch.add(parser.finish(), batch.last_line)
         except Exception as exc:  # noqa: BLE001 - what the parser held is lost, the read is not
             batch.rejected.append(Rejected(name, batch.last_line, f"{_parser_error(exc)} at end of input", b"", 0))
     yield batch

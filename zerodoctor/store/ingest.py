@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 from pathlib import Path
 from typing import Callable
@@ -16,7 +17,7 @@ from typing import Callable
 from sqlalchemy import Connection, Float, Table, bindparam, case, delete, insert, select, union, update
 from sqlalchemy.exc import OperationalError
 
-from zerodoctor.events import Event
+from zerodoctor.events import Event, StepRecord
 from zerodoctor.sources import Batch
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store.db import describe, insert_new, storable_text
@@ -83,16 +84,14 @@ class Ingestor:
 
     def add(self, conn: Connection, file_id: int, batch: Batch) -> None:
         """Insert ``batch`` and move the file's offset to ``batch.end``, in ``conn``'s transaction."""
-        if self.before_store is not None and batch.events:
+        if self.before_store is not None and (batch.events or batch.steps):
             self.before_store(conn, batch)
         step_rows: list[tuple] = []
         other_rows: list[tuple] = []
         spans: dict[int, list[float]] = {}
         run_ids = self._run_ids
-        for e in batch.events:
-            name = e["run"]
-            rid = run_ids.get(name) or self.run_id(conn, name)
-            t = e["t"]
+
+        def widen(rid: int, t: float) -> None:
             span = spans.get(rid)
             if span is None:
                 spans[rid] = [t, t]
@@ -100,10 +99,16 @@ class Ingestor:
                 span[0] = t
             elif t > span[1]:
                 span[1] = t
-            if e["kind"] == "step":
-                step_rows.append(_step_row(e, rid, file_id))
-            else:
-                other_rows.append(_event_row(e, rid, file_id))
+
+        for e in batch.events:
+            name = e["run"]
+            rid = run_ids.get(name) or self.run_id(conn, name)
+            widen(rid, e["t"])
+            other_rows.append(_event_row(e, rid, file_id))
+        for s in batch.steps:
+            rid = run_ids.get(s.run) or self.run_id(conn, s.run)
+            widen(rid, s.t)
+            step_rows.append(_step_row(s, rid, file_id))
         self._step_insert(conn, step_rows)
         self._event_insert(conn, other_rows)
         if batch.rejected:
@@ -115,7 +120,7 @@ class Ingestor:
             conn.execute(_WIDEN_SPAN, [{"b_run": rid, "b_first": first, "b_last": last}
                                        for rid, (first, last) in spans.items()])
         conn.execute(_MOVE_OFFSET, {"b_file": file_id, "b_end": batch.end, "b_lines": batch.last_line,
-                                    "b_events": len(batch.events), "b_rejected": len(batch.rejected)})
+                                    "b_events": len(batch.events) + len(batch.steps), "b_rejected": len(batch.rejected)})
 
     def add_or_quarantine(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int,
                           raw: Callable[[], bytes] | None = None) -> Batch:
@@ -144,18 +149,21 @@ class Ingestor:
                           lines: list[bytes]) -> Batch:
         """Bisect the refused batch: a half the store takes is kept whole, a refused half is split
         again, down to single lines. One bad line in 20,000 costs ~30 savepoints, not 20,000."""
-        kept: list[Event] = []
+        kept = Batch(end=batch.end, last_line=batch.last_line)
         refused: list[Rejected] = []
         todo = [_by_line(batch, first_line)]
         while todo:
             units = todo.pop()
             if not units:
                 continue
-            some = [e for _, line_events in units for e in line_events]
+            some = Batch(end=batch.end, last_line=batch.last_line)
+            for line, parsed in units:
+                some.add(parsed, line)
             try:
                 with conn.begin_nested():
-                    self.add(conn, file_id, Batch(events=some, end=batch.end, last_line=batch.last_line))
-                kept += some
+                    self.add(conn, file_id, some)
+                for line, parsed in units:
+                    kept.add(parsed, line)
             except OperationalError:
                 raise
             except Exception as exc:  # noqa: BLE001 - see add_or_quarantine
@@ -170,19 +178,21 @@ class Ingestor:
                 ended = index < len(lines) - 1  # every line but an unterminated last one had its newline
                 refused.append(Rejected(name, line, storable_text(f"not stored: {describe(exc)}"),
                                         data.rstrip(b"\r"), len(data) + ended))
-        rejected = batch.rejected + refused
-        self.add(conn, file_id, Batch(rejected=rejected, end=batch.end, last_line=batch.last_line))
-        return Batch(events=kept, rejected=rejected, end=batch.end, last_line=batch.last_line)
+        kept.rejected = batch.rejected + refused
+        self.add(conn, file_id, Batch(rejected=kept.rejected, end=batch.end, last_line=batch.last_line))
+        return kept
 
 
-def _by_line(batch: Batch, first_line: int) -> list[tuple[int, list[Event]]]:
-    """The batch's events grouped by the line they came from (all under ``first_line`` when unknown)."""
-    if len(batch.event_lines) != len(batch.events):
-        return [(first_line, batch.events)] if batch.events else []
-    groups: dict[int, list[Event]] = {}
-    for line, e in zip(batch.event_lines, batch.events):
+def _by_line(batch: Batch, first_line: int) -> list[tuple[int, list]]:
+    """The batch's events and steps grouped by the line they came from, in line order (all under
+    ``first_line`` when a parser did not say)."""
+    if len(batch.event_lines) != len(batch.events) or len(batch.step_lines) != len(batch.steps):
+        together = [*batch.events, *batch.steps]
+        return [(first_line, together)] if together else []
+    groups: dict[int, list] = {}
+    for line, e in zip([*batch.event_lines, *batch.step_lines], [*batch.events, *batch.steps]):
         groups.setdefault(line, []).append(e)
-    return list(groups.items())
+    return sorted(groups.items())
 
 
 # The two UPDATEs every batch makes, built once: SQLAlchemy then reuses their compiled form
@@ -225,17 +235,26 @@ class _BulkInsert:
         return entry
 
 
-def _step_row(e: Event, run_id: int, file_id: int) -> tuple:
-    """The ``steps`` row of a step event, in column order; NaN and inf become NULL, flagged in ``nonfinite``."""
-    loss, grad_norm = e.get("loss"), e.get("grad_norm")
+_METRICS = operator.attrgetter(*STEP_METRICS)
+_LOSS, _GRAD_NORM = STEP_METRICS.index("loss"), STEP_METRICS.index("grad_norm")
+
+
+def _step_row(s: StepRecord, run_id: int, file_id: int) -> tuple:
+    """The ``steps`` row of a step record, in column order; NaN and inf become NULL, flagged in ``nonfinite``."""
+    metrics = _METRICS(s)
+    loss, grad_norm = metrics[_LOSS], metrics[_GRAD_NORM]
     nonfinite = 0
     if loss is not None and not math.isfinite(loss):
         nonfinite |= 1
     if grad_norm is not None and not math.isfinite(grad_norm):
         nonfinite |= 2
-    if nonfinite:  # a copy, not an edit: a refused batch's events are added again, flags intact
-        e = {**e, "loss": None if nonfinite & 1 else loss, "grad_norm": None if nonfinite & 2 else grad_norm}
-    return (run_id, file_id, e["rank"], e["t"], e["step"], nonfinite, *map(e.get, STEP_METRICS))
+    if nonfinite:
+        metrics = list(metrics)
+        if nonfinite & 1:
+            metrics[_LOSS] = None
+        if nonfinite & 2:
+            metrics[_GRAD_NORM] = None
+    return (run_id, file_id, s.rank, s.t, s.step, nonfinite, *metrics)
 
 
 def _event_row(e: Event, run_id: int, file_id: int) -> tuple:

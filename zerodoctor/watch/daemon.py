@@ -170,8 +170,8 @@ class Watcher:
 
         def emit(batch: Batch) -> None:
             nonlocal pending
-            pending += len(batch.events) + len(batch.rejected)
-            self._changed.update({e["run"] for e in batch.events})
+            pending += len(batch.events) + len(batch.steps) + len(batch.rejected)
+            self._changed.update(batch.runs())
 
         with self.engine.connect() as conn:
             trans = conn.begin()
