@@ -31,6 +31,28 @@ def parsed(batches) -> list[dict]:  # noqa: ANN001 - an iterable of sources.Batc
     return [e for _, _, e in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
+def step_rows(conn) -> list[dict]:  # noqa: ANN001 - an SQLAlchemy Connection
+    """Every stored step as a dict, in the order stored: ``run`` (its name), ``rank``, ``step`` and each
+    field the step had (store/steps.py's chunks decoded; what a store test checks)."""
+    from sqlalchemy import select
+
+    from zerodoctor.store.schema import runs
+    from zerodoctor.store.steps import rows_of
+
+    out: list[dict] = []
+    for run_id, name in conn.execute(select(runs.c.id, runs.c.name).order_by(runs.c.id)):
+        cols = rows_of(conn, run_id)
+        if cols is None:
+            continue
+        columns = {}
+        for field, values in cols.values.items():
+            mask = cols.mask(field)
+            columns[field] = [v if mask is None or ok else None for v, ok in
+                              zip(values.tolist(), mask.tolist() if mask is not None else [True] * cols.n)]
+        out += [{"run": name, **{k: c[i] for k, c in columns.items() if c[i] is not None}} for i in range(cols.n)]
+    return out
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``python -m zerodoctor ARGS`` as a user would, capturing output."""
     env = {**os.environ, "COLUMNS": "200"}

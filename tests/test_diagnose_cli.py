@@ -122,7 +122,7 @@ def test_persistent_store_is_not_filled_twice_and_findings_keep_first_seen(tmp_p
     second = diagnose_json(src, extra=("--db", str(db)))
     assert first["findings"] == second["findings"]
     with sqlite3.connect(db) as conn:
-        assert conn.execute("select count(*) from steps").fetchone()[0] == 100
+        assert conn.execute("select sum(rows) from step_chunks").fetchone()[0] == 100
         (first_seen, last_seen), = conn.execute(
             "select first_seen_t, last_seen_t from findings where rule = 'ZD203'").fetchall()
         assert conn.execute("pragma journal_mode").fetchone()[0] == "wal"

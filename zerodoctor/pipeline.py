@@ -132,7 +132,8 @@ class Pipeline:
             view = self.views[name]
             view.catch_up(conn)
             view.settle(conn, final=final)
-            if self.save_views:
+            if self.save_views:  # a scratch store is read once: its chunks need no compacting
+                view.compact(conn)
                 view.save(conn)
         self._dirty.clear()
         self._current.clear()

@@ -30,7 +30,8 @@ from sqlalchemy import Connection
 
 from zerodoctor import __version__
 from zerodoctor.store import runs as stored
-from zerodoctor.store.runs import Steps
+from zerodoctor.store import steps as stored_steps
+from zerodoctor.store.steps import Steps
 
 WINDOW = 1024  # steps a per-step signal keeps: the "now" of a days-long run, and the scope of `for: N steps`
 MAX_PENDING = 4096  # steps waiting for lagging ranks; beyond it the oldest are handed on without them
@@ -139,6 +140,7 @@ class RunView:
         self.last_step: int | None = None  # the highest step any rank reported
         self.mark: int | None = None  # step rows with a higher id are not in ``per_rank`` yet
         self._first: tuple[int, dict[str, Any]] | None = None
+        self._small: set[tuple[int, int]] = set()  # (file, rank) with new small chunks: what ``compact`` looks at
 
     # -- what signals read ------------------------------------------------------------
 
@@ -204,23 +206,15 @@ class RunView:
                 self.folds[module].event(e)
 
     def catch_up(self, conn: Connection) -> None:
-        """Add the step rows stored since the mark to each rank's totals: one grouped query, in the storing transaction."""
-        for rank, new in stored.rank_totals(conn, self.run_id, self.reads.rank_fields, after_id=self.mark,
-                                            late_upto=self.released_through).items():
+        """Add the step chunks stored since the mark to each rank's totals, in the storing transaction."""
+        totals, small = stored_steps.rank_totals(conn, self.run_id, self.reads.rank_fields, after_id=self.mark,
+                                                 late_upto=self.released_through)
+        self._small.update(small)
+        for rank, new in totals.items():
             self.late_rows += new.pop("late")
             self.mark = max(self.mark or 0, new.pop("max_id"))
-            totals = self.per_rank.get(rank)
-            if totals is None:
-                self.per_rank[rank] = new
-                continue
-            totals["steps"] += new["steps"]
-            totals["first_step"] = min(totals["first_step"], new["first_step"])
-            totals["last_step"] = max(totals["last_step"], new["last_step"])
-            totals["last_t"] = max(totals["last_t"], new["last_t"])
-            for out, (_, agg) in self.reads.rank_fields.items():
-                old, value = totals.get(out), new.get(out)
-                totals[out] = (value if old is None else old if value is None else
-                               old + value if agg == "sum" else max(old, value) if agg == "max" else min(old, value))
+            old = self.per_rank.get(rank)
+            self.per_rank[rank] = new if old is None else stored_steps.add_totals(old, new, self.reads.rank_fields)
         if self.per_rank:
             self.last_step = max(t["last_step"] for t in self.per_rank.values())
             self.last_t = max(self.last_t or 0.0, *(t["last_t"] for t in self.per_rank.values()))
@@ -234,6 +228,12 @@ class RunView:
             frontier = min(t["last_step"] for t in self.per_rank.values())
             upto = max(frontier, self.last_step - MAX_PENDING)  # a rank that stopped must not hold the rest forever
         self._fold_steps(conn, upto)
+
+    def compact(self, conn: Connection) -> None:
+        """Merge the small chunks of ranks that got new ones, where the folds have had all their steps."""
+        if self._small and self.released_through is not None:
+            stored_steps.compact(conn, self.run_id, sorted(self._small), self.released_through)
+        self._small.clear()
 
     def as_of_now(self, conn: Connection) -> RunView:
         """What a judgement sees: a copy whose folds also hold the steps still waiting for lagging ranks.
@@ -255,7 +255,7 @@ class RunView:
         return self.last_step is not None and (self.released_through is None or self.last_step > self.released_through)
 
     def _fold_steps(self, conn: Connection, upto: int) -> None:
-        for block in stored.merged_steps(conn, self.run_id, self.reads.step_fields, after=self.released_through,
+        for block in stored_steps.merged_steps(conn, self.run_id, self.reads.step_fields, after=self.released_through,
                                          upto=upto):
             for fold in self.folds.values():
                 fold.add_steps(block, self)

@@ -13,7 +13,7 @@ from zerodoctor.sources import Batch
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
-from zerodoctor.store.schema import events, files, quarantine, steps
+from zerodoctor.store.schema import events, files, quarantine, step_chunks
 
 
 def step(rank: int, n: int, **fields) -> dict:
@@ -39,7 +39,7 @@ def store(tmp_path: Path, store_url: str):
 
 def counts(engine, file_id: int) -> tuple[int, int, int, int]:
     with engine.connect() as conn:
-        return (conn.execute(select(func.count()).select_from(steps)).scalar(),
+        return (conn.execute(select(func.coalesce(func.sum(step_chunks.c.rows), 0))).scalar(),
                 conn.execute(select(func.count()).select_from(events)).scalar(),
                 conn.execute(select(func.count()).select_from(quarantine)).scalar(),
                 conn.execute(select(files.c.offset).where(files.c.id == file_id)).scalar())

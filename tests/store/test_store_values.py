@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect, select
 
+from tests.conftest import step_rows
 from tests.watch.conftest import append, step_line
 from zerodoctor.pipeline import Pipeline
 from zerodoctor.sources import Batch
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
-from zerodoctor.store.schema import events, files, quarantine, runs, steps
+from zerodoctor.store.schema import events, files, quarantine, runs
 
 GIB = 2**30
 FIXTURES = Path(__file__).with_name("fixtures")
@@ -49,8 +50,8 @@ def test_step_with_over_2_gib_of_memory_is_stored(tmp_path, engine):
     row = ingest_file(engine, path)
     assert (row["events"], row["quarantined"]) == (2, 0)
     with engine.connect() as conn:
-        stored = conn.execute(select(steps.c.step, steps.c.tokens, steps.c.mem_allocated_bytes, steps.c.mem_peak_bytes,
-                                     steps.c.inactive_split_bytes)).one()
+        (stored,) = [tuple(row[k] for k in ("step", "tokens", "mem_allocated_bytes", "mem_peak_bytes",
+                                            "inactive_split_bytes")) for row in step_rows(conn)]
         start = conn.execute(select(events.c.payload).where(events.c.kind == "run_start")).scalar_one()
     assert tuple(stored) == (3 * 10**9, 5 * 10**9, 70 * GIB, 2**63 - 1, 3 * GIB)
     assert (json.loads(start) if isinstance(start, str) else start)["device_memory_bytes"] == 141 * GIB
@@ -97,20 +98,22 @@ def test_nul_byte_in_a_run_name_and_a_message_is_stored(tmp_path, engine):
 
 
 def test_line_the_store_refuses_is_quarantined_alone_with_its_raw_bytes(tmp_path, engine):
-    """The store itself refuses step 3 (a trigger on SQLite, a CHECK on PostgreSQL, as a value out of
-    its range would be): steps 1, 2, 4, 5 of the same batch are stored, line 3 is kept aside whole."""
+    """The store itself refuses any chunk holding step 3 (a trigger on SQLite, a CHECK on PostgreSQL, as a
+    value out of its range would be): steps 1, 2, 4, 5 of the same batch are stored, line 3 is kept aside whole."""
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
-            conn.exec_driver_sql("ALTER TABLE steps ADD CONSTRAINT refuse_step_3 CHECK (step <> 3)")
+            conn.exec_driver_sql("ALTER TABLE step_chunks ADD CONSTRAINT refuse_step_3 "
+                                 "CHECK (NOT (first_step <= 3 AND last_step >= 3))")
         else:
-            conn.exec_driver_sql("CREATE TRIGGER refuse_step_3 BEFORE INSERT ON steps WHEN NEW.step = 3 "
+            conn.exec_driver_sql("CREATE TRIGGER refuse_step_3 BEFORE INSERT ON step_chunks "
+                                 "WHEN NEW.first_step <= 3 AND NEW.last_step >= 3 "
                                  "BEGIN SELECT RAISE(ABORT, 'refuse_step_3'); END")
     path = tmp_path / "r" / "rank-0.jsonl"
     append(path, "r", 0, range(1, 6))
     row = ingest_file(engine, path)
     assert (row["events"], row["quarantined"], row["lines"]) == (4, 1, 5)
     with engine.connect() as conn:
-        assert sorted(conn.execute(select(steps.c.step)).scalars()) == [1, 2, 4, 5]
+        assert sorted(row["step"] for row in step_rows(conn)) == [1, 2, 4, 5]
         (line, reason, raw, size), = conn.execute(
             select(quarantine.c.line, quarantine.c.reason, quarantine.c.raw, quarantine.c.size)).all()
     assert (line, bytes(raw), size) == (3, step_line("r", 0, 3).encode().rstrip(b"\n"), len(step_line("r", 0, 3)))
@@ -129,7 +132,8 @@ def test_store_made_by_the_schema_before_migrations_is_upgraded_in_place(tmp_pat
         conn.execute(runs.insert().values(name="old-run"))
         conn.execute(files.insert().values(path="/old/rank-0.jsonl", format="jsonl", offset=10, lines=1, events=1,
                                            quarantined=0))
-        conn.execute(steps.insert().values(run_id=1, file_id=1, rank=0, t=1.0, step=1, mem_peak_bytes=GIB))
+        conn.exec_driver_sql("INSERT INTO steps (run_id, file_id, rank, t, step, mem_peak_bytes, nonfinite) "
+                             f"VALUES (1, 1, 0, 1.0, 1, {GIB}, 2)")  # grad norm was NaN
     old.dispose()
 
     from zerodoctor.store.migrate import HEAD, stored_version
@@ -138,18 +142,19 @@ def test_store_made_by_the_schema_before_migrations_is_upgraded_in_place(tmp_pat
     try:
         with engine.connect() as conn:
             assert stored_version(conn) == HEAD
-            assert {"alembic_version", "run_state"} <= set(inspect(conn).get_table_names())
+            assert {"alembic_version", "run_state", "step_chunks"} <= set(inspect(conn).get_table_names())
+            assert "steps" not in inspect(conn).get_table_names()
             assert "fingerprint" in {c["name"] for c in inspect(conn).get_columns("files")}
         ingestor = Ingestor()
         with engine.begin() as conn:
             run_id = ingestor.run_id(conn, "old-run")
-            conn.execute(steps.insert().values(run_id=run_id, file_id=1, rank=0, t=2.0, step=2,
-                                               mem_peak_bytes=80 * GIB))
-            conn.execute(files.update().values(offset=2**40))
+            step = {"v": 1, "t": 2.0, "run": "old-run", "rank": 0, "kind": "step", "step": 2, "mem_peak_bytes": 80 * GIB}
+            ingestor.add(conn, 1, Batch.of([step], end=2**40, last_line=2))
         with engine.connect() as conn:
             assert run_id == 1
-            peaks = conn.execute(select(steps.c.mem_peak_bytes).order_by(steps.c.step)).scalars().all()
-            assert peaks == [GIB, 80 * GIB]
+            rows = step_rows(conn)
+            assert [(r["step"], r["mem_peak_bytes"]) for r in rows] == [(1, GIB), (2, 80 * GIB)]
+            assert rows[0]["nonfinite"] == 2 and "grad_norm" not in rows[0]  # the NaN flag came through
             assert conn.execute(select(files.c.offset)).scalar_one() == 2**40
     finally:
         engine.dispose()

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import pytest
-from sqlalchemy import text
 
+
+from tests.conftest import step_rows
 from zerodoctor.pipeline import rules_from
 from zerodoctor.store.db import open_engine
 from zerodoctor.watch.daemon import Watcher
@@ -42,8 +43,7 @@ def stored_steps(db: Path | str) -> list[tuple[str, int, int]]:
     engine = open_engine(db)
     try:
         with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(
-                "SELECT runs.name, steps.rank, steps.step FROM steps JOIN runs ON runs.id = steps.run_id"))]
+            return [(row["run"], row["rank"], row["step"]) for row in step_rows(conn)]
     finally:
         engine.dispose()
 

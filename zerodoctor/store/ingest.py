@@ -1,7 +1,7 @@
-"""Store: batches of ``Event``s → rows, one transaction per batch with the file's offset.
+"""Store: batches of events → rows, one transaction per batch with the file's offset.
 
-The hot path builds plain dicts and hands them to one ``executemany`` per table: no ORM
-object per event. The file row's offset is updated in the same transaction as the rows
+Steps go in column chunks (``store/steps.py``), one per rank of the batch; the rarer kinds
+become tuples handed to one ``executemany``: no ORM object per event. The file row's offset is updated in the same transaction as the rows
 it covers, which is what makes tailing exactly-once across crashes.
 """
 
@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import json
 import math
-import operator
 import os
 from pathlib import Path
 from typing import Callable
 
-from sqlalchemy import Connection, Float, Table, bindparam, case, delete, insert, select, union, update
+from sqlalchemy import Connection, Float, Table, bindparam, case, delete, insert, select, update
 from sqlalchemy.exc import OperationalError
 
-from zerodoctor.events import Event, StepRecord
+from zerodoctor.events import Event
 from zerodoctor.sources import Batch
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store.db import describe, insert_new, storable_text
-from zerodoctor.store.schema import STEP_METRICS, events, files, quarantine, runs, steps
+from zerodoctor.store import steps as stored_steps
+from zerodoctor.store.schema import events, files, quarantine, runs
 
 _ENVELOPE = {"v", "t", "run", "rank", "kind"}
 
@@ -38,7 +38,6 @@ class Ingestor:
     def __init__(self, before_store: Callable[[Connection, Batch], None] | None = None) -> None:
         self.before_store = before_store
         self._run_ids: dict[str, int] = {}
-        self._step_insert = _BulkInsert(steps)
         self._event_insert = _BulkInsert(events)
 
     def register_file(self, conn: Connection, path: Path, fmt: str) -> dict:
@@ -58,12 +57,12 @@ class Ingestor:
 
         Returns the runs whose rows went with it.
         """
-        fed = conn.execute(union(select(steps.c.run_id).where(steps.c.file_id == file_id).distinct(),
-                                 select(events.c.run_id).where(events.c.file_id == file_id).distinct())).scalars().all()
-        for table in (steps, events, quarantine):
+        fed = set(stored_steps.forget_file(conn, file_id))
+        fed.update(conn.execute(select(events.c.run_id).where(events.c.file_id == file_id).distinct()).scalars())
+        for table in (events, quarantine):
             conn.execute(delete(table).where(table.c.file_id == file_id))
         conn.execute(delete(files).where(files.c.id == file_id))
-        return list(fed)
+        return sorted(fed)
 
     def forget_runs(self) -> None:
         """Drop cached run ids (a rolled-back transaction may have removed runs it created)."""
@@ -86,7 +85,6 @@ class Ingestor:
         """Insert ``batch`` and move the file's offset to ``batch.end``, in ``conn``'s transaction."""
         if self.before_store is not None and (batch.events or batch.steps):
             self.before_store(conn, batch)
-        step_rows: list[tuple] = []
         other_rows: list[tuple] = []
         spans: dict[int, list[float]] = {}
         run_ids = self._run_ids
@@ -105,11 +103,11 @@ class Ingestor:
             rid = run_ids.get(name) or self.run_id(conn, name)
             widen(rid, e["t"])
             other_rows.append(_event_row(e, rid, file_id))
-        for s in batch.steps:
-            rid = run_ids.get(s.run) or self.run_id(conn, s.run)
-            widen(rid, s.t)
-            step_rows.append(_step_row(s, rid, file_id))
-        self._step_insert(conn, step_rows)
+        if batch.steps:
+            spans = stored_steps.store(conn, file_id, batch.steps, lambda name: self.run_id(conn, name))
+            for rid, (first, last) in spans.items():
+                widen(rid, first)
+                widen(rid, last)
         self._event_insert(conn, other_rows)
         if batch.rejected:
             conn.execute(insert(quarantine), [
@@ -233,28 +231,6 @@ class _BulkInsert:
         entry = (str(compiled), bool(compiled.positional))
         self._compiled[dialect.name] = entry
         return entry
-
-
-_METRICS = operator.attrgetter(*STEP_METRICS)
-_LOSS, _GRAD_NORM = STEP_METRICS.index("loss"), STEP_METRICS.index("grad_norm")
-
-
-def _step_row(s: StepRecord, run_id: int, file_id: int) -> tuple:
-    """The ``steps`` row of a step record, in column order; NaN and inf become NULL, flagged in ``nonfinite``."""
-    metrics = _METRICS(s)
-    loss, grad_norm = metrics[_LOSS], metrics[_GRAD_NORM]
-    nonfinite = 0
-    if loss is not None and not math.isfinite(loss):
-        nonfinite |= 1
-    if grad_norm is not None and not math.isfinite(grad_norm):
-        nonfinite |= 2
-    if nonfinite:
-        metrics = list(metrics)
-        if nonfinite & 1:
-            metrics[_LOSS] = None
-        if nonfinite & 2:
-            metrics[_GRAD_NORM] = None
-    return (run_id, file_id, s.rank, s.t, s.step, nonfinite, *metrics)
 
 
 def _event_row(e: Event, run_id: int, file_id: int) -> tuple:

@@ -1,7 +1,7 @@
 """Store: the tables (SQLAlchemy 2.0 Core), shaped for the queries signals make.
 
-Step events, the bulk of any run, get a wide numeric table so signals aggregate them in
-SQL; the rarer kinds keep their payload as JSON. Each file has one row with its identity
+Step events, the bulk of any run, are stored as column chunks (one row per rank per stored
+batch, ``store/steps.py``); the rarer kinds keep their payload as JSON, a row each. Each file has one row with its identity
 (device, inode, fingerprint of its first bytes) and the byte offset committed together
 with the events read up to it.
 
@@ -67,8 +67,8 @@ files = Table(
     Column("quarantined", BigInteger, nullable=False, default=0),
 )
 
-# The numeric fields of a ``step`` event (events.py), one column each under the same name:
-# ingest hands a step event's dict to the INSERT as its row, so a field missing here is not stored.
+# The numeric fields of a ``step`` event (events.py), one array each under the same name in a
+# step chunk: a field missing here is not stored.
 STEP_METRICS = (
     "micro_batches",
     "samples",
@@ -90,26 +90,31 @@ STEP_METRICS = (
     "alloc_retries",
     "inactive_split_bytes",
 )
-_INT_METRICS = {"micro_batches", "samples", "tokens", "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes",
-                "alloc_retries", "inactive_split_bytes"}
+_INT_METRICS = {"micro_batches", "samples", "tokens", "overflow", "mem_allocated_bytes", "mem_reserved_bytes",
+                "mem_peak_bytes", "alloc_retries", "inactive_split_bytes"}
+STEP_INTS = tuple(m for m in STEP_METRICS if m in _INT_METRICS)  # int64 columns (overflow as 0/1)
+STEP_FLOATS = tuple(m for m in STEP_METRICS if m not in _INT_METRICS)  # float64 columns
 
-steps = Table(
-    "steps",
+# The steps of one rank from one stored batch: their columns in one blob (store/steps.py), with
+# what the queries select chunks by. ``level`` counts compactions; a ``folded`` chunk was made by
+# one, of rows the run's view already holds.
+step_chunks = Table(
+    "step_chunks",
     metadata,
     _id(),
     _ref("run_id", "runs.id", nullable=False),
     _ref("file_id", "files.id"),
     Column("rank", BigInteger, nullable=False),
-    Column("t", Float, nullable=False),
-    Column("step", BigInteger, nullable=False),
-    # SQL databases turn NaN into NULL; bit 0 = loss non-finite, bit 1 = grad norm non-finite.
-    Column("nonfinite", Integer, nullable=False, default=0),
-    *(
-        Column(name, Boolean if name == "overflow" else BigInteger if name in _INT_METRICS else Float)
-        for name in STEP_METRICS
-    ),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("last_t", Float, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("level", Integer, nullable=False, default=0),
+    Column("folded", Boolean, nullable=False, default=False),
+    Column("columns", LargeBinary, nullable=False),
 )
-Index("ix_steps_run_step", steps.c.run_id, steps.c.step)
+Index("ix_step_chunks_run_last", step_chunks.c.run_id, step_chunks.c.last_step)
+Index("ix_step_chunks_holder", step_chunks.c.run_id, step_chunks.c.file_id, step_chunks.c.rank, step_chunks.c.level)
 
 events = Table(
     "events",

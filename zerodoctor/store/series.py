@@ -1,4 +1,4 @@
-"""Store: step rows of one run → the series a plot draws, downsampled in SQL to a bounded size.
+"""Store: step chunks of one run → the series a plot draws, downsampled to a bounded size.
 
 Steps are merged across ranks (one row per optimizer step), then grouped into at most
 ``points`` buckets of equal step range, each keeping the min and max of every column, so
@@ -13,21 +13,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Integer, cast, func, select
+import numpy as np
+from sqlalchemy import Connection
 
-from zerodoctor.store.runs import merged, run_events
-from zerodoctor.store.schema import steps
+from zerodoctor.store import steps
+from zerodoctor.store.runs import run_events
+from zerodoctor.store.schema import STEP_INTS
 
 POINTS = 800
 
-# (column, merge across the ranks of one step): what the report's plots draw, merged as the
-# run view merges (``runs.merged``: the same types on SQLite and PostgreSQL).
+# (column, merge across the ranks of one step): what the report's plots draw, merged as the run
+# view merges (``steps.merge``), and the marks' fields.
 _MERGED = {
     "loss": "mean", "grad_norm": "max", "loss_scale": "min", "lr": "max", "step_time_s": "max",
     "fwd_s": "mean", "bwd_s": "mean", "optim_s": "mean", "comm_s": "mean", "samples": "sum",
     "mem_allocated_bytes": "max", "mem_reserved_bytes": "max", "mem_peak_bytes": "max",
 }
 COLUMNS = tuple(_MERGED)
+_READ = {**_MERGED, "overflow": "max", "loss_nonfinite": "max", "grad_nonfinite": "max"}  # and the marks
 _OOM_FIELDS = ("requested_bytes", "allocated_bytes", "reserved_bytes", "free_bytes", "capacity_bytes")
 
 
@@ -52,58 +55,78 @@ class RunSeries:
 
 
 def read_series(conn: Connection, run_id: int, points: int = POINTS) -> RunSeries:
-    """The downsampled series, the marks and the per-rank totals of one run."""
+    """The downsampled series, the marks and the per-rank totals of one run (one streamed read of its steps)."""
     out = RunSeries()
-    where = steps.c.run_id == run_id
-    first, last = conn.execute(select(func.min(steps.c.step), func.max(steps.c.step)).where(where)).one()
+    first, last = steps.step_range(conn, run_id)
     if first is not None:
-        _buckets(conn, where, first, last, points, out)
-        _marks(conn, where, out)
-        out.ranks = [dict(r) for r in conn.execute(
-            select(steps.c.rank, func.count().label("steps"), func.sum(steps.c.comm_s).label("comm_s"),
-                   func.sum(steps.c.step_time_s).label("step_time_s"))
-            .where(where).group_by(steps.c.rank).order_by(steps.c.rank)).mappings()]
+        span = last - first + 1
+        buckets = _Buckets(min(points, span))
+        for block in steps.merged_steps(conn, run_id, _READ):
+            numbers = np.array(block.columns["step"], dtype=np.int64)
+            buckets.add((numbers - first) * buckets.count // span, numbers, block.columns)
+            _marks(block, out)
+        buckets.fill(out)
+        out.first_step, out.last_step = first, last
+        totals, _ = steps.rank_totals(conn, run_id, _RANK_SUMS)
+        out.ranks = [{"rank": rank, "steps": t["steps"], "comm_s": t["comm_s"], "step_time_s": t["step_time_s"]}
+                     for rank, t in sorted(totals.items())]
     out.ooms = _ooms(conn, run_id)
     return out
 
 
-def _merged(where: Any) -> Any:
-    """One row per optimizer step, merged across ranks."""
-    return (select(steps.c.step, *(merged(how, name).label(name) for name, how in _MERGED.items()))
-            .where(where).group_by(steps.c.step).subquery())
+_RANK_SUMS = {"comm_s": ("comm_s", "sum"), "step_time_s": ("step_time_s", "sum")}
 
 
-def _buckets(conn: Connection, where: Any, first: int, last: int, points: int, out: RunSeries) -> None:
-    merged = _merged(where)
-    span = last - first + 1
-    # integer division in SQLite and PostgreSQL alike: bucket 0..points-1 of equal step range
-    bucket = cast((merged.c.step - first) * min(points, span) / span, Integer).label("bucket")
-    aggs = [func.min(merged.c.step).label("lo"), func.max(merged.c.step).label("hi"), func.count().label("n")]
-    for name in COLUMNS:
-        col = merged.c[name]
-        aggs += [func.min(col).label(f"{name}_min"), func.max(col).label(f"{name}_max"),
-                 func.sum(col).label(f"{name}_sum"), func.count(col).label(f"{name}_count")]
-    rows = conn.execute(select(bucket, *aggs).group_by(bucket).order_by(bucket)).mappings().all()
-    out.first_step, out.last_step = first, last
-    out.steps = sum(r["n"] for r in rows)
-    out.lo, out.hi = [r["lo"] for r in rows], [r["hi"] for r in rows]
-    for name in COLUMNS:
-        for side in ("min", "max"):
-            out.buckets[f"{name}_{side}"] = [r[f"{name}_{side}"] for r in rows]
-        count = sum(r[f"{name}_count"] for r in rows)
-        out.means[name] = sum(r[f"{name}_sum"] or 0 for r in rows) / count if count else None
+class _Buckets:
+    """Per bucket of equal step range: its first and last step, its step count, and per column
+    the min, max, sum and count of the values present."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.lo = np.full(count, np.iinfo(np.int64).max)
+        self.hi = np.full(count, np.iinfo(np.int64).min)
+        self.n = np.zeros(count, dtype=np.int64)
+        self.stats = {name: [np.full(count, np.inf), np.full(count, -np.inf), np.zeros(count), np.zeros(count)]
+                      for name in COLUMNS}
+
+    def add(self, bucket: np.ndarray, numbers: np.ndarray, columns: dict[str, list[Any]]) -> None:
+        np.minimum.at(self.lo, bucket, numbers)
+        np.maximum.at(self.hi, bucket, numbers)
+        np.add.at(self.n, bucket, 1)
+        for name in COLUMNS:
+            values = np.array(columns[name], dtype=np.float64)  # None → NaN
+            present = ~np.isnan(values)
+            lo, hi, total, count = self.stats[name]
+            np.minimum.at(lo, bucket[present], values[present])
+            np.maximum.at(hi, bucket[present], values[present])
+            np.add.at(total, bucket[present], values[present])
+            np.add.at(count, bucket[present], 1)
+
+    def fill(self, out: RunSeries) -> None:
+        used = self.n > 0
+        out.steps = int(self.n.sum())
+        out.lo, out.hi = self.lo[used].tolist(), self.hi[used].tolist()
+        for name in COLUMNS:
+            lo, hi, total, count = (a[used] for a in self.stats[name])
+            some = count > 0
+            integral = name in _INTEGRAL
+            for side, values in (("min", lo), ("max", hi)):
+                out.buckets[f"{name}_{side}"] = [(int(v) if integral else float(v)) if ok else None
+                                                 for v, ok in zip(values.tolist(), some.tolist())]
+            seen = count.sum()
+            out.means[name] = float(total.sum() / seen) if seen else None
 
 
-def _marks(conn: Connection, where: Any, out: RunSeries) -> None:
+_INTEGRAL = {name for name, how in _MERGED.items() if name in STEP_INTS and how != "mean"}
+
+
+def _marks(block: steps.Steps, out: RunSeries) -> None:
     """Every overflow and non-finite step, unbucketed: the points a reader looks for."""
-    marked = (select(steps.c.step, func.max(cast(steps.c.overflow, Integer)).label("overflow"),
-                     func.max(steps.c.nonfinite).label("nonfinite"), func.min(steps.c.loss_scale).label("scale"))
-              .where(where, (steps.c.overflow.is_(True)) | (steps.c.nonfinite != 0))
-              .group_by(steps.c.step).order_by(steps.c.step))
-    for step, overflow, nonfinite, scale in conn.execute(marked):
+    columns = block.columns
+    for i, (step, overflow) in enumerate(zip(columns["step"], columns["overflow"])):
         if overflow:
-            out.overflows.append((step, scale))
-        if nonfinite:
+            out.overflows.append((step, columns["loss_scale"][i]))
+        if columns["loss_nonfinite"][i] or columns["grad_nonfinite"][i]:
             out.nonfinite.append(step)
 
 

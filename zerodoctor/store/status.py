@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from sqlalchemy import Connection, func, select, union
+from sqlalchemy import Connection, func, select
 
 from zerodoctor.store.findings import for_run
-from zerodoctor.store.schema import events, files, quarantine, runs, steps
+from zerodoctor.store.schema import events, files, quarantine, runs
+from zerodoctor.store.steps import runs_of_files
 
 FIRST_REASONS = 3
 
@@ -59,10 +60,11 @@ def collect(conn: Connection, reasons: int = FIRST_REASONS) -> list[RunStatus]:
             elsewhere.append(fid)
     if elsewhere:
         # Only files outside run directories pay for this scan of the event tables.
-        holders = union(select(steps.c.file_id, steps.c.run_id).where(steps.c.file_id.in_(elsewhere)).distinct(),
-                        select(events.c.file_id, events.c.run_id).where(events.c.file_id.in_(elsewhere)).distinct())
+        holders = set(runs_of_files(conn, elsewhere))
+        holders.update(conn.execute(select(events.c.file_id, events.c.run_id)
+                                    .where(events.c.file_id.in_(elsewhere)).distinct()).tuples())
         owned = set()
-        for fid, rid in conn.execute(holders):
+        for fid, rid in sorted(holders):
             by_name[run_ids[rid]].files.append(stored[fid])
             owned.add(fid)
         for fid in elsewhere:
