@@ -32,6 +32,7 @@ from zerodoctor.store.schema import STEP_FLOATS, STEP_INTS, step_chunks
 FLOATS = ("t", *STEP_FLOATS)
 INTS = ("step", "rank", "nonfinite", *STEP_INTS)
 _NONFINITE = {"loss_nonfinite": 1, "grad_nonfinite": 2}  # derived fields: bits of ``nonfinite``
+_FLAGGED = ("loss", "grad_norm")
 COMPACT_EVERY = 64  # small chunks of one rank that make one chunk a level up
 _SMALL_ROWS = 4096  # a chunk at least this long is never compacted
 _FIELDS = ("step", "rank", *FLOATS, *STEP_INTS)
@@ -64,7 +65,7 @@ class Columns:
             column = matrix[:, j]
             present = ~np.isnan(column)
             if name in FLOATS:
-                if name in ("loss", "grad_norm") or present.any():
+                if present.any() or name in _FLAGGED:  # all NaN may still be values: non-finite losses
                     values[name], valid[name] = np.ascontiguousarray(column), None
                 continue
             if not present.any():
@@ -76,13 +77,18 @@ class Columns:
             values[name], valid[name] = ints, None if present.all() else present
         # NaN or inf in loss / grad norm (a value, not a gap): flagged, then stored as missing
         nonfinite = np.zeros(n, dtype=np.int64)
-        for name, bit in (("loss", 1), ("grad_norm", 2)):
+        for name, bit in zip(_FLAGGED, (1, 2)):
             column = values[name]
             bad = ~np.isfinite(column)
-            if bad.any():
-                present = np.array([getattr(r, name) is not None for r in records])
-                nonfinite |= np.where(bad & present, bit, 0)
-                column[bad] = np.nan
+            if not bad.any():
+                continue
+            gaps = list(map(operator.attrgetter(name), records)).count(None)
+            if gaps == np.isnan(column).sum():  # every NaN was a gap: only infinities are values
+                bad &= ~np.isnan(column)
+            else:
+                bad &= np.array([getattr(r, name) is not None for r in records])
+            nonfinite |= np.where(bad, bit, 0)
+            column[bad] = np.nan
         values["nonfinite"], valid["nonfinite"] = nonfinite, None
         return cls(n, values, valid)
 
