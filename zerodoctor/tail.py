@@ -35,7 +35,7 @@ from typing import BinaryIO, Callable, Literal
 from sqlalchemy import Connection, update
 
 from zerodoctor.sources import Batch, Parser, make_parser, read_batches, run_id_for
-from zerodoctor.sources.readable import HEAD_BYTES, UnreadableFile, check_regular, head, open_log
+from zerodoctor.sources.readable import HEAD_BYTES, UnreadableFile, check_regular, open_log, pread
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import files
 
@@ -210,7 +210,7 @@ class FileTail:
                 continue
             lines_before, signed = self.lines, min(self.offset, HEAD_BYTES)
             batch = self._ingestor.add_or_quarantine(conn, self.file_id, batch, self.name, self.lines + 1,
-                                                     raw=partial(_pread, stream, self.offset, batch.end))
+                                                     raw=partial(pread, stream, batch.end - self.offset, self.offset))
             self.offset, self.lines = batch.end, batch.last_line
             if min(self.offset, HEAD_BYTES) != signed:  # the fingerprint grows with the first bytes read
                 self._sign(conn, stream)
@@ -226,12 +226,7 @@ class FileTail:
 
     def _fingerprint(self, stream: BinaryIO) -> str:
         """What the stored fingerprint covers: the first ``min(offset, HEAD_BYTES)`` bytes."""
-        return hashlib.sha256(head(stream, min(self.offset, HEAD_BYTES))).hexdigest()
-
-
-def _pread(stream: BinaryIO, start: int, end: int) -> bytes:
-    """The bytes of a batch's lines, for the rare batch the store refuses (the stream's position stays)."""
-    return os.pread(stream.fileno(), end - start, start)
+        return hashlib.sha256(pread(stream, min(self.offset, HEAD_BYTES), 0)).hexdigest()
 
 
 def _identity(handle: BinaryIO) -> Identity:
