@@ -5,10 +5,12 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import sys
 
 import pytest
 from sqlalchemy import select
 
+from tests.watch.conftest import append
 from zerodoctor.pipeline import Pipeline
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.schema import quarantine, steps
@@ -44,3 +46,36 @@ def test_line_the_store_refuses_in_a_decoded_file_is_quarantined_with_its_decode
         engine.dispose()
     assert (row["events"], row["quarantined"], row["lines"], stored) == (3, 1, 4, [1, 2, 3])
     assert (line, bytes(raw), size) == (3, LINES[2].encode().rstrip(b"\n"), len(LINES[2].encode()))
+
+
+_OPENED: list[str] | None = None  # while a test counts: every path this process opens (audit event "open")
+
+
+def _count_opens(event: str, args: tuple) -> None:
+    if event == "open" and _OPENED is not None and args[0] is not None:
+        _OPENED.append(str(args[0]))
+
+
+sys.addaudithook(_count_opens)  # hooks cannot be removed: it counts only while _OPENED is a list
+
+
+@pytest.mark.parametrize("encoding", ["plain", *sorted(ENCODED)])
+def test_a_new_tail_opens_its_file_once(tmp_path, encoding):
+    """The tail checks what the file is when it is made (no row for what is no log) and reads it
+    through that same open, rather than opening and sniffing it again at its first read."""
+    global _OPENED
+    path = tmp_path / "r" / "rank-0.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(ENCODED[encoding]("".join(LINES)) if encoding in ENCODED else "".join(LINES).encode())
+    append(path.with_name("rank-1.jsonl"), "r", 1, range(1, 4))
+    engine = open_engine(tmp_path / "store.db")
+    try:
+        _OPENED = []
+        rows = Pipeline(engine, rules=[]).ingest([(path, "jsonl"), (path.with_name("rank-1.jsonl"), "jsonl")])
+        opened, _OPENED = _OPENED, None
+    finally:
+        _OPENED = None
+        engine.dispose()
+    assert [r["events"] for r in rows] == [4, 3]
+    ours = sorted(p for p in opened if p.startswith(str(path.parent)))
+    assert ours == [str(path), str(path.with_name("rank-1.jsonl"))]

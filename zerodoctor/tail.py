@@ -79,13 +79,19 @@ class FileTail:
         """Raises ``UnreadableFile`` (an ``OSError``) for a FIFO, device, socket, symlink loop or binary file."""
         self.path = path
         self.fmt = fmt
-        open_log(path)[0].close()  # before the row exists: a file that is no log gets none
-        row = ingestor.register_file(conn, path, fmt)
+        # Opened before the row exists (a file that is no log gets none), and kept for the first read.
+        self._opened: tuple[BinaryIO, str | None] | None = open_log(path)
+        try:
+            row = ingestor.register_file(conn, path, fmt)
+        except BaseException:
+            self._opened[0].close()
+            raise
         self.file_id: int = row["id"]
         self.name: str = row["path"]
         self.handle: BinaryIO | None = None
         self.decoded: str | None = None
         self.resync(row)
+        OPEN_FILES.used(self)
 
     def resync(self, row: dict) -> None:
         """Take offsets and identity from the stored row (after a rolled-back transaction).
@@ -139,15 +145,22 @@ class FileTail:
 
     def close(self) -> None:
         OPEN_FILES.dropped(self)
+        if self._opened is not None:
+            self._opened[0].close()
+            self._opened = None
         if self.handle is not None:
             self.handle.close()
             self.handle = None
 
     def _open(self, conn: Connection) -> bool:
-        try:
-            handle, self.decoded = open_log(self.path)
-        except (FileNotFoundError, PermissionError, UnreadableFile):  # a rescan reports what is there now, once
-            return False
+        """Take the handle opened when the tail was made, or open the path again, and check it is the stored file."""
+        if self._opened is not None:
+            (handle, self.decoded), self._opened = self._opened, None
+        else:
+            try:
+                handle, self.decoded = open_log(self.path)
+            except (FileNotFoundError, PermissionError, UnreadableFile):  # a rescan reports what is there now, once
+                return False
         identity = _identity(handle)
         if identity == self.identity and self.fingerprint is None and self.offset:
             self._sign(conn, handle)  # a row stored before fingerprints were: this file is taken as the one read
