@@ -83,14 +83,14 @@ class FileTail:
         self._opened: tuple[BinaryIO, str | None] | None = open_log(path)
         try:
             row = ingestor.register_file(conn, path, fmt)
+            self.file_id: int = row["id"]
+            self.name: str = row["path"]
+            self.handle: BinaryIO | None = None
+            self.decoded: str | None = None
+            self.resync(row)  # UnsupportedFormat for a format no parser reads
         except BaseException:
             self._opened[0].close()
             raise
-        self.file_id: int = row["id"]
-        self.name: str = row["path"]
-        self.handle: BinaryIO | None = None
-        self.decoded: str | None = None
-        self.resync(row)
         OPEN_FILES.used(self)
 
     def resync(self, row: dict) -> None:
