@@ -35,7 +35,7 @@ from typing import BinaryIO, Callable, Literal
 from sqlalchemy import Connection, update
 
 from zerodoctor.sources import Batch, Parser, make_parser, read_batches, run_id_for
-from zerodoctor.sources.readable import HEAD_BYTES, UnreadableFile, check_regular, head, open_log
+from zerodoctor.sources.readable import HEAD_BYTES, UnreadableFile, check_regular, open_log, pread
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import files
 
@@ -79,13 +79,19 @@ class FileTail:
         """Raises ``UnreadableFile`` (an ``OSError``) for a FIFO, device, socket, symlink loop or binary file."""
         self.path = path
         self.fmt = fmt
-        open_log(path)[0].close()  # before the row exists: a file that is no log gets none
-        row = ingestor.register_file(conn, path, fmt)
-        self.file_id: int = row["id"]
-        self.name: str = row["path"]
-        self.handle: BinaryIO | None = None
-        self.decoded: str | None = None
-        self.resync(row)
+        # Opened before the row exists (a file that is no log gets none), and kept for the first read.
+        self._opened: tuple[BinaryIO, str | None] | None = open_log(path)
+        try:
+            row = ingestor.register_file(conn, path, fmt)
+            self.file_id: int = row["id"]
+            self.name: str = row["path"]
+            self.handle: BinaryIO | None = None
+            self.decoded: str | None = None
+            self.resync(row)  # UnsupportedFormat for a format no parser reads
+        except BaseException:
+            self._opened[0].close()
+            raise
+        OPEN_FILES.used(self)
 
     def resync(self, row: dict) -> None:
         """Take offsets and identity from the stored row (after a rolled-back transaction).
@@ -139,15 +145,22 @@ class FileTail:
 
     def close(self) -> None:
         OPEN_FILES.dropped(self)
+        if self._opened is not None:
+            self._opened[0].close()
+            self._opened = None
         if self.handle is not None:
             self.handle.close()
             self.handle = None
 
     def _open(self, conn: Connection) -> bool:
-        try:
-            handle, self.decoded = open_log(self.path)
-        except (FileNotFoundError, PermissionError, UnreadableFile):  # a rescan reports what is there now, once
-            return False
+        """Take the handle opened when the tail was made, or open the path again, and check it is the stored file."""
+        if self._opened is not None:
+            (handle, self.decoded), self._opened = self._opened, None
+        else:
+            try:
+                handle, self.decoded = open_log(self.path)
+            except (FileNotFoundError, PermissionError, UnreadableFile):  # a rescan reports what is there now, once
+                return False
         identity = _identity(handle)
         if identity == self.identity and self.fingerprint is None and self.offset:
             self._sign(conn, handle)  # a row stored before fingerprints were: this file is taken as the one read
@@ -210,7 +223,7 @@ class FileTail:
                 continue
             lines_before, signed = self.lines, min(self.offset, HEAD_BYTES)
             batch = self._ingestor.add_or_quarantine(conn, self.file_id, batch, self.name, self.lines + 1,
-                                                     raw=partial(_pread, stream, self.offset, batch.end))
+                                                     raw=partial(pread, stream, batch.end - self.offset, self.offset))
             self.offset, self.lines = batch.end, batch.last_line
             if min(self.offset, HEAD_BYTES) != signed:  # the fingerprint grows with the first bytes read
                 self._sign(conn, stream)
@@ -226,12 +239,7 @@ class FileTail:
 
     def _fingerprint(self, stream: BinaryIO) -> str:
         """What the stored fingerprint covers: the first ``min(offset, HEAD_BYTES)`` bytes."""
-        return hashlib.sha256(head(stream, min(self.offset, HEAD_BYTES))).hexdigest()
-
-
-def _pread(stream: BinaryIO, start: int, end: int) -> bytes:
-    """The bytes of a batch's lines, for the rare batch the store refuses (the stream's position stays)."""
-    return os.pread(stream.fileno(), end - start, start)
+        return hashlib.sha256(pread(stream, min(self.offset, HEAD_BYTES), 0)).hexdigest()
 
 
 def _identity(handle: BinaryIO) -> Identity:

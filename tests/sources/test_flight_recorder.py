@@ -12,9 +12,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, diagnose_json, run_cli
-from zerodoctor.sources.flight_recorder import FlightRecorderError, dump_events, dumps_in, load
+from zerodoctor.sources import make_parser
+from zerodoctor.sources.flight_recorder import FlightRecorderError, dumps_in, load
 
 HELPER = Path(__file__).with_name("fr_hang.py")
+
+
+def dump_events(path: Path, run_id: str) -> list:
+    """One rank's dump read whole by the parser the ``flight-recorder`` format names, as the tail reads it."""
+    parser = make_parser("flight-recorder", run_id=run_id, path=path)
+    parser.feed(path.read_bytes())
+    return parser.finish()
 
 
 @pytest.fixture(scope="module")

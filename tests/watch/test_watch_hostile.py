@@ -7,11 +7,13 @@ access to a shared ``runs/`` (or a busy filesystem) can put there.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import resource
 import subprocess
 import sys
 import pytest
+from sqlalchemy import event
 
 from tests.conftest import run_cli
 from tests.watch.conftest import ENV, append, step_line, stored_steps
@@ -34,6 +36,34 @@ def test_fifo_named_rank_file_is_skipped_not_opened_and_once_exits_2(tmp_path):
     assert "rank-1.jsonl: not a regular file (a FIFO), not read; skipped" in proc.stderr
     assert "1 file(s) could not be read and were skipped" in proc.stderr
     assert sorted(stored_steps(runs / "zerodoctor.db")) == [("r", 0, s) for s in range(1, 6)]
+
+
+def test_unreadable_file_costs_no_transaction_at_a_rescan_and_is_read_once_it_changes(tmp_path, make_watcher,
+                                                                                     caplog):
+    """A FIFO named like a rank file is reported once and then left alone: a rescan only stats it
+    (it used to open a write transaction at every 5 s rescan to fail again), until the path
+    changes: replaced by a regular file, it is read."""
+    runs = tmp_path / "runs"
+    append(runs / "r" / "rank-0.jsonl", "r", 0, range(1, 4))
+    fifo = runs / "r" / "rank-1.jsonl"
+    os.mkfifo(fifo)
+    watcher = make_watcher()
+    transactions = []
+    event.listen(watcher.engine, "begin", lambda conn: transactions.append(conn))
+    with caplog.at_level(logging.ERROR, logger="zerodoctor.watch"):
+        one_pass(watcher)
+        before = len(transactions)
+        for _ in range(3):
+            watcher.discover()  # a rescan; nothing changed
+    assert len(transactions) == before
+    assert [r.getMessage() for r in caplog.records] == [f"{fifo}: not a regular file (a FIFO), not read; skipped"]
+    assert list(watcher.skipped) == [fifo]
+
+    fifo.unlink()
+    append(fifo, "r", 1, range(1, 4))
+    one_pass(watcher)
+    assert not watcher.skipped
+    assert sorted(stored_steps(runs / "zerodoctor.db")) == [("r", rank, s) for rank in (0, 1) for s in range(1, 4)]
 
 
 def test_fifo_console_log_makes_diagnose_exit_2_not_hang(tmp_path):

@@ -261,7 +261,7 @@ def test_line_the_store_refuses_is_quarantined_once_alone_and_the_tail_goes_on(t
     step_row = ingest._step_row
 
     def refuse_step_3(e, run_id, file_id):  # noqa: ANN001, ANN202
-        if e["step"] == 3:
+        if e.step == 3:  # a StepRecord since the CONTRACT commit
             raise ValueError("value out of range for the store")
         return step_row(e, run_id, file_id)
 

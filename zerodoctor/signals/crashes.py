@@ -27,7 +27,6 @@ SIGNALS = [
     Signal("crash.missing_header", "name", "the CUDA header the op build could not find"),
     Signal("crash.swap_buffers_wanted", "buffers", "swap buffers the parameter swapper asked for"),
     Signal("crash.sigkilled", "ranks", "how many ranks were killed by SIGKILL (exit code -9)"),
-    Signal("crash.ranks_sigkilled", "ranks", "the ranks killed by SIGKILL"),
     Signal("crash.host_killed", "ranks", "how many ranks were killed for host memory: SIGKILL, or Ray's memory monitor"),
     Signal("crash.ranks_host_killed", "ranks", "those ranks"),
     Signal("crash.extension_lock_waiters", "ranks",
@@ -49,9 +48,10 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
             out["crash.saved_world_size"], out["crash.resume_world_size"] = data["saved_world_size"], data["world_size"]
         out["crash.missing_header"] = out.get("crash.missing_header") or data.get("header")
         out["crash.swap_buffers_wanted"] = out.get("crash.swap_buffers_wanted") or data.get("wanted_buffers")
-    seen["sigkilled"] = {e["rank"] for e in run.events.get("run_end", [])
-                         if e.get("signal") == SIGKILL or e.get("exit_code") == -SIGKILL}
-    seen["host_killed"] = seen["sigkilled"] | seen["ray_memory_monitor_kill"]
+    killed = {e["rank"] for e in run.events.get("run_end", [])
+              if e.get("signal") == SIGKILL or e.get("exit_code") == -SIGKILL}
+    out["crash.sigkilled"] = len(killed)
+    seen["host_killed"] = killed | seen["ray_memory_monitor_kill"]
     seen["extension_lock_waiters"] = _lock_waiters(run)
     for name, ranks in seen.items():
         out[f"crash.{name}"] = len(ranks)

@@ -52,7 +52,6 @@ SIGNALS = [
     Signal("hang.behind_ranks", "ranks", "ranks that timed out on an older collective (a smaller SeqNum)"),
     Signal("hang.silent_ranks", "ranks", "ranks of the job that reported no timeout while others did"),
     Signal("hang.failed_ranks", "ranks", "ranks that exited non-zero or by a signal"),
-    Signal("hang.heartbeat_ranks", "ranks", "ranks that wrote heartbeats (the probe's; a console log has none)"),
     Signal("hang.window_s", "s", f"no step for this long is a stall: max({HANG_WITHIN_S:g} s, {STEP_TIMES:g} median "
                                  f"steps) less {NAMING_LATENCY_S:g} s to name it"),
     Signal("hang.stalled_s", "s", "seconds since the last completed step, at the judgement's now"),
@@ -197,8 +196,7 @@ def _stall(view: RunView) -> dict[str, Any]:
     fold: Fold = view.fold(__name__)
     if not fold.runs or view.now is None:
         return {}
-    out: dict[str, Any] = {"hang.heartbeat_ranks": sorted(map(int, fold.runs)), "hang.window_s": fold.window(),
-                           "hang.recovered": len(fold.episodes)}
+    out: dict[str, Any] = {"hang.window_s": fold.window(), "hang.recovered": len(fold.episodes)}
     if fold.episodes:
         last = fold.episodes[-1]
         out.update({"hang.recovered_lasted_s": last["to_t"] - last["from_t"],

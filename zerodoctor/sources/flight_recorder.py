@@ -97,12 +97,8 @@ def last_collectives(dump: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def dump_events(path: Path, run_id: str) -> list[Event]:
-    """One ``log`` event per process group of one rank's dump; ``FlightRecorderError`` on a bad file."""
-    return events_of(load(path.read_bytes(), str(path)), rank_of(path), run_id, path)
-
-
 def events_of(dump: dict[str, Any], rank: int, run_id: str, path: Path) -> list[Event]:
+    """One ``log`` event per process group of one rank's dump."""
     try:
         fallback_t = path.stat().st_mtime
     except OSError:

@@ -112,11 +112,17 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a file")
 
 
-def head(stream: BinaryIO, size: int) -> bytes:
-    """The first ``size`` bytes of a stream from ``open_log``, leaving its position where it is."""
+def pread(stream: BinaryIO, size: int, offset: int) -> bytes:
+    """``size`` bytes of a stream from ``open_log`` from ``offset`` on, leaving its position where it is.
+
+    A decoded stream's offsets are decoded ones: it is read from a second decoder, which
+    decodes again from the start (what a fingerprint's head or a refused batch costs, rarely).
+    """
     if isinstance(getattr(stream, "raw", None), _Decoded):
-        return stream.raw.restarted().read(size)
-    return os.pread(stream.fileno(), size, 0)
+        again = io.BufferedReader(stream.raw.restarted(), CHUNK)  # read() here loops to ``size`` or the end
+        again.seek(offset)
+        return again.read(size)
+    return os.pread(stream.fileno(), size, offset)
 
 
 class _Decoded(io.RawIOBase):

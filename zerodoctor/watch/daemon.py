@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import os
 import signal
 import threading
 import time
@@ -51,6 +52,7 @@ COMMIT_EVENTS = 50_000
 NOTIFY_JOIN_S = 60.0  # a webhook's retries take ~23.5 s at most; a stuck notifier is left behind
 
 Announce = Callable[[Finding, dict], None]
+_Stamp = tuple[int | None, ...]
 
 
 class Watcher:
@@ -80,7 +82,7 @@ class Watcher:
         self.judge_every_s, self.tick_s, self.rescan_s, self.recheck_s = judge_every_s, tick_s, rescan_s, recheck_s
         self.pipeline = Pipeline(engine, rules)
         self.tails: dict[Path, FileTail] = {}
-        self.skipped: dict[Path, str] = {}  # files found but not read, and why
+        self.skipped: dict[Path, tuple[str, _Stamp]] = {}  # files found but not read: why, and what the path was
         self.stop = threading.Event()
         self.deliveries = Deliveries(engine, notifiers or [], self.stop, notify_retry_s)
         self.wake = threading.Event()
@@ -97,30 +99,33 @@ class Watcher:
 
         Files are keyed by their resolved path, so a run directory reachable twice (a symlink
         alias, ``DIR DIR/../DIR``) is read once. A file that cannot be read (a FIFO, a symlink
-        loop, binary data, no permission) is reported once and counted in ``skipped``.
+        loop, binary data, no permission) is reported once and counted in ``skipped``, and
+        tried again only once its path has changed (``_stamp``).
         """
         run_dirs = {d.resolve(): None for root in self.roots for d in (root, *sorted(root.glob("*/")))}
         by_path = {_resolved(path): fmt for d in run_dirs for path, fmt in run_files(d)}
         found = sorted(by_path.items())
         formats = {path.parent: fmt for path, fmt in found}
-        self.skipped = {path: why for path, why in self.skipped.items() if path in by_path}
+        self.skipped = {path: skip for path, skip in self.skipped.items() if path in by_path}
         for path, tail in list(self.tails.items()):
             if formats.get(path.parent, tail.fmt) != tail.fmt:
                 tail.close()
                 del self.tails[path]
-        fresh = self._claimed([(path, fmt) for path, fmt in found if path not in self.tails])
+        unchanged = {path for path, (_, stamp) in self.skipped.items() if _stamp(path) == stamp}
+        fresh = self._claimed([(path, fmt) for path, fmt in found if path not in self.tails and path not in unchanged])
         if not fresh:
             return
         started: list[Path] = []
         with self.engine.begin() as conn:
             self._forget_replaced_sources(conn, formats)
             for path, fmt in fresh:
+                stamp = _stamp(path)  # before the try: a change during it is seen at the next rescan
                 try:
                     self.tails[path] = self.pipeline.tail(conn, path, fmt)
                 except FileNotFoundError:
                     continue  # gone between the scan and now; a later scan sees what replaces it
                 except OSError as exc:
-                    self._skip(path, exc)
+                    self._skip(path, exc, stamp)
                     continue
                 self.skipped.pop(path, None)
                 started.append(path)
@@ -128,11 +133,11 @@ class Watcher:
             names = [p.name for p in started if p.parent == run_dir]
             log.info("tailing %s: %s", run_dir, ", ".join(names))
 
-    def _skip(self, path: Path, exc: OSError) -> None:
+    def _skip(self, path: Path, exc: OSError, stamp: _Stamp) -> None:
         why = str(exc) if isinstance(exc, UnreadableFile) else f"{path}: cannot open: {exc.strerror or exc}"
-        if self.skipped.get(path) != why:  # once, not at every rescan
+        if self.skipped.get(path, ("",))[0] != why:  # once, not at every change of a file that stays unreadable
             log.error("%s; skipped", why)
-        self.skipped[path] = why
+        self.skipped[path] = why, stamp
 
     def _claimed(self, fresh: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
         """The files of run directories this watcher may write (``lock``). A directory another watcher
@@ -308,6 +313,19 @@ class Watcher:
         for tail in self.tails.values():
             tail.close()
         self.tails.clear()
+
+
+def _stamp(path: Path) -> _Stamp:
+    """What a skipped path is now: a change of type, content, mode or owner (ctime) makes it worth a new try."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:  # a symlink loop, a directory it cannot search…: the link itself, and why
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return (exc.errno,)
+        return (exc.errno, st.st_dev, st.st_ino, st.st_mode, st.st_mtime_ns, st.st_ctime_ns)
+    return (None, st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _resolved(path: Path) -> Path:
