@@ -114,6 +114,26 @@ def test_a_fix_patch_expression_is_checked_like_a_condition(tmp_path: Path) -> N
     assert [e.code for e in err.value.errors] == ["RL202"] and "batch.grad_acum" in str(err.value)
 
 
+def test_phrases_beside_the_rules_are_checked_and_shared_by_every_directory(tmp_path: Path) -> None:
+    from zerodoctor.rulebook.loader import RuleLoadError, load_rules
+    from zerodoctor.signals import catalog
+
+    text = GOOD_RULE.replace("ZD103", "ZD907").replace("micro-batches-per-step-mismatch", "phrased").replace(
+        "per optimizer step, but", "per optimizer step[ ({hang.stuck_states:each:rank-state})], but")
+    rules = _write(tmp_path, "ZD907-phrased.yaml", text)  # uses the core's phrase from another directory
+    core = ROOT / "rules"
+    assert [r.code for r in load_rules([core, rules], catalog()) if r.code == "ZD907"] == ["ZD907"]
+    (rules / "phrases.yaml").write_text(
+        "where:\n  fields: [rank]\n  txt: rank {rank}\n"                 # 1-3: unknown key
+        "there:\n  fields: [rank]\n  text: rank {rnak}\n"               # 4-6: unknown field
+        "rank-state:\n  fields: [rank]\n  text: rank {rank}\n")         # 7-9: defined by the core already
+    with pytest.raises(RuleLoadError) as err:
+        load_rules([core, rules], catalog())
+    found = {(Path(e.path).name, e.line, e.code) for e in err.value.errors}
+    assert {("phrases.yaml", 3, "RL101"), ("phrases.yaml", 6, "RL202"), ("phrases.yaml", 7, "RL401")} <= found, found
+    assert "did you mean 'text'" in str(err.value)
+
+
 def test_rules_show_prints_the_explanation() -> None:
     proc = run_cli("rules", "show", "ZD201")
     assert proc.returncode == 0

@@ -1,11 +1,12 @@
-"""Every rule's message and fix titles read well with any subset of their evidence missing.
+"""Every rule's message, fix titles and phrase read well with any subset of their evidence missing.
 
 A rule fires on whatever the run happened to show: a console log may hold only the exception,
 a probe run every number. For every rule, each signal its message or a fix title reads is given
 a plausible value or taken away (all combinations, or a fixed sample of 400 for large sets; a bool
 also as False), except those the condition guarantees when it is true. The text must never show
 a hole ("n/a", "None", a brace or bracket) or the scars of a clause left out (double spaces, a
-space before a comma, empty parentheses, a dangling separator).
+space before a comma, empty parentheses, a dangling separator). A phrase (rules/phrases.yaml) is read
+the same way over its record's fields, each heartbeat phase in turn.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import pytest
 
 from zerodoctor.pipeline import rules_from
 from zerodoctor.rulebook.expr import MissingSignal
-from zerodoctor.rulebook.loader import Rule
+from zerodoctor.events import Heartbeat
+from zerodoctor.rulebook.loader import PHRASES, Rule, builtin_rules_dir, load_phrases
+from zerodoctor.rulebook.template import Template
 from zerodoctor.signals import catalog
 
 RULES = rules_from()
@@ -32,16 +35,30 @@ _BY_UNIT: dict[str, Any] = {
     "bytes": 1_610_612_736, "keys": {"optimizer.params.lr": 1e-4, "zero_optimisation": 3},
     "name": "ALLREDUCE", "text": "expandable_segments:True", "ratio": 0.25, "lr": 3e-4, "GB": 12.5,
 }
+# plausible records, by field: what a phrase's record looks like (a list where each value is tried)
+_STATE = {"phase": "collective", "op": "all_reduce", "seq": 50, "group": "1", "outer": "backward",
+          "since_t": 1764579220.0, "for_s": 81.0}
+_FIELDS: dict[str, list[Any]] = {
+    "rank": [1], "quiet_s": [65.0], "phase": list(Heartbeat.model_fields["phase"].annotation.__args__),
+    "op": ["all_reduce"], "seq": [50], "group": ["1"], "outer": ["backward"], "since_t": [1764579220.0],
+    "for_s": [81.0], "head": [51], "beat": [_STATE],
+}
+_RECORDS = {"hang.fr_lags": [{"rank": 1, "group": "0", "seq": 30, "op": "nccl:all_reduce", "head": 31, "beat": _STATE}]}
+_KINDS = {"hang.recovered_kind": ["rank", "collective", "silent"]}  # names a template tells apart
+BOOK: dict[str, Template] = {}
+assert not load_phrases(builtin_rules_dir() / PHRASES, BOOK)
 
 
 def _value(name: str) -> Any:
     if name.endswith("_ranks"):  # a list of ranks; run.world_size is a count in the same unit
         return [0, 1, 3]
+    if CATALOG[name].unit == "records":
+        return _RECORDS.get(name, [{"rank": 1, **_STATE}, {"rank": 0, **_STATE, "phase": "user"}])
     return _BY_UNIT.get(CATALOG[name].unit, 8)
 
 
 def _states(name: str, guaranteed: set[str]) -> list[Any]:
-    present = [True, False] if CATALOG[name].unit == "bool" else [_value(name)]
+    present = [True, False] if CATALOG[name].unit == "bool" else _KINDS.get(name, [_value(name)])
     return present if name in guaranteed else [*present, _MISSING]
 
 
@@ -87,6 +104,27 @@ def test_no_subset_of_the_evidence_leaves_a_hole(rule: Rule) -> None:
                 assert what != "message", f"{rule.code} message needs a missing signal: {values}"
                 continue  # a fix title with a blank: the fix is not offered
             assert text and not _SCARS.search(text), f"{rule.code} {what} with {sorted(values)}:\n  {text!r}"
+
+
+@pytest.mark.parametrize("name", BOOK)
+def test_no_subset_of_a_records_fields_leaves_a_hole_in_its_phrase(name: str) -> None:
+    phrase = BOOK[name]
+    fields = phrase.signals
+    assert set(fields) <= set(_FIELDS), f"give {sorted(set(fields) - set(_FIELDS))} plausible values here"
+    choices = [[*_FIELDS[f], _MISSING] for f in fields]
+    rng = random.Random(0)
+    records = [tuple(c[0] for c in choices)] + [tuple(rng.choice(c) for c in choices) for _ in range(SAMPLE)]
+    records += [tuple(phase if f == "phase" else c[0] for f, c in zip(fields, choices)) for phase in _FIELDS["phase"]]
+    shown = 0
+    for combo in records:
+        values = {f: v for f, v in zip(fields, combo) if v is not _MISSING}
+        try:
+            text = phrase.render(_resolver(values))
+        except MissingSignal:
+            continue  # a record without a field the phrase needs: the clause around the list is left out
+        shown += 1
+        assert text and not _SCARS.search(text), f"phrase {name} with {values}:\n  {text!r}"
+    assert shown > len(_FIELDS["phase"])
 
 
 def test_the_check_catches_a_hole() -> None:

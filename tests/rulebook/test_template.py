@@ -82,6 +82,32 @@ def test_malformed_templates_are_refused_at_load(text: str) -> None:
     assert err.value.code in ("RL202", "RL203", "RL204")
 
 
+def test_unix_seconds_print_as_a_utc_time_of_day() -> None:
+    assert _render("since {fp16.overflow_rate + 1764579220:utc}") == "since 08:53:40 UTC"
+
+
+def test_each_words_every_record_with_its_phrase_and_leaves_out_what_a_record_lacks() -> None:
+    where = Template("rank {rank}[ in {op}] [if seq > 9: late] ({for_s:.0f} s)", {"rank", "op", "seq", "for_s"})
+    stuck = Template("{when.stuck:each:where}", {"when.stuck"}, {"where": where})
+    records = [{"rank": 1, "op": "all_reduce", "seq": 50, "for_s": 80.6}, {"rank": 0, "op": None, "seq": 3, "for_s": 2}]
+
+    def resolve(name: str):  # noqa: ANN202
+        return {"when.stuck": records}[name]
+    assert stuck.render(resolve) == "rank 1 in all_reduce late (81 s); rank 0 (2 s)"
+    records[:] = [records[0]]
+    assert Template("{when.stuck:each:where}", {"when.stuck"}, {"where": where}).render(
+        lambda name: records[0]) == "rank 1 in all_reduce late (81 s)"  # one record, not in a list
+    # a record without a field its phrase needs outside a clause is a missing value: its clause is left out
+    assert Template("stalled[: {when.stuck:each:where}]", {"when.stuck"}, {"where": where}).render(
+        lambda name: [{"rank": 1}]) == "stalled"
+    with pytest.raises(ExprError) as err:
+        Template("{when.stuck:each:nowhere}", {"when.stuck"}, {"where": where})
+    assert err.value.code == "RL204" and "unknown phrase 'nowhere'" in str(err.value)
+    with pytest.raises(ExprError) as err:
+        Template("rank {rnak}", {"rank"})  # a phrase reads only its record's fields
+    assert err.value.code == "RL202"
+
+
 def test_a_patch_leaf_that_is_one_field_keeps_its_type() -> None:
     patch = {"zero_optimization": {"reduce_bucket_size": Template("{memory.reduce_bucket_size // 4}", KNOWN),
                                    "note": Template("{memory.reduce_bucket_size:.0e} now", KNOWN)}}

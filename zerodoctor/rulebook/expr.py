@@ -93,6 +93,7 @@ class Expression:
         except SyntaxError as exc:
             raise ExprError("RL201", f"{self.what} {text.strip()!r} is not a valid expression: {exc.msg}") from None
         self.signals = _check(tree, known, self.what)
+        self._whole = {s for s in self.signals if "." not in s}  # a phrase's record fields: bare names
         self.guaranteed = _read_when_true(tree.body, set(known))
         self._tree = tree.body
 
@@ -108,6 +109,8 @@ class Expression:
     def _name(self, node: ast.Name) -> Any:
         if node.id in FUNCTIONS:
             return FUNCTIONS[node.id]
+        if node.id in self._whole:
+            return self._resolve(node.id)
         return _Scope(node.id, self._resolve)
 
 

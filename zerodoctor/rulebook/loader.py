@@ -1,10 +1,13 @@
 """Rules: YAML files → checked ``Rule`` objects, or every error at once as ``file:line: CODE: what``.
 
+Each rules directory may hold a ``phrases.yaml`` beside its rule files: templates named once that word one
+record of a signal's list (``{EXPR:each:NAME}``), for every rule of every directory.
+
 Error codes: RL100 YAML (a file too large, not regular, with aliases), RL101 unknown key, RL102 missing key,
 RL103 bad value,
 RL201 condition syntax, RL202 unknown signal, RL203 forbidden construct, RL204 template,
 RL205 hold without a per-step signal, RL206 a message field outside a clause that the condition does not
-guarantee (it could print a hole), RL301 doc section missing, RL401 duplicate code,
+guarantee (it could print a hole), RL301 doc section missing, RL401 duplicate code or phrase name,
 RL402 file name does not match code and name, RL403 folder does not match category.
 """
 
@@ -21,11 +24,12 @@ from pydantic import ValidationError
 
 from zerodoctor.rulebook.expr import Condition, ExprError
 from zerodoctor.rulebook.template import Template
-from zerodoctor.rulebook.model import CATEGORIES, FixSpec, RuleSpec
+from zerodoctor.rulebook.model import CATEGORIES, FixSpec, PhraseSpec, RuleSpec
 from zerodoctor.signals import Signal
 from zerodoctor.sources.readable import UnreadableFile, open_regular
 
 MAX_RULE_BYTES = 256 * 1024  # the largest shipped rule is ~5 KiB; a 50 MB one took 109 s and 3.2 GB
+PHRASES = "phrases.yaml"
 REQUIRED_SECTIONS = ("What it does", "Why is this bad?")
 ALL_SECTIONS = (*REQUIRED_SECTIONS, "Example", "Fix")
 
@@ -82,13 +86,18 @@ def load_rules(dirs: Iterable[Path], catalog: dict[str, Signal]) -> list[Rule]:
     rules: list[Rule] = []
     errors: list[RuleError] = []
     seen: dict[str, str] = {}
+    phrases: dict[str, Template] = {}
+    dirs = [Path(d) for d in dirs]
     for directory in dirs:
-        directory = Path(directory)
         if not directory.is_dir():
             errors.append(RuleError(str(directory), 0, "RL100", "rules directory does not exist"))
-            continue
+        elif (directory / PHRASES).exists():
+            errors += load_phrases(directory / PHRASES, phrases)
+    for directory in filter(Path.is_dir, dirs):
         for path in sorted(directory.rglob("*.yaml")):
-            rule, file_errors = _load_file(path, catalog)
+            if path == directory / PHRASES:
+                continue
+            rule, file_errors = _load_file(path, catalog, phrases)
             errors += file_errors
             if rule is not None:
                 if rule.code in seen:
@@ -101,22 +110,58 @@ def load_rules(dirs: Iterable[Path], catalog: dict[str, Signal]) -> list[Rule]:
     return sorted(rules, key=lambda r: r.code)
 
 
-def _load_file(path: Path, catalog: dict[str, Signal]) -> tuple[Rule | None, list[RuleError]]:
+def _read(path: Path, what: str) -> tuple[yaml.Node, dict] | RuleError:
+    """The file's mapping and its YAML node tree, or why it is none."""
     name = str(path)
     try:
         node, data = _parse(path)
     except (OSError, UnicodeDecodeError) as exc:
-        return None, [RuleError(name, 0, "RL100", str(exc) if isinstance(exc, UnreadableFile) else f"cannot read: {exc}")]
+        return RuleError(name, 0, "RL100", str(exc) if isinstance(exc, UnreadableFile) else f"cannot read: {exc}")
     except _TooLarge as exc:
-        return None, [RuleError(name, 0, "RL100", str(exc))]
+        return RuleError(name, 0, "RL100", str(exc))
     except RecursionError:
-        return None, [RuleError(name, 0, "RL100", "nested too deeply to be a rule")]
+        return RuleError(name, 0, "RL100", f"nested too deeply to be a {what}")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        return None, [RuleError(name, mark.line + 1 if mark else 0, "RL100", str(getattr(exc, "problem", exc)))]
+        return RuleError(name, mark.line + 1 if mark else 0, "RL100", str(getattr(exc, "problem", exc)))
     if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
-        return None, [RuleError(name, 1, "RL100", "a rule file must be a YAML mapping")]
+        return RuleError(name, 1, "RL100", f"a {what} file must be a YAML mapping")
+    return node, data
 
+
+def load_phrases(path: Path, phrases: dict[str, Template]) -> list[RuleError]:
+    """Add the file's phrases to ``phrases``, in file order (a phrase may use those before it)."""
+    read = _read(path, "phrases")
+    if isinstance(read, RuleError):
+        return [read]
+    node, data = read
+    errors: list[RuleError] = []
+
+    def err(loc: tuple, code: str, message: str) -> None:
+        errors.append(RuleError(str(path), _line(node, loc), code, message))
+
+    for key, entry in data.items():
+        try:
+            spec = PhraseSpec.model_validate(entry)
+        except ValidationError as exc:
+            _validation_errors(exc, err, PhraseSpec, (key,))
+            continue
+        if key in phrases:
+            err((key,), "RL401", f"phrase '{key}' is already defined")
+            continue
+        phrase = _compile(lambda: Template(spec.text, set(spec.fields), phrases), (key, "text"), err)
+        if phrase is not None:
+            phrases[key] = phrase
+    return errors
+
+
+def _load_file(path: Path, catalog: dict[str, Signal], phrases: dict[str, Template]) -> tuple[
+        Rule | None, list[RuleError]]:
+    name = str(path)
+    read = _read(path, "rule")
+    if isinstance(read, RuleError):
+        return None, [read]
+    node, data = read
     errors: list[RuleError] = []
 
     def err(loc: tuple, code: str, message: str) -> None:
@@ -125,24 +170,14 @@ def _load_file(path: Path, catalog: dict[str, Signal]) -> tuple[Rule | None, lis
     try:
         spec = RuleSpec.model_validate(data)
     except ValidationError as exc:
-        for e in exc.errors(include_url=False):
-            loc = e["loc"]
-            if e["type"] == "extra_forbidden":
-                key = str(loc[-1])
-                allowed = _allowed_keys(loc)
-                hint = difflib.get_close_matches(key, allowed, n=1)
-                err(loc, "RL101", f"unknown key '{key}'" + (f" (did you mean '{hint[0]}'?)" if hint else ""))
-            elif e["type"] == "missing":
-                err(loc[:-1], "RL102", f"missing key '{'.'.join(map(str, loc))}'")
-            else:
-                err(loc, "RL103", f"'{'.'.join(map(str, loc))}': {e['msg']}")
+        _validation_errors(exc, err, RuleSpec)
         # Conditions and templates are still checked, so one pass reports everything.
         spec = None
 
     known = set(catalog)
     condition = _compile(lambda: Condition(data.get("when", ""), known), ("when",), err) if isinstance(
         data.get("when"), str) else None
-    message = _compile(lambda: Template(data["message"], known), ("message",), err) if isinstance(
+    message = _compile(lambda: Template(data["message"], known, phrases), ("message",), err) if isinstance(
         data.get("message"), str) else None
     if condition and message:
         holes = [s for s in message.required if s not in condition.guaranteed]
@@ -161,10 +196,10 @@ def _load_file(path: Path, catalog: dict[str, Signal]) -> tuple[Rule | None, lis
     for i, fix in enumerate(data.get("fixes") or []):
         if not isinstance(fix, dict):
             continue
-        title = _compile(lambda: Template(str(fix.get("title", "")), known), ("fixes", i, "title"), err)
+        title = _compile(lambda: Template(str(fix.get("title", "")), known, phrases), ("fixes", i, "title"), err)
         when = _compile(lambda: Condition(fix["when"], known), ("fixes", i, "when"), err) if isinstance(
             fix.get("when"), str) else None
-        fields = {key: _compile(lambda: _templates(fix.get(key), known), ("fixes", i, key), err)
+        fields = {key: _compile(lambda: _templates(fix.get(key), known, phrases), ("fixes", i, key), err)
                   for key in ("config_patch", "env", "action")}
         fixes.append((title, when, fields))
     _check_doc(data.get("doc"), err)
@@ -205,15 +240,29 @@ def _parse(path: Path) -> tuple[yaml.Node | None, Any]:
         loader.dispose()
 
 
-def _templates(node: Any, known: set[str]) -> Any:
+def _templates(node: Any, known: set[str], phrases: dict[str, Template]) -> Any:
     """A fix's action, env or config patch with each string leaf compiled (each may hold fields)."""
     if isinstance(node, str):
-        return Template(node, known)
+        return Template(node, known, phrases)
     if isinstance(node, dict):
-        return {k: _templates(v, known) for k, v in node.items()}
+        return {k: _templates(v, known, phrases) for k, v in node.items()}
     if isinstance(node, list):
-        return [_templates(v, known) for v in node]
+        return [_templates(v, known, phrases) for v in node]
     return node
+
+
+def _validation_errors(exc: ValidationError, err, model: type, within: tuple = ()) -> None:  # noqa: ANN001
+    """Each of pydantic's errors as RL101 unknown key (with a close match), RL102 missing or RL103 bad value."""
+    for e in exc.errors(include_url=False):
+        loc = (*within, *e["loc"])
+        if e["type"] == "extra_forbidden":
+            key = str(loc[-1])
+            hint = difflib.get_close_matches(key, _allowed_keys(loc, model), n=1)
+            err(loc, "RL101", f"unknown key '{key}'" + (f" (did you mean '{hint[0]}'?)" if hint else ""))
+        elif e["type"] == "missing":
+            err(loc[:-1], "RL102", f"missing key '{'.'.join(map(str, loc))}'")
+        else:
+            err(loc, "RL103", f"'{'.'.join(map(str, loc))}': {e['msg']}")
 
 
 def _compile(build, loc: tuple, err):  # noqa: ANN001, ANN202 - local helper
@@ -241,8 +290,8 @@ def _check_location(path: Path, data: dict, err) -> None:  # noqa: ANN001
         err(("category",), "RL403", f"rule of category '{category}' lives in folder '{path.parent.name}'")
 
 
-def _allowed_keys(loc: tuple) -> list[str]:
-    model = FixSpec if "fixes" in loc else RuleSpec
+def _allowed_keys(loc: tuple, model: type) -> list[str]:
+    model = FixSpec if model is RuleSpec and "fixes" in loc else model
     return [f.alias or n for n, f in model.model_fields.items()]
 
 

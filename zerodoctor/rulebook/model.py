@@ -1,4 +1,4 @@
-"""Rules: the YAML rule format as a strict pydantic model (unknown keys are errors)."""
+"""Rules: the YAML rule and phrase formats as strict pydantic models (unknown keys are errors)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,21 @@ class FixSpec(BaseModel):
     def _one_field(cls, value: Any) -> Any:
         if isinstance(value, str) and not re.fullmatch(r"\{[^{}]+\}", value):
             raise ValueError("a config_patch string must be exactly one '{EXPR}' whose value is the patch")
+        return value
+
+
+class PhraseSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fields: list[str] = Field(description="the record's fields the text may read, as bare names")
+    text: str = Field(description="a template over those fields (no signals) that words one record")
+
+    @field_validator("fields")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        bad = [f for f in value if not f.isidentifier() or f.startswith("_")]
+        if bad:
+            raise ValueError(f"not a field name: {', '.join(bad)}")
         return value
 
 

@@ -4,7 +4,9 @@ The template language (docs/rules.md):
 - ``{EXPR}`` or ``{EXPR:SPEC}``: EXPR is an expression in the condition language, SPEC a Python
   format spec or one of ``bytes`` (PyTorch's units: ``1.50 GiB``), ``list`` (``0, 1, 3``; runs
   of three or more integers as ``4-7``; a mapping's keys), ``pairs`` (a mapping as ``a=1, b=2``) and
-  ``arrows`` (a mapping as ``a → b, c → d``); ``list:SPEC`` (and ``pairs:SPEC``…) formats each item with SPEC.
+  ``arrows`` (a mapping as ``a → b, c → d``); ``list:SPEC`` (and ``pairs:SPEC``…) formats each item with SPEC;
+  ``utc`` (unix seconds as ``08:53:40 UTC``); ``each:NAME`` (a record, or each record of a list, worded by the
+  phrase NAME and joined by ``; ``).
   A float without a spec prints as ``:.4g`` would, a bool as yes/no.
 - ``[...]``: an optional clause, left out when a field inside it has no value (the signal is
   missing, or the value is None or an empty list). Clauses nest.
@@ -13,22 +15,25 @@ The template language (docs/rules.md):
 - ``{{`` and ``}}``: literal braces; ``{"["}`` and ``{"]"}``: literal brackets (``]]`` closes two clauses).
 - Spaces a left-out clause leaves doubled, or before ``, ; : . )``, are dropped.
 
-A field outside every clause must be one the rule's condition guarantees (the loader checks
-it), so a message never has a hole. Only the expressions are parsed as Python (``expr.py``);
-this module merely finds where fields and clauses begin and end.
+A phrase (``phrases.yaml`` beside the rules) is a template over one record's fields, named once and
+used by every rule that words such records. A field outside every clause must be one the rule's
+condition guarantees (the loader checks it), so a message never has a hole. Only the expressions are
+parsed as Python (``expr.py``); this module merely finds where fields and clauses begin and end.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Union
 
 from zerodoctor.rulebook.expr import Condition, Expression, ExprError, MissingSignal, Resolver
 from zerodoctor.units import format_bytes
 
-_FORMATS = ("bytes", "list", "pairs", "arrows")
+_FORMATS = ("bytes", "utc", "list", "pairs", "arrows", "each")
+_PER_ITEM = ("list", "pairs", "arrows")  # these take a spec for each item: list:.0%
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 _PUNCT = re.compile(r" +([,;:.)])")
 MAX_WIDTH, MAX_PRECISION = 100, 20
@@ -40,6 +45,7 @@ _SIZES = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<preci
 class Field:
     expr: Expression
     spec: str
+    phrase: Template | None = None  # each:NAME's phrase
 
 
 @dataclass(frozen=True)
@@ -55,9 +61,10 @@ Part = Union[str, Field, Clause]
 class Template:
     """A message, fix title, action or patch value, parsed and checked once."""
 
-    def __init__(self, text: str, known: set[str]) -> None:
+    def __init__(self, text: str, known: set[str], phrases: dict[str, Template] | None = None) -> None:
+        """``known``: the signals (for a phrase: its record's fields); ``phrases``: those ``each:NAME`` may use."""
         self.text = text
-        self.parts = _parse(text, known)
+        self.parts = _parse(text, known, phrases or {})
 
     @property
     def signals(self) -> list[str]:
@@ -97,6 +104,8 @@ def _render(parts: list[Part], resolve: Resolver) -> str:
     for part in parts:
         if isinstance(part, str):
             out.append(part)
+        elif isinstance(part, Field) and part.phrase is not None:
+            out.append(_each(value_of(part.expr, resolve), part.phrase))
         elif isinstance(part, Field):
             out.append(format_value(value_of(part.expr, resolve), part.spec))
         elif part.otherwise and shown:
@@ -125,6 +134,8 @@ def format_value(value: Any, spec: str) -> str:
     spec, _, item = spec.partition(":") if spec.split(":")[0] in _FORMATS else (spec, "", "")
     if spec == "bytes":
         return format_bytes(value)
+    if spec == "utc":
+        return _utc(value)
     if spec == "list":
         return _list(value, item)
     if spec in ("pairs", "arrows"):
@@ -138,6 +149,31 @@ def format_value(value: Any, spec: str) -> str:
         return format(value, spec)
     except (TypeError, ValueError):
         raise MissingSignal(f"{value!r}:{spec}") from None
+
+
+def _utc(value: Any) -> str:
+    """Unix seconds as ``08:53:40 UTC``: a stall is minutes long, so the time of day says when it began."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return time.strftime("%H:%M:%S UTC", time.gmtime(value))
+    except (TypeError, ValueError, OverflowError, OSError):
+        raise MissingSignal(f"{value!r}:utc") from None
+
+
+def _each(value: Any, phrase: Template) -> str:
+    """A record, or each record of a list, worded by ``phrase``; raises MissingSignal on anything else."""
+    items = [value] if isinstance(value, dict) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
+        raise MissingSignal(f"{value!r}:each")
+
+    def fields(item: dict[str, Any]) -> Resolver:
+        def resolve(name: str) -> Any:
+            if item.get(name) is None:
+                raise MissingSignal(name)
+            return item[name]
+        return resolve
+    return "; ".join(phrase.render(fields(item)) for item in items)
 
 
 def _list(values: Any, spec: str) -> str:
@@ -154,7 +190,7 @@ def _list(values: Any, spec: str) -> str:
     return ", ".join(f"{r[0]}-{r[-1]}" if len(r) >= 3 else ", ".join(map(str, r)) for r in runs)
 
 
-def _parse(text: str, known: set[str]) -> list[Part]:
+def _parse(text: str, known: set[str], phrases: dict[str, Template]) -> list[Part]:
     stack: list[list[Part]] = [[]]
     opened: list[tuple[Condition | None, bool]] = []
     literal: list[str] = []
@@ -180,7 +216,7 @@ def _parse(text: str, known: set[str]) -> list[Part]:
                 raise ExprError("RL204", f"template {text!r}: empty field at character {i}")
             if "{" in spec or "}" in spec:
                 raise ExprError("RL204", f"template {text!r}: nested fields in a format spec are not supported")
-            stack[-1].append(_field(expr, spec, known, text))
+            stack[-1].append(_field(expr, spec, known, text, phrases))
             i = end + 1
         elif char == "[":
             flush()
@@ -219,9 +255,14 @@ def _parse(text: str, known: set[str]) -> list[Part]:
     return stack[0]
 
 
-def _field(expr: str, spec: str, known: set[str], text: str) -> Field:
+def _field(expr: str, spec: str, known: set[str], text: str, phrases: dict[str, Template]) -> Field:
     head, _, item = spec.partition(":")
-    checked = item if head in _FORMATS[1:] else spec  # list:.0% formats each item with .0%
+    if head == "each":
+        if item not in phrases:
+            raise ExprError("RL204", f"template {text!r}: unknown phrase '{item}' in '{spec}' (phrases: "
+                            f"{', '.join(phrases) or 'none'})")
+        return Field(_compile(Expression, expr, known, text), spec, phrases[item])
+    checked = item if head in _PER_ITEM else spec  # list:.0% formats each item with .0%
     if checked and checked not in _FORMATS:
         size = _SIZES.fullmatch(checked)  # a message is one line: '>2000000000' would take gigabytes
         if size and size["width"] and int(size["width"]) > MAX_WIDTH:

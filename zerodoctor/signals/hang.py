@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +40,8 @@ RUNS_KEPT = 8  # recent phase runs kept per rank
 LONG_KEPT = 16  # phase runs that outlasted the shortest window, kept apart: what a stall that ended was
 EPISODES_KEPT = 16
 MEDIAN_OF = 101
+# A rank's state, as a record (rules/phrases.yaml's rank-state words it)
+STATE = "rank, phase, since_t, for_s (seconds in that phase); op, group, seq, outer in a collective"
 
 SIGNALS = [
     Signal("hang.collective_timeouts", "events", "collective operations the NCCL watchdog timed out (one per rank)"),
@@ -59,17 +60,21 @@ SIGNALS = [
                                 "busy (no rank waits) | silent (some ranks' heartbeats stopped) | gone (all did)"),
     Signal("hang.last_step", "step", "last step completed on every rank before the stall"),
     Signal("hang.stuck_ranks", "ranks", "the ranks the others wait for, or whose heartbeats stopped"),
-    Signal("hang.stuck_text", "text", "where each stuck rank is and since when"),
-    Signal("hang.waiting_text", "text", "what the other ranks wait in and since when"),
-    Signal("hang.busy_text", "text", "what each rank does while no step completes"),
+    Signal("hang.stuck_states", "records", f"where each stuck rank is and since when ({STATE}); a silent rank's "
+                                           "quiet_s says how long its heartbeats have stopped, its state is its last"),
+    Signal("hang.waiting_states", "records", f"where the other ranks are, and since when ({STATE})"),
+    Signal("hang.busy_states", "records", f"what each rank does while no step completes ({STATE})"),
     Signal("hang.recovered", "episodes", "stalls (a rank stuck, a collective, silence) that ended with steps resuming"),
     Signal("hang.recovered_lasted_s", "s", "how long the last of them lasted"),
     Signal("hang.recovered_step", "step", "the step that ended it"),
-    Signal("hang.recovered_text", "text", "what it was: the stuck ranks and what the others waited in"),
+    Signal("hang.recovered_kind", "name", "what it was: rank | collective | silent, as hang.kind"),
+    Signal("hang.recovered_stuck_states", "records", f"where its stuck ranks were, at its end ({STATE}; quiet_s as above)"),
+    Signal("hang.recovered_waiting_states", "records", f"where the other ranks were, at its end ({STATE})"),
     Signal("hang.recovered_ranks", "ranks", "the ranks that were stuck"),
     Signal("hang.fr_behind", "ranks", "how many ranks' flight recorder's last collective is behind the others'"),
     Signal("hang.fr_behind_ranks", "ranks", "those ranks"),
-    Signal("hang.fr_text", "text", "the flight recorder's last collectives, joined with the heartbeats"),
+    Signal("hang.fr_lags", "records", "per rank behind: rank, group, seq and op of its last recorded collective, head "
+                                      "(the group's furthest seq) and beat: its last heartbeat's state, when it has one"),
 ]
 
 STEP_FIELDS = {"step_time_s": "max"}
@@ -144,44 +149,40 @@ def _during(runs: list[dict[str, Any]], start: float, end: float) -> dict[str, A
 
 
 def classify(states: dict[str, dict[str, Any]], now: float) -> dict[str, Any]:
-    """What a stall is, from each rank's state (its last phase run) at ``now``."""
+    """What a stall is, from each rank's state (its last phase run) at ``now``; where each rank is as records."""
     ranks = sorted(map(int, states))
     silent = [r for r in ranks if now - states[str(r)]["t"] >= SILENT_AFTER_S]
     if silent and len(silent) == len(ranks):  # the whole job went quiet: killed with its wrapper, or ended unseen
         return {"kind": "gone", "ranks": []}
     if silent:
         return {"kind": "silent", "ranks": silent,
-                "stuck": "; ".join(f"rank {r}: no heartbeat for {now - states[str(r)]['t']:.0f} s (last seen "
-                                   f"{_where(states[str(r)], now)})" for r in silent),
-                "waiting": _listing(states, [r for r in ranks if r not in silent], now)}
+                "stuck": [{**_state(states[str(r)], now, r), "quiet_s": now - states[str(r)]["t"]} for r in silent],
+                "waiting": _states(states, [r for r in ranks if r not in silent], now)}
     waits = Counter((s["group"], s["seq"]) for s in states.values()
                     if s["phase"] == "collective" and now - (s["since_t"] or s["t"]) >= WAITED_S)
     if not waits or all(s["phase"] in BUSY or s.get("outer") in BUSY for s in states.values()):
-        return {"kind": "busy", "ranks": [], "busy": _listing(states, ranks, now)}
+        return {"kind": "busy", "ranks": [], "busy": _states(states, ranks, now)}
     # the collective most ranks wait in (the later one on a tie): whoever is elsewhere holds it up
     head = max(waits, key=lambda k: (waits[k], k[1] or 0))
     behind = [r for r in ranks if states[str(r)]["phase"] != "collective"
               or (states[str(r)]["group"], states[str(r)]["seq"]) != head]
     if not behind:
-        return {"kind": "collective", "ranks": ranks, "waiting": _listing(states, ranks, now)}
-    return {"kind": "rank", "ranks": behind, "stuck": _listing(states, behind, now),
-            "waiting": _listing(states, [r for r in ranks if r not in behind], now)}
+        return {"kind": "collective", "ranks": ranks, "waiting": _states(states, ranks, now)}
+    return {"kind": "rank", "ranks": behind, "stuck": _states(states, behind, now),
+            "waiting": _states(states, [r for r in ranks if r not in behind], now)}
 
 
-def _where(state: dict[str, Any], now: float) -> str:
-    phase = state["phase"]
-    if phase == "collective":
-        what = f"waiting in {state['op']} (#{state['seq']} on group {state['group']}, in {state['outer']})"
-    else:
-        what = {"user": "in user code outside the engine", "data": "in the data loader", "eval": "in evaluation",
-                "forward": "in forward", "backward": "in backward", "step": "in the optimizer step",
-                "save_checkpoint": "in save_checkpoint", "load_checkpoint": "in load_checkpoint"}.get(phase, phase)
-    since = state.get("since_t") or state["t"]
-    return f"{what} since {time.strftime('%H:%M:%S', time.gmtime(since))} UTC ({now - since:.0f} s)"
+def _state(run: dict[str, Any], now: float, rank: int | None = None) -> dict[str, Any]:
+    """A phase run as the record rules word (rules/phrases.yaml, rank-state): what, since when, for how long."""
+    since = run.get("since_t") or run["t"]
+    where = {"phase": run["phase"], "since_t": since, "for_s": now - since}
+    if run["phase"] == "collective":
+        where.update({k: run.get(k) for k in ("op", "group", "seq", "outer") if run.get(k) is not None})
+    return where if rank is None else {"rank": rank, **where}
 
 
-def _listing(states: dict[str, dict[str, Any]], ranks: list[int], now: float) -> str:
-    return "; ".join(f"rank {r} {_where(states[str(r)], now)}" for r in ranks)
+def _states(states: dict[str, dict[str, Any]], ranks: list[int], now: float) -> list[dict[str, Any]]:
+    return [_state(states[str(r)], now, r) for r in ranks]
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +202,8 @@ def _stall(view: RunView) -> dict[str, Any]:
         last = fold.episodes[-1]
         out.update({"hang.recovered_lasted_s": last["to_t"] - last["from_t"],
                     "hang.recovered_step": last["step"], "hang.recovered_ranks": last["ranks"],
-                    "hang.recovered_text": _episode_text(last)})
+                    "hang.recovered_kind": last["kind"], "hang.recovered_stuck_states": last.get("stuck"),
+                    "hang.recovered_waiting_states": last.get("waiting")})
     starts = [e["t"] for e in view.starts]
     progress = fold.progress_t if fold.progress_t is not None else max(starts, default=None)
     ended = {e["rank"] for e in view.events.get("run_end", [])}
@@ -216,17 +218,9 @@ def _stall(view: RunView) -> dict[str, Any]:
     states = {r: runs[-1] for r, runs in fold.runs.items() if int(r) not in ended}
     verdict = classify(states, view.now)
     out.update({"hang.kind": verdict["kind"], "hang.stuck_ranks": verdict["ranks"] or None,
-                "hang.last_step": fold.last_step, "hang.stuck_text": verdict.get("stuck"),
-                "hang.waiting_text": verdict.get("waiting"), "hang.busy_text": verdict.get("busy")})
+                "hang.last_step": fold.last_step, "hang.stuck_states": verdict.get("stuck"),
+                "hang.waiting_states": verdict.get("waiting"), "hang.busy_states": verdict.get("busy")})
     return out
-
-
-def _episode_text(episode: dict[str, Any]) -> str:
-    if episode["kind"] == "collective":
-        return f"every rank waited in the same collective ({episode['waiting']})"
-    if episode.get("waiting"):
-        return f"{episode['stuck']}, while {episode['waiting']}"
-    return episode["stuck"]
 
 
 def _flight_recorder(view: RunView) -> dict[str, Any]:
@@ -236,7 +230,7 @@ def _flight_recorder(view: RunView) -> dict[str, Any]:
         data = e.get("data") or {}
         if e.get("what") == "flight_recorder" and isinstance(data.get("seq"), int):
             last.setdefault(str(data.get("group")), {})[e["rank"]] = data
-    behind, parts = set(), []
+    behind, lags = set(), []
     beats = view.fold(__name__).runs
     for group, ranks in sorted(last.items()):
         head = max(d["seq"] for d in ranks.values())
@@ -244,13 +238,11 @@ def _flight_recorder(view: RunView) -> dict[str, Any]:
             if d["seq"] < head:
                 behind.add(rank)
                 beat = beats.get(str(rank))
-                seen = f"; its last heartbeat: {_where(beat[-1], beat[-1]['t'])}" if beat else ""
-                parts.append(f"rank {rank}'s last collective on group {group} is #{d['seq']} {d.get('op')}, "
-                             f"the others reached #{head}{seen}")
+                lags.append({"rank": rank, "group": group, "seq": d["seq"], "op": d.get("op"), "head": head,
+                             "beat": _state(beat[-1], beat[-1]["t"]) if beat else None})
     if not last:
         return {}
-    return {"hang.fr_behind": len(behind), "hang.fr_behind_ranks": sorted(behind) or None,
-            "hang.fr_text": "; ".join(parts) or None}
+    return {"hang.fr_behind": len(behind), "hang.fr_behind_ranks": sorted(behind) or None, "hang.fr_lags": lags or None}
 
 
 def _timeouts(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
