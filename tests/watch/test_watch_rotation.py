@@ -12,7 +12,8 @@ from sqlalchemy.exc import OperationalError
 from tests.conftest import ROOT
 from tests.watch.conftest import append, step_line, stored_steps
 from zerodoctor.diagnosis import diagnose
-from zerodoctor.store import findings as stored_findings, ingest
+from zerodoctor.store import findings as stored_findings
+from zerodoctor.store import steps as chunked_steps
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.schema import events, files, quarantine, runs
 from zerodoctor.watch.daemon import Watcher
@@ -258,17 +259,17 @@ def stored_events(watcher: Watcher) -> list[tuple]:
 def test_line_the_store_refuses_is_quarantined_once_alone_and_the_tail_goes_on(tmp_path, make_watcher, monkeypatch):
     log = tmp_path / "runs" / "r" / "rank-0.jsonl"
     append(log, "r", 0, range(1, 6))
-    step_row = ingest._step_row
+    store = chunked_steps.store
 
-    def refuse_step_3(e, run_id, file_id):  # noqa: ANN001, ANN202
-        if e.step == 3:  # a StepRecord since the CONTRACT commit
+    def refuse_step_3(conn, file_id, records, run_id):  # noqa: ANN001, ANN202
+        if any(r.step == 3 for r in records):
             raise ValueError("value out of range for the store")
-        return step_row(e, run_id, file_id)
+        return store(conn, file_id, records, run_id)
 
-    monkeypatch.setattr(ingest, "_step_row", refuse_step_3)
+    monkeypatch.setattr(chunked_steps, "store", refuse_step_3)
     watcher = make_watcher()
     one_pass(watcher)
-    monkeypatch.setattr(ingest, "_step_row", step_row)
+    monkeypatch.setattr(chunked_steps, "store", store)
     one_pass(watcher)  # not read again: the refused batch is behind the offset
     append(log, "r", 0, range(6, 8))
     one_pass(watcher)
