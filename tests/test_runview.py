@@ -17,7 +17,7 @@ from zerodoctor.runview import Reads, ReadsConflict, RunView
 from zerodoctor.sources import Batch
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.runs import list_runs
-from zerodoctor.store.schema import STEP_METRICS
+from zerodoctor.events import STEP_METRICS
 
 RANKS = 2
 

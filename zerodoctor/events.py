@@ -230,6 +230,13 @@ StepRecord = msgspec.defstruct(
 )
 
 
+# The numeric fields of a step beyond its number, split by the type the store keeps them in
+# (stepcolumns.py): int64 (a bool as 0/1) or float64.
+STEP_METRICS = tuple(name for name in Step.model_fields if name not in (*_Envelope.model_fields, "kind", "step"))
+STEP_INTS = tuple(m for m in STEP_METRICS if _record_type(m, Step.model_fields[m].annotation) != typing.Optional[float])
+STEP_FLOATS = tuple(m for m in STEP_METRICS if m not in STEP_INTS)
+
+
 def step_record(event: Event) -> Any:
     """The ``StepRecord`` of a step event dict the ``Step`` model validated (NaN and all)."""
     return StepRecord(**{name: event.get(name) for name in StepRecord.__struct_fields__})

@@ -219,7 +219,7 @@ class FileTail:
         reader = read_batches(self.path, self.parser, start=self.offset, first_line=self.lines + 1,
                               final=final, batch_lines=BATCH_LINES, stream=stream, unterminated=unterminated)
         for count, batch in enumerate(reader, 1):
-            if batch.end == self.offset and not batch.events and not batch.steps and not batch.rejected:
+            if batch.end == self.offset and not batch.events and not batch.step_count() and not batch.rejected:
                 continue
             lines_before, signed = self.lines, min(self.offset, HEAD_BYTES)
             batch = self._ingestor.add_or_quarantine(conn, self.file_id, batch, self.name, self.lines + 1,

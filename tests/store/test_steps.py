@@ -16,6 +16,7 @@ from tests.conftest import step_rows
 from zerodoctor.events import step_record
 from zerodoctor.pipeline import Pipeline, rules_from
 from zerodoctor.sources import Batch
+from zerodoctor.stepcolumns import Columns
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store import steps
 from zerodoctor.store.db import open_engine
@@ -84,9 +85,9 @@ def test_chunks_merge_as_the_rows_would(tmp_path_factory, batches):
 
 
 def test_a_column_no_record_has_is_not_stored_and_reads_as_absent(tmp_path: Path):
-    cols = steps.Columns.of([step_record({"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 1})])
+    cols = Columns.of([step_record({"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 1})], [1])
     assert "tokens" not in cols.values and "comm_s" not in cols.values
-    back = steps.Columns.decode(cols.n, cols.encode())
+    back = Columns.decode(cols.n, cols.encode())
     assert steps.merge(back, {"tokens": "sum", "comm_s": "mean"}) == {"step": [1], "t": [1.0], "tokens": [None],
                                                                      "comm_s": [None]}
 
@@ -126,7 +127,7 @@ def test_compaction_keeps_every_row_and_what_the_view_holds(tmp_path: Path):
 
 def test_a_nan_loss_is_flagged_beside_gaps_and_infinities():
     rows = [{"loss": math.nan}, {}, {"loss": math.inf, "grad_norm": -math.inf}, {"loss": 2.0, "grad_norm": math.nan}]
-    cols = steps.Columns.of([step_record({"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": i, **row})
-                             for i, row in enumerate(rows)])
+    cols = Columns.of([step_record({"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": i, **row})
+                       for i, row in enumerate(rows)], list(range(len(rows))))
     assert cols.values["nonfinite"].tolist() == [1, 0, 3, 2]
     assert [v if v == v else None for v in cols.values["loss"].tolist()] == [None, None, None, 2.0]

@@ -9,6 +9,7 @@ the content, ``run_files`` the files of a run directory (``register_sources``).
 from __future__ import annotations
 
 import inspect
+import operator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -17,11 +18,13 @@ from typing import BinaryIO, Callable, Iterator, Protocol
 
 from zerodoctor import plugins
 from zerodoctor.events import Event, StepRecord, step_record
+from zerodoctor.stepcolumns import Columns
 from zerodoctor.sources.lines import MAX_LINE_BYTES, read_lines
 from zerodoctor.sources.readable import open_log
 from zerodoctor.sources.rejects import BadLine, Rejected
 
 SNIFF_BYTES = 64 * 1024
+_run_of = operator.attrgetter("run")
 
 
 class Parser(Protocol):
@@ -83,6 +86,26 @@ class Batch:
     event_lines: list[int] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)
     step_lines: list[int] = field(default_factory=list)
+    columns: dict[str, Columns] = field(default_factory=dict)  # sealed steps, per run (``seal``)
+
+    def seal(self) -> None:
+        """Turn ``steps`` into ``columns``, one ``Columns`` per run with each row's rank and line:
+        the shape steps are stored in, and cheap to send between processes."""
+        if not self.steps:
+            return
+        names = set(map(_run_of, self.steps))
+        for name in names:
+            if len(names) == 1:
+                records, lines = self.steps, self.step_lines
+            else:
+                picked = [(r, line) for r, line in zip(self.steps, self.step_lines) if r.run == name]
+                records, lines = [r for r, _ in picked], [line for _, line in picked]
+            cols = Columns.of(records, lines)
+            self.columns[name] = Columns.concat([self.columns[name], cols]) if name in self.columns else cols
+        self.steps, self.step_lines = [], []
+
+    def step_count(self) -> int:
+        return len(self.steps) + sum(c.n for c in self.columns.values())
 
     @classmethod
     def of(cls, parsed: list, rejected: list[Rejected] | None = None, *, end: int, last_line: int) -> Batch:
@@ -93,7 +116,7 @@ class Batch:
 
     def runs(self) -> set[str]:
         """The names of the runs this batch has events or steps of."""
-        return {e["run"] for e in self.events} | {s.run for s in self.steps}
+        return {e["run"] for e in self.events} | set(map(_run_of, self.steps)) | set(self.columns)
 
     def add(self, parsed: tuple | list, line: int) -> None:
         """Take what a parser made of ``line``: steps to ``steps``, every other kind to ``events``."""

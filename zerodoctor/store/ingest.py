@@ -83,7 +83,8 @@ class Ingestor:
 
     def add(self, conn: Connection, file_id: int, batch: Batch) -> None:
         """Insert ``batch`` and move the file's offset to ``batch.end``, in ``conn``'s transaction."""
-        if self.before_store is not None and (batch.events or batch.steps):
+        batch.seal()
+        if self.before_store is not None and (batch.events or batch.columns):
             self.before_store(conn, batch)
         other_rows: list[tuple] = []
         spans: dict[int, list[float]] = {}
@@ -103,11 +104,11 @@ class Ingestor:
             rid = run_ids.get(name) or self.run_id(conn, name)
             widen(rid, e["t"])
             other_rows.append(_event_row(e, rid, file_id))
-        if batch.steps:
-            spans = stored_steps.store(conn, file_id, batch.steps, lambda name: self.run_id(conn, name))
-            for rid, (first, last) in spans.items():
-                widen(rid, first)
-                widen(rid, last)
+        for name, cols in batch.columns.items():
+            rid = run_ids.get(name) or self.run_id(conn, name)
+            first, last = stored_steps.store(conn, rid, file_id, cols)
+            widen(rid, first)
+            widen(rid, last)
         self._event_insert(conn, other_rows)
         if batch.rejected:
             conn.execute(insert(quarantine), [
@@ -118,7 +119,7 @@ class Ingestor:
             conn.execute(_WIDEN_SPAN, [{"b_run": rid, "b_first": first, "b_last": last}
                                        for rid, (first, last) in spans.items()])
         conn.execute(_MOVE_OFFSET, {"b_file": file_id, "b_end": batch.end, "b_lines": batch.last_line,
-                                    "b_events": len(batch.events) + len(batch.steps), "b_rejected": len(batch.rejected)})
+                                    "b_events": len(batch.events) + batch.step_count(), "b_rejected": len(batch.rejected)})
 
     def add_or_quarantine(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int,
                           raw: Callable[[], bytes] | None = None) -> Batch:
@@ -184,11 +185,13 @@ class Ingestor:
 def _by_line(batch: Batch, first_line: int) -> list[tuple[int, list]]:
     """The batch's events and steps grouped by the line they came from, in line order (all under
     ``first_line`` when a parser did not say)."""
-    if len(batch.event_lines) != len(batch.events) or len(batch.step_lines) != len(batch.steps):
-        together = [*batch.events, *batch.steps]
+    steps = [pair for name, cols in batch.columns.items() for pair in cols.records(name)]
+    steps += zip(batch.step_lines, batch.steps)
+    if len(batch.event_lines) != len(batch.events):
+        together = [*batch.events, *(record for _, record in steps)]
         return [(first_line, together)] if together else []
     groups: dict[int, list] = {}
-    for line, e in zip([*batch.event_lines, *batch.step_lines], [*batch.events, *batch.steps]):
+    for line, e in [*zip(batch.event_lines, batch.events), *steps]:
         groups.setdefault(line, []).append(e)
     return sorted(groups.items())
 

@@ -67,34 +67,6 @@ files = Table(
     Column("quarantined", BigInteger, nullable=False, default=0),
 )
 
-# The numeric fields of a ``step`` event (events.py), one array each under the same name in a
-# step chunk: a field missing here is not stored.
-STEP_METRICS = (
-    "micro_batches",
-    "samples",
-    "tokens",
-    "loss",
-    "lr",
-    "loss_scale",
-    "overflow",
-    "grad_norm",
-    "step_time_s",
-    "fwd_s",
-    "bwd_s",
-    "optim_s",
-    "comm_s",
-    "data_s",
-    "mem_allocated_bytes",
-    "mem_reserved_bytes",
-    "mem_peak_bytes",
-    "alloc_retries",
-    "inactive_split_bytes",
-)
-_INT_METRICS = {"micro_batches", "samples", "tokens", "overflow", "mem_allocated_bytes", "mem_reserved_bytes",
-                "mem_peak_bytes", "alloc_retries", "inactive_split_bytes"}
-STEP_INTS = tuple(m for m in STEP_METRICS if m in _INT_METRICS)  # int64 columns (overflow as 0/1)
-STEP_FLOATS = tuple(m for m in STEP_METRICS if m not in _INT_METRICS)  # float64 columns
-
 # The steps of one rank from one stored batch: their columns in one blob (store/steps.py), with
 # what the queries select chunks by. ``level`` counts compactions; a ``folded`` chunk was made by
 # one, of rows the run's view already holds.

@@ -18,7 +18,7 @@ from sqlalchemy import Connection
 
 from zerodoctor.store import steps
 from zerodoctor.store.runs import run_events
-from zerodoctor.store.schema import STEP_INTS
+from zerodoctor.events import STEP_INTS
 
 POINTS = 800
 

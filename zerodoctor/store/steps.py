@@ -4,12 +4,9 @@ Nearly every event of a run is a step, and one SQL row per step cost more than e
 else ``diagnose`` does (an ``executemany`` of 25 columns: ~3.4 µs a step on SQLite). So the
 steps of one rank from one stored batch are one row of ``step_chunks``: their columns as
 arrays (numpy, little-endian int64 / float64) in one blob, with the step range, the row count
-and the last time beside it for the queries. The merges a signal declares (min/max/sum/mean
-over the ranks of a step, sum/max/min over a rank's steps) run on those arrays.
-
-Missing is explicit: a float column is NaN where the event had no value (a non-finite loss or
-grad norm is flagged in ``nonfinite`` and stored NaN as well, as SQL stores it NULL); an int
-column that lacks a value anywhere in a chunk carries a validity mask beside it.
+and the last time beside it for the queries (``stepcolumns.py`` has the arrays). The merges a
+signal declares (min/max/sum/mean over the ranks of a step, sum/max/min over a rank's steps)
+run on those arrays.
 
 A live ``watch`` stores a few steps per rank per pass, so chunks are small there; once the
 view has folded them, ``compact`` merges each rank's small chunks into one (a level up), so a
@@ -20,156 +17,16 @@ its rows are already in the view's totals, so an incremental scan skips it.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
-import msgspec
 import numpy as np
 from sqlalchemy import Connection, delete, func, insert, select
 
-from zerodoctor.events import StepRecord
-from zerodoctor.store.schema import STEP_FLOATS, STEP_INTS, step_chunks
+from zerodoctor.stepcolumns import Columns
+from zerodoctor.store.schema import step_chunks
 
-FLOATS = ("t", *STEP_FLOATS)
-INTS = ("step", "rank", "nonfinite", *STEP_INTS)
-_NONFINITE = {"loss_nonfinite": 1, "grad_nonfinite": 2}  # derived fields: bits of ``nonfinite``
-_FLAGGED = ("loss", "grad_norm")
 COMPACT_EVERY = 64  # small chunks of one rank that make one chunk a level up
 _SMALL_ROWS = 4096  # a chunk at least this long is never compacted
-_FIELDS = ("step", "rank", *FLOATS, *STEP_INTS)
-_fields_of = operator.attrgetter(*_FIELDS)
-_run_of = operator.attrgetter("run")
-_EXACT = float(2**53)  # float64 holds every integer below it
-
-
-class Columns:
-    """Rows of step columns: ``values[name]`` an array, ``valid[name]`` its mask (None: every row has a value)."""
-
-    __slots__ = ("n", "values", "valid")
-
-    def __init__(self, n: int, values: dict[str, np.ndarray], valid: dict[str, np.ndarray | None]) -> None:
-        self.n, self.values, self.valid = n, values, valid
-
-    @classmethod
-    def of(cls, records: list[StepRecord]) -> Columns:
-        """The columns of step records, in the order read (``rank`` among them).
-
-        One C-level pass turns the records into a float64 matrix (``None`` becomes NaN): a
-        column apiece costs twice as much. Integers come back exactly from it below 2**53; a
-        column holding a larger one is taken again from the records as Python ints.
-        """
-        n = len(records)
-        matrix = np.array(list(map(_fields_of, records)), dtype=np.float64).reshape(n, len(_FIELDS))
-        values: dict[str, np.ndarray] = {}
-        valid: dict[str, np.ndarray | None] = {}
-        for j, name in enumerate(_FIELDS):
-            column = matrix[:, j]
-            present = ~np.isnan(column)
-            if name in FLOATS:
-                if present.any() or name in _FLAGGED:  # all NaN may still be values: non-finite losses
-                    values[name], valid[name] = np.ascontiguousarray(column), None
-                continue
-            if not present.any():
-                continue  # an integer field no record has: absent, as in the events
-            exact = np.abs(column[present]).max() < _EXACT
-            ints = (np.where(present, column, 0).astype(np.int64) if exact else
-                    np.array([v if v is not None else 0 for v in map(operator.attrgetter(name), records)],
-                             dtype=np.int64))
-            values[name], valid[name] = ints, None if present.all() else present
-        # NaN or inf in loss / grad norm (a value, not a gap): flagged, then stored as missing
-        nonfinite = np.zeros(n, dtype=np.int64)
-        for name, bit in zip(_FLAGGED, (1, 2)):
-            column = values[name]
-            bad = ~np.isfinite(column)
-            if not bad.any():
-                continue
-            gaps = list(map(operator.attrgetter(name), records)).count(None)
-            if gaps == np.isnan(column).sum():  # every NaN was a gap: only infinities are values
-                bad &= ~np.isnan(column)
-            else:
-                bad &= np.array([getattr(r, name) is not None for r in records])
-            nonfinite |= np.where(bad, bit, 0)
-            column[bad] = np.nan
-        values["nonfinite"], valid["nonfinite"] = nonfinite, None
-        return cls(n, values, valid)
-
-    def split(self, by: str) -> Iterator[tuple[int, Columns]]:
-        """``(value, rows)`` for each value of an integer column, rows in their order."""
-        keys = self.values[by]
-        if (keys == keys[0]).all():
-            yield int(keys[0]), self
-            return
-        order = np.argsort(keys, kind="stable")
-        ordered = keys[order]
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(order)]):
-            yield int(ordered[lo]), self.take(order[lo:hi])
-
-    @classmethod
-    def concat(cls, parts: list[Columns]) -> Columns:
-        if len(parts) == 1:
-            return parts[0]
-        names = set().union(*(p.values for p in parts))
-        values, valid = {}, {}
-        for name in names:
-            values[name] = np.concatenate([p.values[name] if name in p.values else _missing(name, p.n) for p in parts])
-            if any(p.valid.get(name) is not None or name not in p.values for p in parts):
-                valid[name] = np.concatenate([_mask(p, name) for p in parts])
-            else:
-                valid[name] = None
-        return cls(sum(p.n for p in parts), values, valid)
-
-    def take(self, index: np.ndarray) -> Columns:
-        return Columns(len(index) if index.dtype != bool else int(index.sum()),
-                       {k: v[index] for k, v in self.values.items()},
-                       {k: (m[index] if m is not None else None) for k, m in self.valid.items()})
-
-    def mask(self, name: str) -> np.ndarray | None:
-        """Where ``name`` has a value (None: everywhere), NaN counted as missing for floats."""
-        if name in _NONFINITE:
-            return None
-        if name not in self.values:
-            return np.zeros(self.n, dtype=bool)
-        if self.values[name].dtype == np.float64:
-            return ~np.isnan(self.values[name])
-        return self.valid[name]
-
-    def column(self, name: str) -> np.ndarray:
-        if name in _NONFINITE:
-            return (self.values["nonfinite"] & _NONFINITE[name]) != 0
-        return self.values[name] if name in self.values else _missing(name, self.n)
-
-    def encode(self) -> bytes:
-        blob: dict[str, bytes] = {}
-        for name, column in self.values.items():
-            blob[name] = column.astype(column.dtype.newbyteorder("<"), copy=False).tobytes()
-            mask = self.valid.get(name)
-            if mask is not None:
-                blob[name + "?"] = np.packbits(mask).tobytes()
-        return msgspec.msgpack.encode(blob)
-
-    @classmethod
-    def decode(cls, n: int, data: bytes) -> Columns:
-        blob = msgspec.msgpack.decode(data)
-        values, valid = {}, {}
-        for name, raw in blob.items():
-            if name.endswith("?"):
-                continue
-            values[name] = np.frombuffer(raw, dtype="<f8" if name in FLOATS else "<i8")
-            mask = blob.get(name + "?")
-            valid[name] = None if mask is None else np.unpackbits(np.frombuffer(mask, dtype=np.uint8), count=n).astype(bool)
-        return cls(n, values, valid)
-
-
-def _missing(name: str, n: int) -> np.ndarray:
-    return np.full(n, np.nan) if name in FLOATS else np.zeros(n, dtype=np.int64)
-
-
-def _mask(part: Columns, name: str) -> np.ndarray:
-    if name not in part.values:
-        return np.zeros(part.n, dtype=bool)
-    mask = part.valid.get(name)
-    return np.ones(part.n, dtype=bool) if mask is None else mask
-
 
 class Steps:
     """Rank-merged steps in step order, as columns: ``columns["step"][i]``, ``columns["t"][i]`` and
@@ -198,31 +55,20 @@ class Steps:
 # -- writing -------------------------------------------------------------------------
 
 
-def store(conn: Connection, file_id: int, records: list[StepRecord], run_id: Callable[[str], int]
-          ) -> dict[int, tuple[float, float]]:
-    """Store step records read from ``file_id``, one chunk per (run, rank), in ``conn``'s transaction.
+def store(conn: Connection, run_id: int, file_id: int, cols: Columns) -> tuple[float, float]:
+    """Store one run's step columns read from ``file_id``, a chunk per rank, in ``conn``'s transaction.
 
-    ``run_id`` gives a run name's id. Returns each run's first and last step time.
-    """
-    names = set(map(_run_of, records))
+    Returns the first and last step time."""
+    times = cols.values["t"]
     chunks = []
-    spans: dict[int, tuple[float, float]] = {}
-    for name in sorted(names):
-        rid = run_id(name)
-        of_run = records if len(names) == 1 else [r for r in records if r.run == name]
-        everything = Columns.of(of_run)
-        times = everything.values["t"]
-        spans[rid] = (float(times.min()), float(times.max()))
-        for rank, cols in everything.split("rank"):
-            del cols.values["rank"], cols.valid["rank"]  # the chunk's own column
-            steps = cols.values["step"]
-            chunks.append({"run_id": rid, "file_id": file_id, "rank": rank, "rows": cols.n,
-                           "first_step": int(steps.min()), "last_step": int(steps.max()),
-                           "last_t": float(cols.values["t"].max()), "level": 0, "folded": False,
-                           "columns": cols.encode()})
-    if chunks:
-        conn.execute(insert(step_chunks), chunks)
-    return spans
+    for rank, part in cols.split("rank"):
+        steps = part.values["step"]
+        chunks.append({"run_id": run_id, "file_id": file_id, "rank": rank, "rows": part.n,
+                       "first_step": int(steps.min()), "last_step": int(steps.max()),
+                       "last_t": float(part.values["t"].max()), "level": 0, "folded": False,
+                       "columns": part.without("rank", "line").encode()})
+    conn.execute(insert(step_chunks), chunks)
+    return float(times.min()), float(times.max())
 
 
 def compact(conn: Connection, run_id: int, holders: Iterable[tuple[int, int]], folded_through: int) -> int:

@@ -175,7 +175,7 @@ class Watcher:
 
         def emit(batch: Batch) -> None:
             nonlocal pending
-            pending += len(batch.events) + len(batch.steps) + len(batch.rejected)
+            pending += len(batch.events) + batch.step_count() + len(batch.rejected)
             self._changed.update(batch.runs())
 
         with self.engine.connect() as conn:

@@ -13,8 +13,9 @@ import math
 import sqlalchemy as sa
 from alembic import op
 
-from zerodoctor.events import StepRecord
-from zerodoctor.store.schema import STEP_METRICS, step_chunks
+from zerodoctor.events import STEP_METRICS, StepRecord
+from zerodoctor.stepcolumns import Columns
+from zerodoctor.store.schema import step_chunks
 from zerodoctor.store.steps import store
 
 revision = "0006"
@@ -37,7 +38,7 @@ def upgrade() -> None:
                 old.c.file_id.is_(None) if file_id is None else old.c.file_id == file_id)
             rows = bind.execute(sa.select(old).where(where).order_by(old.c.id)).mappings()
             while part := rows.fetchmany(_CHUNK):
-                store(bind, file_id, [_record(r, metrics) for r in part], lambda _name, rid=run_id: rid)
+                store(bind, run_id, file_id, Columns.of([_record(r, metrics) for r in part], [0] * len(part)))
         op.drop_table("steps")
     bind.execute(sa.text("DELETE FROM run_state"))
 

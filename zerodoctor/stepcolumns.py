@@ -1,0 +1,186 @@
+"""Events: step records as columns — how a batch's steps travel to the store and back to the view.
+
+Nearly every event of a run is a step, and a Python object per step and field costs more than
+anything done with it. ``Columns`` holds the steps of one (run, rank) as arrays (numpy int64 /
+float64), built in one C-level pass from the records, stored as one blob (``encode``) and read
+back without a copy (``decode``). Missing is explicit: a float is NaN where the event had no
+value (a non-finite loss or grad norm is a value: flagged in ``nonfinite``, then stored NaN, as
+SQL stores it NULL); an int column that lacks a value somewhere carries a validity mask.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Iterator
+
+import msgspec
+import numpy as np
+
+from zerodoctor.events import STEP_FLOATS, STEP_INTS, StepRecord
+
+FLOATS = ("t", *STEP_FLOATS)
+INTS = ("step", "rank", "line", "nonfinite", *STEP_INTS)
+_NONFINITE = {"loss_nonfinite": 1, "grad_nonfinite": 2}  # derived fields: bits of ``nonfinite``
+_FLAGGED = ("loss", "grad_norm")
+_FIELDS = ("step", "rank", *FLOATS, *STEP_INTS)
+_fields_of = operator.attrgetter(*_FIELDS)
+_EXACT = float(2**53)  # float64 holds every integer below it
+
+
+class Columns:
+    """Rows of step columns: ``values[name]`` an array, ``valid[name]`` its mask (None: every row has a value)."""
+
+    __slots__ = ("n", "values", "valid")
+
+    def __init__(self, n: int, values: dict[str, np.ndarray], valid: dict[str, np.ndarray | None]) -> None:
+        self.n, self.values, self.valid = n, values, valid
+
+    @classmethod
+    def of(cls, records: list[StepRecord], lines: list[int]) -> Columns:
+        """The columns of step records, in the order read (``rank`` among them), each with the
+        ``line`` it was read from.
+
+        One C-level pass turns the records into a float64 matrix (``None`` becomes NaN): a
+        column apiece costs twice as much. Integers come back exactly from it below 2**53; a
+        column holding a larger one is taken again from the records as Python ints.
+        """
+        n = len(records)
+        matrix = np.array(list(map(_fields_of, records)), dtype=np.float64).reshape(n, len(_FIELDS))
+        values: dict[str, np.ndarray] = {}
+        valid: dict[str, np.ndarray | None] = {}
+        for j, name in enumerate(_FIELDS):
+            column = matrix[:, j]
+            present = ~np.isnan(column)
+            if name in FLOATS:
+                if present.any() or name in _FLAGGED:  # all NaN may still be values: non-finite losses
+                    values[name], valid[name] = np.ascontiguousarray(column), None
+                continue
+            if not present.any():
+                continue  # an integer field no record has: absent, as in the events
+            exact = np.abs(column[present]).max() < _EXACT
+            ints = (np.where(present, column, 0).astype(np.int64) if exact else
+                    np.array([v if v is not None else 0 for v in map(operator.attrgetter(name), records)],
+                             dtype=np.int64))
+            values[name], valid[name] = ints, None if present.all() else present
+        # NaN or inf in loss / grad norm (a value, not a gap): flagged, then stored as missing
+        nonfinite = np.zeros(n, dtype=np.int64)
+        for name, bit in zip(_FLAGGED, (1, 2)):
+            column = values[name]
+            bad = ~np.isfinite(column)
+            if not bad.any():
+                continue
+            gaps = list(map(operator.attrgetter(name), records)).count(None)
+            if gaps == np.isnan(column).sum():  # every NaN was a gap: only infinities are values
+                bad &= ~np.isnan(column)
+            else:
+                bad &= np.array([getattr(r, name) is not None for r in records])
+            nonfinite |= np.where(bad, bit, 0)
+            column[bad] = np.nan
+        values["nonfinite"], valid["nonfinite"] = nonfinite, None
+        values["line"], valid["line"] = np.array(lines, dtype=np.int64), None
+        return cls(n, values, valid)
+
+    def records(self, run: str) -> list[tuple[int, StepRecord]]:
+        """``(line, record)`` of every row, as read (the rare path of a batch the store refused)."""
+        columns = {}
+        for name, values in self.values.items():
+            mask = self.mask(name)
+            listed = values.tolist()
+            columns[name] = listed if mask is None else [v if ok else None for v, ok in zip(listed, mask.tolist())]
+        nonfinite = columns.pop("nonfinite")
+        lines = columns.pop("line")
+        out = []
+        for i in range(self.n):
+            row = {k: c[i] for k, c in columns.items()}
+            if nonfinite[i] & 1:
+                row["loss"] = float("nan")
+            if nonfinite[i] & 2:
+                row["grad_norm"] = float("nan")
+            if row.get("overflow") is not None:
+                row["overflow"] = bool(row["overflow"])
+            out.append((lines[i], StepRecord(v=1, run=run, kind="step", **row)))
+        return out
+
+    def split(self, by: str) -> Iterator[tuple[int, Columns]]:
+        """``(value, rows)`` for each value of an integer column, rows in their order."""
+        keys = self.values[by]
+        if (keys == keys[0]).all():
+            yield int(keys[0]), self
+            return
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(order)]):
+            yield int(ordered[lo]), self.take(order[lo:hi])
+
+    @classmethod
+    def concat(cls, parts: list[Columns]) -> Columns:
+        if len(parts) == 1:
+            return parts[0]
+        names = set().union(*(p.values for p in parts))
+        values, valid = {}, {}
+        for name in names:
+            values[name] = np.concatenate([p.values[name] if name in p.values else _missing(name, p.n) for p in parts])
+            if any(p.valid.get(name) is not None or name not in p.values for p in parts):
+                valid[name] = np.concatenate([_mask(p, name) for p in parts])
+            else:
+                valid[name] = None
+        return cls(sum(p.n for p in parts), values, valid)
+
+    def take(self, index: np.ndarray) -> Columns:
+        return Columns(len(index) if index.dtype != bool else int(index.sum()),
+                       {k: v[index] for k, v in self.values.items()},
+                       {k: (m[index] if m is not None else None) for k, m in self.valid.items()})
+
+    def without(self, *names: str) -> Columns:
+        return Columns(self.n, {k: v for k, v in self.values.items() if k not in names},
+                       {k: m for k, m in self.valid.items() if k not in names})
+
+    def mask(self, name: str) -> np.ndarray | None:
+        """Where ``name`` has a value (None: everywhere), NaN counted as missing for floats."""
+        if name in _NONFINITE:
+            return None
+        if name not in self.values:
+            return np.zeros(self.n, dtype=bool)
+        if self.values[name].dtype == np.float64:
+            return ~np.isnan(self.values[name])
+        return self.valid[name]
+
+    def column(self, name: str) -> np.ndarray:
+        if name in _NONFINITE:
+            return (self.values["nonfinite"] & _NONFINITE[name]) != 0
+        return self.values[name] if name in self.values else _missing(name, self.n)
+
+    def encode(self) -> bytes:
+        blob: dict[str, bytes] = {}
+        for name, column in self.values.items():
+            blob[name] = column.astype(column.dtype.newbyteorder("<"), copy=False).tobytes()
+            mask = self.valid.get(name)
+            if mask is not None:
+                blob[name + "?"] = np.packbits(mask).tobytes()
+        return msgspec.msgpack.encode(blob)
+
+    @classmethod
+    def decode(cls, n: int, data: bytes) -> Columns:
+        blob = msgspec.msgpack.decode(data)
+        values, valid = {}, {}
+        for name, raw in blob.items():
+            if name.endswith("?"):
+                continue
+            values[name] = np.frombuffer(raw, dtype="<f8" if name in FLOATS else "<i8")
+            mask = blob.get(name + "?")
+            valid[name] = None if mask is None else np.unpackbits(np.frombuffer(mask, dtype=np.uint8), count=n).astype(bool)
+        return cls(n, values, valid)
+
+
+def _missing(name: str, n: int) -> np.ndarray:
+    return np.full(n, np.nan) if name in FLOATS else np.zeros(n, dtype=np.int64)
+
+
+def _mask(part: Columns, name: str) -> np.ndarray:
+    if name not in part.values:
+        return np.zeros(part.n, dtype=bool)
+    mask = part.valid.get(name)
+    return np.ones(part.n, dtype=bool) if mask is None else mask
+
+
