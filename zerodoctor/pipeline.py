@@ -25,6 +25,7 @@ from zerodoctor.rulebook.loader import Rule, load_rules
 from zerodoctor.runview import Reads, RunView
 from zerodoctor.sources import Batch, UnsupportedFormat, detect_format, run_files, source_patterns
 from zerodoctor.sources.flight_recorder import dumps_in
+from zerodoctor.sources.readahead import Pool
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store.ingest import Ingestor
@@ -95,8 +96,8 @@ class Pipeline:
 
     # -- ingest ---------------------------------------------------------------------
 
-    def tail(self, conn: Connection, path: Path, fmt: str) -> FileTail:
-        return FileTail(conn, self.ingestor, path, fmt)
+    def tail(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None) -> FileTail:
+        return FileTail(conn, self.ingestor, path, fmt, pool=pool)
 
     def emit_for(self, tail: FileTail, then: Emit | None = None) -> Emit:
         """What ``tail.poll`` calls with each stored batch: the views take its events, then ``then``."""
@@ -160,11 +161,12 @@ class Pipeline:
         as they arrive instead of holding one rank's whole file for the next.
         """
         tails: list[FileTail] = []
+        pool = Pool()  # worker processes start only if a file is large enough to be parsed ahead
         try:
             with self.engine.begin() as conn:
                 for path, fmt in inputs:
                     try:
-                        tails.append(self.tail(conn, path, fmt))
+                        tails.append(self.tail(conn, path, fmt, pool=pool))
                     except UnsupportedFormat as exc:
                         raise InputError(f"{path}: {exc}") from None
             total = sum(_size(t.path) for t in tails)
@@ -182,6 +184,7 @@ class Pipeline:
                         t.finish(conn, self.ingestor, self.emit_for(t), unterminated=not self.save_views)
                     self.commit_views(conn, final=True)
         finally:
+            pool.close()
             for t in tails:
                 t.close()
         with self.engine.begin() as conn:

@@ -30,11 +30,12 @@ import stat
 from collections import OrderedDict
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Callable, Literal
+from typing import BinaryIO, Callable, Iterator, Literal
 
 from sqlalchemy import Connection, update
 
 from zerodoctor.sources import Batch, Parser, make_parser, read_batches, run_id_for
+from zerodoctor.sources.readahead import Pool, ReadAhead
 from zerodoctor.sources.readable import HEAD_BYTES, UnreadableFile, check_regular, open_log, pread
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import files
@@ -75,10 +76,15 @@ OPEN_FILES = OpenFiles()
 class FileTail:
     """Reads one path of a run directory into the store, resuming from its stored row."""
 
-    def __init__(self, conn: Connection, ingestor: Ingestor, path: Path, fmt: str) -> None:
-        """Raises ``UnreadableFile`` (an ``OSError``) for a FIFO, device, socket, symlink loop or binary file."""
+    def __init__(self, conn: Connection, ingestor: Ingestor, path: Path, fmt: str, *, pool: Pool | None = None) -> None:
+        """Raises ``UnreadableFile`` (an ``OSError``) for a FIFO, device, socket, symlink loop or binary file.
+
+        ``pool``: worker processes that may parse a large file ahead (``diagnose``: read to the end once).
+        """
         self.path = path
         self.fmt = fmt
+        self.pool = pool
+        self._ahead: ReadAhead | None = None
         # Opened before the row exists (a file that is no log gets none), and kept for the first read.
         self._opened: tuple[BinaryIO, str | None] | None = open_log(path)
         try:
@@ -216,9 +222,7 @@ class FileTail:
     def _read(self, conn: Connection, stream: BinaryIO, *, final: bool, batches: int | None = None,
               unterminated: bool = True) -> bool:
         """Store batches from the offset on; True when ``batches`` full ones were read (more may wait)."""
-        reader = read_batches(self.path, self.parser, start=self.offset, first_line=self.lines + 1,
-                              final=final, batch_lines=BATCH_LINES, stream=stream, unterminated=unterminated)
-        for count, batch in enumerate(reader, 1):
+        for count, batch in enumerate(self._batches(stream, final=final, unterminated=unterminated), 1):
             if batch.end == self.offset and not batch.events and not batch.step_count() and not batch.rejected:
                 continue
             lines_before, signed = self.lines, min(self.offset, HEAD_BYTES)
@@ -230,8 +234,21 @@ class FileTail:
             _log_rejected(self.name, batch)
             self._emit(batch)
             if count == batches:
-                return self.lines - lines_before == BATCH_LINES
+                return self.lines - lines_before == BATCH_LINES or (self._ahead is not None and self._ahead.active)
         return False
+
+    def _batches(self, stream: BinaryIO, *, final: bool, unterminated: bool) -> Iterator[Batch]:
+        """The file's batches from the offset: parsed ahead by ``pool`` while it can, then in process
+        from wherever the offset stands by then (both read lazily: the offset moves as batches are stored)."""
+        if self.pool is not None and stream is self.handle and self.decoded is None:
+            if self._ahead is None:
+                self._ahead = ReadAhead.of(self.pool, self.path, self.fmt, stream, self.offset, self.lines + 1)
+                if self._ahead is None:
+                    self.pool = None  # too little to read for a pool to pay
+            if self._ahead is not None:
+                yield from self._ahead.batches(self.offset, self.lines + 1)
+        yield from read_batches(self.path, self.parser, start=self.offset, first_line=self.lines + 1,
+                                final=final, batch_lines=BATCH_LINES, stream=stream, unterminated=unterminated)
 
     def _sign(self, conn: Connection, stream: BinaryIO) -> None:
         self.fingerprint = self._fingerprint(stream)

@@ -1,0 +1,113 @@
+"""Sources, read-ahead: a file parsed ahead by worker processes is stored exactly as the in-process
+reader stores it — the same events, steps, quarantined lines (numbers, reasons, bytes) and offsets,
+whatever falls on a range's edge; and when a worker fails, the in-process reader takes over."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from tests.conftest import step_rows
+from zerodoctor.pipeline import Pipeline, rules_from
+from zerodoctor.sources import readahead
+from zerodoctor.store.db import open_engine
+from zerodoctor.store.schema import events, files, quarantine
+
+
+def _write_log(path: Path) -> None:
+    """Steps of 3 ranks with, among them, every kind of line a range edge could cut badly."""
+    lines = [json.dumps({"v": 1, "t": 0.0, "run": "r", "rank": r, "kind": "run_start", "world_size": 3}) for r in range(3)]
+    for n in range(1, 1201):
+        for r in range(3):
+            lines.append(json.dumps({"v": 1, "t": n + r / 10, "run": "r", "rank": r, "kind": "step", "step": n,
+                                     "loss": 2.0 - n / 1e4, "samples": 8, "comm_s": 0.1 * r}))
+        if n % 97 == 0:
+            lines.append('{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": }')  # bad JSON
+        if n % 131 == 0:
+            lines.append("")  # a blank line
+        if n % 401 == 0:
+            lines.append(json.dumps({"v": 1, "t": 5.0, "run": "r", "rank": 1, "kind": "log", "message": "x" * 9000}))
+        if n == 600:
+            lines.append("x" * (2 << 20))  # over the 1 MiB line cap: kept aside with its size
+    path.write_text("\r\n".join(lines[:50]) + "\r\n" + "\n".join(lines[50:]) + "\n" + '{"v": 1, "t": 9.0')
+
+
+def _stored(path: Path, db: Path) -> dict:
+    engine = open_engine(db, scratch=True)
+    pipeline = Pipeline(engine, rules_from(), save_views=False)
+    (row,) = pipeline.ingest([(path, "jsonl")])
+    judged = pipeline.judge("r")
+    with engine.connect() as conn:
+        out = {
+            "file": {k: row[k] for k in ("offset", "lines", "events", "quarantined")},
+            "steps": sorted((r["rank"], r["step"], r["loss"], r["samples"]) for r in step_rows(conn)),
+            "events": conn.execute(select(events.c.kind, events.c.rank, events.c.payload).order_by(events.c.id)).all(),
+            "quarantine": conn.execute(select(quarantine.c.line, quarantine.c.reason, quarantine.c.size,
+                                              quarantine.c.raw).order_by(quarantine.c.line)).all(),
+            "offset": conn.execute(select(files.c.offset)).scalar_one(),
+            "values": {k: v for k, v in judged.values.items() if k.startswith(("run.", "comm.", "batch."))},
+        }
+    engine.dispose()
+    return out
+
+
+@pytest.fixture
+def small_ranges(monkeypatch):
+    """Ranges of 16 KiB and no size floor: a 600 KB file becomes ~40 ranges, every edge case crossed."""
+    monkeypatch.setattr(readahead, "MIN_BYTES", 0)
+    monkeypatch.setattr(readahead, "RANGE_BYTES", 16 << 10)
+
+
+def test_read_ahead_stores_what_the_in_process_reader_stores(tmp_path, small_ranges, monkeypatch):
+    path = tmp_path / "events.jsonl"
+    _write_log(path)
+    ranges = []
+    real = readahead.Pool.submit
+    monkeypatch.setattr(readahead.Pool, "submit", lambda self, *a: ranges.append(a[3:]) or real(self, *a))
+    ahead = _stored(path, tmp_path / "ahead.db")
+    assert len(ranges) > 20 and all(end > start for start, end in ranges)  # it did read ahead, range by range
+    monkeypatch.setattr(readahead, "MIN_BYTES", 1 << 40)  # never worth it: read in process
+    in_process = _stored(path, tmp_path / "plain.db")
+    assert ahead == in_process
+    assert ahead["file"]["quarantined"] == 12 + 1 + 1  # 12 bad lines, the oversize one, the unterminated last
+    assert len(ahead["steps"]) == 3600
+
+
+def test_a_failing_worker_hands_over_to_the_in_process_reader(tmp_path, small_ranges, monkeypatch):
+    path = tmp_path / "events.jsonl"
+    _write_log(path)
+    in_process = _stored(path, tmp_path / "plain.db")
+    calls = []
+    real = readahead.Pool.submit
+
+    def flaky(self, path, fmt, identity, start, end):  # noqa: ANN001, ANN202
+        calls.append(start)
+        if len(calls) == 5:  # the fifth range: as if its file had been replaced
+            identity = (-1, -1)
+        return real(self, path, fmt, identity, start, end)
+
+    monkeypatch.setattr(readahead.Pool, "submit", flaky)
+    assert _stored(path, tmp_path / "ahead.db") == in_process
+    assert len(calls) >= 5
+
+
+def test_a_line_the_store_refuses_is_quarantined_at_its_own_number(tmp_path, small_ranges):
+    """A refused chunk is split back into lines: the line numbers the worker gave its rows are the file's."""
+    path = tmp_path / "events.jsonl"
+    _write_log(path)
+    engine = open_engine(tmp_path / "store.db", scratch=True)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TRIGGER refuse_step_1000 BEFORE INSERT ON step_chunks "
+                             "WHEN NEW.first_step <= 1000 AND NEW.last_step >= 1000 "
+                             "BEGIN SELECT RAISE(ABORT, 'refuse_step_1000'); END")
+    Pipeline(engine, rules_from(), save_views=False).ingest([(path, "jsonl")])
+    with engine.connect() as conn:
+        refused = conn.execute(select(quarantine.c.line, quarantine.c.raw)
+                               .where(quarantine.c.reason.like("%refuse_step_1000%"))).all()
+    engine.dispose()
+    lines = path.read_bytes().split(b"\n")
+    assert len(refused) == 3  # step 1000 of each rank, each at its own line
+    assert all(json.loads(lines[line - 1])["step"] == 1000 and lines[line - 1] == raw for line, raw in refused)
