@@ -4,11 +4,11 @@ Signal modules declare what they read (``STEP_FIELDS`` with a merge across ranks
 ``RANK_FIELDS`` with an aggregate over a rank's steps, ``FOLD_EVENTS``) and fold it
 (``Fold``). The view keeps the rare event kinds (run_start, oom, exception, …) as they
 arrive; step rows it never touches one by one: in the transaction that stored them, the
-store sums the new rows per rank (one grouped query over the rows past the view's mark) and,
-once a step is finished, merges it across its ranks (one grouped query over the new steps),
-and each merged step goes once, in step order, to every module's fold. Nothing here grows with the
-number of steps, so a judgement costs the same on day 3 as in minute 1; reading a run from
-scratch is the same query over all its steps.
+store sums the new step chunks per rank (the chunks past the view's mark) and, once a step is
+finished, merges it across its ranks (``store/steps.py``, on the chunks' arrays), and the
+merged steps go once, in step order and in blocks, to every module's fold. Nothing here grows
+with the number of steps, so a judgement costs the same on day 3 as in minute 1; reading a run
+from scratch is the same reads over all its chunks.
 
 A step is finished when every rank that writes steps has reported it or a later one (or
 when the input ends). A rank's row for a step already handed on arrives late: it counts in
@@ -138,7 +138,7 @@ class RunView:
         self.now: float | None = None  # set for each judgement: wall clock live, last_t after the fact
         self.generation = 0  # saves of this run's state; another writer's save makes ours stale
         self.last_step: int | None = None  # the highest step any rank reported
-        self.mark: int | None = None  # step rows with a higher id are not in ``per_rank`` yet
+        self.mark: int | None = None  # step chunks with a higher id are not in ``per_rank`` yet
         self._first: tuple[int, dict[str, Any]] | None = None
         self._small: set[tuple[int, int]] = set()  # (file, rank) with new small chunks: what ``compact`` looks at
 

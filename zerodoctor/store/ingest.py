@@ -1,8 +1,9 @@
 """Store: batches of events → rows, one transaction per batch with the file's offset.
 
 Steps go in column chunks (``store/steps.py``), one per rank of the batch; the rarer kinds
-become tuples handed to one ``executemany``: no ORM object per event. The file row's offset is updated in the same transaction as the rows
-it covers, which is what makes tailing exactly-once across crashes.
+become tuples handed to one ``executemany``: no ORM object per event. The file row's offset
+is updated in the same transaction as the rows it covers, which is what makes tailing
+exactly-once across crashes.
 """
 
 from __future__ import annotations
