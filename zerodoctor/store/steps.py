@@ -199,6 +199,7 @@ def merged_steps(conn: Connection, run_id: int, fields: dict[str, str], *, after
                                      .where(where)).one()
     if not rows:
         return
+    rows = int(rows)  # PostgreSQL sums a bigint as numeric
     lo = after if after is not None else first - 1
     end = last if upto is None else min(last, upto)
     width = max(1, -(-(end - lo) * _WINDOW_ROWS // rows))  # equal step ranges of about _WINDOW_ROWS rows
