@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import threading
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
@@ -26,7 +27,7 @@ from typing import BinaryIO, Iterator
 from zerodoctor.sources import Batch, make_parser, read_batches, run_id_for
 
 RANGE_BYTES = 8 << 20  # a range per task: ~20k lines of a probe's steps, one batch
-MIN_BYTES = 64 << 20  # below this the pool's start-up (~0.5 s) costs more than it saves
+MIN_BYTES = 32 << 20  # below this, handing ranges to processes and back costs more than it saves
 _SCAN = 64 << 10
 
 
@@ -43,11 +44,18 @@ class Pool:
         self.depth = depth or 2 * self.processes  # ranges in flight per file: bounded memory
         self._executor: ProcessPoolExecutor | None = None
 
+    @staticmethod
+    def usable() -> bool:
+        """Workers are forked (ready in milliseconds, with this process's modules loaded), which is
+        safe only while this process runs one thread: a lock another thread holds would stay held
+        in the child. Another start method would import ``__main__`` again, whatever it is."""
+        return threading.active_count() == 1
+
     def submit(self, *args: object) -> Future:
         if self._executor is None:
-            # forkserver: the children start from a clean interpreter, not a copy of this one
-            # with its open store connections and threads.
-            self._executor = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("forkserver"))
+            # The children only read and parse: the store connection they inherit is never used,
+            # and they leave by os._exit, so nothing of it is finalised there.
+            self._executor = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("fork"))
         return self._executor.submit(_parse_range, *args)
 
     def close(self) -> None:
@@ -78,7 +86,7 @@ class ReadAhead:
         """A read-ahead over the complete lines of ``stream`` (plain bytes) from ``start``, or None when
         too few bytes are left to pay for it."""
         st = os.fstat(stream.fileno())
-        if fmt != "jsonl" or st.st_size - start < MIN_BYTES:
+        if fmt != "jsonl" or st.st_size - start < MIN_BYTES or not pool.usable():
             return None
         stop = _line_start_before(stream.fileno(), st.st_size, start)
         if stop - start < MIN_BYTES:
