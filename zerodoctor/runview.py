@@ -59,7 +59,12 @@ class Fold:
             self.step(row, view)
 
     def step(self, row: dict[str, Any], view: RunView) -> None:
-        """One optimizer step merged over its ranks: ``step``, ``t`` and the declared ``STEP_FIELDS``."""
+        """One optimizer step merged over its ranks: ``step``, ``t`` and the declared ``STEP_FIELDS``.
+
+        A fold that takes blocks takes a single row as a block of one.
+        """
+        if type(self).add_steps is not Fold.add_steps:
+            self.add_steps(Steps({k: [v] for k, v in row.items()}), view)
 
     def event(self, event: dict[str, Any]) -> None:
         """One event of a kind the module lists in ``FOLD_EVENTS``."""

@@ -5,8 +5,9 @@ step, merged across ranks, over the last ``WINDOW`` steps). Rules use a series a
 ``summary`` in a plain condition and step by step in a ``for: N steps`` hold.
 
 A signal module never sees the run's steps as a list: the run view (``runview.py``) hands
-each rank-merged step once, in step order, to the module's ``Fold``; a per-step signal is
-kept as a window of the last ``WINDOW`` steps.
+each rank-merged step once, in step order and in blocks of columns, to the module's ``Fold``; a
+per-step signal is kept as a window of the last ``WINDOW`` steps. The helpers below work on a
+block's columns at once: a fold's cost is then a few list operations per block, not per step.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from zerodoctor.runview import WINDOW
-
+from zerodoctor.runview import WINDOW, Steps
 
 
 @dataclass(frozen=True)
@@ -45,24 +45,45 @@ class StepSeries:
 
 
 class StepWindow:
-    """A fold's window: a list of ``[step, value, value, …]`` entries, the last ``WINDOW`` of them kept."""
+    """A fold's window: columns ``[steps, values, values, …]`` (JSON lists) of the last ``WINDOW`` steps."""
 
     @staticmethod
-    def push(window: list[list[Any]], entry: list[Any]) -> None:
-        window.append(entry)
-        if len(window) > 2 * WINDOW:  # trimmed in halves: amortised O(1), never more than 2 × WINDOW held
-            del window[:-WINDOW]
+    def extend(window: list[list[Any]], columns: Sequence[Sequence[Any]]) -> None:
+        """Append the same steps to every column (from ``recent``: a block's older steps could not stay)."""
+        if not window:
+            window.extend([] for _ in columns)
+        for kept, new in zip(window, columns):
+            kept.extend(new[-WINDOW:])
+        if len(window[0]) > 2 * WINDOW:  # trimmed in halves: amortised O(1), never more than 2 × WINDOW held
+            for kept in window:
+                del kept[:-WINDOW]
 
     @staticmethod
     def series(window: list[list[Any]], column: int) -> StepSeries | None:
-        """Column ``column`` of the last ``WINDOW`` entries as a series over their steps."""
-        recent = window[-WINDOW:]
-        return StepSeries.of([e[0] for e in recent], [e[column] for e in recent])
+        """Column ``column`` of the last ``WINDOW`` steps as a series over their steps."""
+        if not window:
+            return None
+        return StepSeries.of(window[0][-WINDOW:], window[column][-WINDOW:])
 
 
-def ratio(num: float | None, den: float | None) -> float | None:
-    """num/den, ``None`` where either side is missing or den is not positive."""
-    return num / den if num is not None and den is not None and den > 0 else None
+def recent(block: Steps, *names: str) -> list[list[Any]]:
+    """The block's last ``WINDOW`` steps of these columns: all of a block that a window can keep."""
+    return [block.columns[name][-WINDOW:] for name in names]
+
+
+def last_known(values: Sequence[Any], count: int) -> list[int]:
+    """Indexes of the last ``count`` values that are not None, oldest first (a look past the tail only
+    when Nones are in it)."""
+    start = max(len(values) - count, 0)
+    found = [i for i in range(start, len(values)) if values[i] is not None]
+    if len(found) < count and start:
+        found = [i for i, v in enumerate(values) if v is not None][-count:]
+    return found
+
+
+def ratios(nums: Sequence[float | None], dens: Sequence[float | None]) -> list[float | None]:
+    """num/den step by step, ``None`` where either side is missing or den is not positive."""
+    return [n / d if n is not None and d is not None and d > 0 else None for n, d in zip(nums, dens)]
 
 
 def nested(config: dict[str, Any] | None, path: str, default: Any = None) -> Any:

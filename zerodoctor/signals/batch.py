@@ -8,12 +8,13 @@ values the user wrote; when it derives one, nothing checks that the data loader 
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from zerodoctor import runview
 from zerodoctor.deepspeed_defaults import BATCH_KEYS as _KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
-from zerodoctor.runview import RunView
+from zerodoctor.runview import RunView, Steps
 from zerodoctor.signals.base import Signal
 
 SIGNALS = [
@@ -58,10 +59,12 @@ RANK_FIELDS = {"samples": ("samples", "sum"), "micro_batches": ("micro_batches",
 class Fold(runview.Fold):
     micro_batches: dict[str, int] = field(default_factory=dict)  # backward calls per step → steps with that many
 
-    def step(self, row: dict[str, Any], view: RunView) -> None:
-        if row["micro_batches"] is not None:
-            key = str(row["micro_batches"])
-            self.micro_batches[key] = self.micro_batches.get(key, 0) + 1
+    def add_steps(self, block: Steps, view: RunView) -> None:
+        counts = Counter(block.columns["micro_batches"])
+        counts.pop(None, None)
+        for value, n in counts.items():
+            key = str(value)
+            self.micro_batches[key] = self.micro_batches.get(key, 0) + n
 
 
 def _median(counts: dict[str, int]) -> float:

@@ -18,8 +18,8 @@ from typing import Any
 
 from zerodoctor import deepspeed_defaults as ds
 from zerodoctor import runview
-from zerodoctor.runview import RunView
-from zerodoctor.signals.base import Signal, StepWindow, nested, ratio
+from zerodoctor.runview import RunView, Steps
+from zerodoctor.signals.base import Signal, StepWindow, nested, ratios, recent
 
 SIGNALS = [
     Signal("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
@@ -44,21 +44,28 @@ FOLD_EVENTS = ("comm",)
 class Fold(runview.Fold):
     """The last WINDOW steps' collective share, comm and compute time; collective time per op."""
 
-    window: list[list[Any]] = field(default_factory=list)  # [step, comm share, comm s, compute s]
+    window: list[list[Any]] = field(default_factory=list)  # columns: steps, comm share, comm s, compute s
     per_op_s: dict[str, float] = field(default_factory=dict)
 
-    def step(self, row: dict[str, Any], view: RunView) -> None:
-        comm = row["comm_s"]
-        parts = (row["fwd_s"], row["bwd_s"], row["optim_s"])
-        # Collectives run inside forward (ZeRO-3 all-gathers) and backward (reductions), so the
-        # compute that comm competes with is the phases' time minus the time in collectives.
-        compute = (max(sum(x for x in parts if x is not None) - (comm or 0.0), 0.0)
-                   if any(x is not None for x in parts) else None)
-        StepWindow.push(self.window, [row["step"], ratio(comm, row["step_time_s"]), comm, compute])
+    def add_steps(self, block: Steps, view: RunView) -> None:
+        steps, comm, total, *parts = recent(block, "step", "comm_s", "step_time_s", "fwd_s", "bwd_s", "optim_s")
+        compute = list(map(_compute_s, comm, *parts))
+        StepWindow.extend(self.window, [steps, ratios(comm, total), comm, compute])
 
     def event(self, event: dict[str, Any]) -> None:
         if event.get("total_s") is not None and event.get("op"):
             self.per_op_s[event["op"]] = self.per_op_s.get(event["op"], 0.0) + event["total_s"]
+
+
+def _compute_s(comm: float | None, *parts: float | None) -> float | None:
+    """One step's forward + backward + optimizer time outside collectives.
+
+    Collectives run inside forward (ZeRO-3 all-gathers) and backward (reductions), so the
+    compute that comm competes with is the phases' time minus the time in collectives.
+    """
+    if all(x is None for x in parts):
+        return None
+    return max(sum(x for x in parts if x is not None) - (comm or 0.0), 0.0)
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:

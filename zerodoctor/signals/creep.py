@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerodoctor import runview
-from zerodoctor.runview import RunView
-from zerodoctor.signals.base import Signal
+from zerodoctor.runview import RunView, Steps
+from zerodoctor.signals.base import Signal, last_known
 from zerodoctor.sources.torch import oom_numbers
 
 POINTS = 128  # the fit's window: recent enough to see a leak start, long enough to see through noise
@@ -49,10 +49,11 @@ class Fold(runview.Fold):
     device: list[list[int]] = field(default_factory=list)  # [step, allocated bytes], the last POINTS
     host: dict[str, list[list[int]]] = field(default_factory=dict)  # rank → [last step, rss bytes]
 
-    def step(self, row: dict[str, Any], view: RunView) -> None:
-        if row["mem_allocated_bytes"] is not None:
-            self.device.append([row["step"], row["mem_allocated_bytes"]])
-            del self.device[:-POINTS]
+    def add_steps(self, block: Steps, view: RunView) -> None:
+        steps, allocated = block.columns["step"], block.columns["mem_allocated_bytes"]
+        new = [[steps[i], allocated[i]] for i in last_known(allocated, POINTS)]
+        if new:
+            self.device = (self.device + new)[-POINTS:]
 
     def event(self, event: dict[str, Any]) -> None:
         if event.get("rss_bytes") is None or event.get("last_step") is None:

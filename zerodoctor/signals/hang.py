@@ -19,11 +19,12 @@ import os
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import sub
 from typing import Any
 
 from zerodoctor import runview
-from zerodoctor.runview import RunView
-from zerodoctor.signals.base import Signal
+from zerodoctor.runview import RunView, Steps
+from zerodoctor.signals.base import Signal, last_known
 
 # The promise: a stuck run is named within this long of its last progress. The environment may
 # shorten it (tests of long evaluations and saves do; the 60 s default has its own real-run test).
@@ -103,26 +104,46 @@ class Fold(runview.Fold):
         if run["t"] - (run["since_t"] or run["t"]) >= HANG_WITHIN_S - NAMING_LATENCY_S:
             _extend(self.long.setdefault(rank, []), run, LONG_KEPT)
 
-    def step(self, row: dict[str, Any], view: RunView) -> None:
-        if row["step_time_s"] is not None:
-            self.step_times.append(row["step_time_s"])
-            del self.step_times[:-MEDIAN_OF]
-        if self.progress_t is not None and row["t"] - self.progress_t >= self.window():
-            self._close(row)
-        self.progress_t = row["t"] if self.progress_t is None else max(self.progress_t, row["t"])
-        self.last_step = row["step"]
+    def add_steps(self, block: Steps, view: RunView) -> None:
+        """Steps completed: a gap of a window or more since the last progress was a stall that ended.
 
-    def window(self) -> float:
-        median = statistics.median(self.step_times) if self.step_times else 0.0
+        A window is never under ``HANG_WITHIN_S - NAMING_LATENCY_S``, so only steps that far from the
+        step before them are looked at one by one (a healthy block has none).
+        """
+        steps, ts, times = block.columns["step"], block.columns["t"], block.columns["step_time_s"]
+        least = HANG_WITHIN_S - NAMING_LATENCY_S
+        gaps = [0] if self.progress_t is not None and ts[0] - self.progress_t >= least else []
+        if len(ts) > 1 and max(map(sub, ts[1:], ts)) >= least:
+            gaps += [j for j in range(1, len(ts)) if ts[j] - ts[j - 1] >= least]
+        progress, seen = self.progress_t, 0  # progress: the latest t of the steps before ``seen``
+        for j in gaps:
+            if j > seen:
+                latest = max(ts[seen:j])
+                progress = latest if progress is None else max(progress, latest)
+                seen = j
+            recent = (self.step_times + [times[i] for i in last_known(times[:j + 1], MEDIAN_OF)])[-MEDIAN_OF:]
+            if ts[j] - progress >= self.window(recent):
+                self.progress_t = progress
+                self._close(ts[j], steps[j])
+        if known := [times[i] for i in last_known(times, MEDIAN_OF)]:
+            self.step_times = (self.step_times + known)[-MEDIAN_OF:]
+        latest = max(ts)
+        self.progress_t = latest if self.progress_t is None else max(self.progress_t, latest)
+        self.last_step = steps[-1]
+
+    def window(self, step_times: list[float] | None = None) -> float:
+        """No step for this long is a stall, given the recent step times (the fold's own by default)."""
+        recent = self.step_times if step_times is None else step_times
+        median = statistics.median(recent) if recent else 0.0
         return max(HANG_WITHIN_S, STEP_TIMES * median) - NAMING_LATENCY_S
 
-    def _close(self, row: dict[str, Any]) -> None:
-        """Steps resumed after a stall: keep what it was, judged at its end from the runs inside it."""
-        start, end = self.progress_t, row["t"]
+    def _close(self, end: float, step: int) -> None:
+        """Steps resumed at ``step`` after a stall: keep what it was, judged at its end from the runs inside it."""
+        start = self.progress_t
         states = {rank: _during([*self.long.get(rank, []), *runs], start, end) for rank, runs in self.runs.items()}
         verdict = classify({r: s for r, s in states.items() if s is not None}, end)
         if verdict["kind"] in ("rank", "collective", "silent"):
-            self.episodes.append({"from_t": start, "to_t": end, "step": row["step"], **verdict})
+            self.episodes.append({"from_t": start, "to_t": end, "step": step, **verdict})
             del self.episodes[:-EPISODES_KEPT]
 
 

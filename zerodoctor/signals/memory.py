@@ -20,7 +20,7 @@ from typing import Any
 from zerodoctor import deepspeed_defaults as ds
 from zerodoctor import runview
 from zerodoctor.modelstates import model_state_bytes
-from zerodoctor.runview import RunView
+from zerodoctor.runview import RunView, Steps
 from zerodoctor.signals.base import Signal, nested
 from zerodoctor.sources.torch import oom_numbers
 from zerodoctor.units import GB
@@ -60,10 +60,11 @@ STEP_FIELDS = {"alloc_retries": "max"}
 class Fold(runview.Fold):
     alloc_retries: int | None = None  # the most any rank reported
 
-    def step(self, row: dict[str, Any], view: RunView) -> None:
-        retries = row["alloc_retries"]
-        if retries is not None and (self.alloc_retries is None or retries > self.alloc_retries):
-            self.alloc_retries = retries
+    def add_steps(self, block: Steps, view: RunView) -> None:
+        reported = [r for r in block.columns["alloc_retries"] if r is not None]
+        if reported:
+            top = max(reported)
+            self.alloc_retries = top if self.alloc_retries is None else max(self.alloc_retries, top)
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:

@@ -9,13 +9,15 @@ overflows the run can take before DeepSpeed raises "Current loss scale already a
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 from zerodoctor import runview
 from zerodoctor.deepspeed_defaults import FP16
-from zerodoctor.runview import RunView
-from zerodoctor.signals.base import Signal, nested
+from zerodoctor.runview import RunView, Steps
+from zerodoctor.signals.base import Signal, last_known, nested
 
 CLEAN_STREAK = 20  # clean steps in a row that end the calibration phase / make a scale "held"
 RECENT = 100  # steps in the recent-overflow window
@@ -75,51 +77,87 @@ class Fold(runview.Fold):
     first_nonfinite_step: int | None = None
     steps: int = 0
 
-    def step(self, row: dict[str, Any], view: RunView) -> None:
-        self.steps += 1
-        scale, flag, lr = row["loss_scale"], row["overflow"], row["lr"]
-        if scale is not None and scale not in self.scales_seen and len(self.scales_seen) < 2:
-            self.scales_seen.append(scale)
-        if (row["loss_nonfinite"] or (row["grad_nonfinite"] and not flag)) and self.first_nonfinite_step is None:
-            self.first_nonfinite_step = row["step"]
-        self.nonfinite_loss_steps += bool(row["loss_nonfinite"])
-        self.nonfinite_grad_steps += bool(row["grad_nonfinite"] and not flag)
-        if flag is not None:
-            self._overflow(row["step"], bool(flag), scale, view)
-        if lr is not None:
-            self.lr_last = lr
-            if self.first_late_step is None:
-                self.lr_max_before_late = lr if self.lr_max_before_late is None else max(self.lr_max_before_late, lr)
+    def add_steps(self, block: Steps, view: RunView) -> None:
+        c = block.columns
+        steps, flags, scales, lrs = c["step"], c["overflow"], c["loss_scale"], c["lr"]
+        self.steps += len(steps)
+        if len(self.scales_seen) < 2:
+            for scale in dict.fromkeys(scales):
+                if scale is not None and scale not in self.scales_seen and len(self.scales_seen) < 2:
+                    self.scales_seen.append(scale)
+        self._nonfinite(steps, c["loss_nonfinite"], c["grad_nonfinite"], flags)
+        late_before = self.first_late_step is not None
+        if None in flags:  # the flag of a step no rank reported it for: only the known steps are replayed
+            known = [i for i, f in enumerate(flags) if f is not None]
+            self._overflows([steps[i] for i in known], [flags[i] for i in known], [scales[i] for i in known], view)
+        else:
+            self._overflows(steps, flags, scales, view)
+        if last := last_known(lrs, 1):
+            self.lr_last = lrs[last[0]]
+        # lr up to the first late overflow, that step's own lr excluded
+        cut = 0 if late_before else bisect_left(steps, self.first_late_step) if self.first_late_step is not None else len(steps)
+        if before := [lr for lr in lrs[:cut] if lr is not None]:
+            top = max(before)
+            self.lr_max_before_late = top if self.lr_max_before_late is None else max(self.lr_max_before_late, top)
 
-    def _overflow(self, step: int, flag: bool, scale: float | None, view: RunView) -> None:
-        self.known += 1
-        self.overflows += flag
-        self.recent.append(int(flag))
+    def _nonfinite(self, steps: list[int], loss: list[Any], grad: list[Any], flags: list[Any]) -> None:
+        if not any(loss) and not any(grad):
+            return
+        applied = [bool(g and not f) for g, f in zip(grad, flags)]  # a skipped step's NaN grad is the overflow
+        self.nonfinite_loss_steps += sum(map(bool, loss))
+        self.nonfinite_grad_steps += sum(applied)
+        if self.first_nonfinite_step is None:
+            self.first_nonfinite_step = next((s for s, bad_loss, bad_grad in zip(steps, loss, applied)
+                                              if bad_loss or bad_grad), None)
+
+    def _overflows(self, steps: list[int], flags: list[Any], scales: list[float | None], view: RunView) -> None:
+        """The steps whose overflow flag is known: the clean runs between overflows at once, each overflow alone."""
+        if not flags:
+            return
+        self.known += len(flags)
+        overflowed = list(compress(range(len(flags)), flags))
+        self.overflows += len(overflowed)
+        self.recent.extend(int(bool(f)) for f in flags[-RECENT:])
         if len(self.recent) > 2 * RECENT:
             del self.recent[:-RECENT]
-        if flag:
-            self.clean = 0
-            if self.calibrated:
-                self.late_overflows += 1
-                if self.first_late_step is None:
-                    self.first_late_step = step
-            else:
-                self.calibration_overflows += 1
-        else:
-            self.clean += 1
-            if self.clean >= CLEAN_STREAK:
-                self.calibrated = True
-                if scale is not None:
-                    self.first_held_scale = self.first_held_scale or scale
-                    self.max_held_scale = scale if self.max_held_scale is None else max(self.max_held_scale, scale)
-        if scale is not None:
-            self.scale_last = scale
         config = view.config
         replay = _ScalerReplay(config, nested(config, "fp16.min_loss_scale", FP16["min_loss_scale"]), self.replay)
+        start = 0
+        for end in (*overflowed, len(flags)):
+            if end > start:
+                self._clean(scales, start, end, replay)
+            if end < len(flags):
+                self._overflowed(steps[end], scales[end], replay)
+            start = end + 1
+        if last := last_known(scales, 1):
+            self.scale_last = scales[last[0]]
+        self.replay = replay.state()
+
+    def _clean(self, scales: list[float | None], start: int, end: int, replay: _ScalerReplay) -> None:
+        """Steps ``start:end`` without overflow: the streak grows, the scales past CLEAN_STREAK of it are held."""
+        held_from = start + max(CLEAN_STREAK - 1 - self.clean, 0)
+        self.clean += end - start
+        if held_from < end:
+            self.calibrated = True
+            if held := [s for s in scales[held_from:end] if s is not None]:
+                if not self.first_held_scale:
+                    self.first_held_scale = next((s for s in held if s), held[-1])
+                top = max(held)
+                self.max_held_scale = top if self.max_held_scale is None else max(self.max_held_scale, top)
+        synced = last_known(scales[start:end], 1)
+        replay.clean(end - start, (synced[0], scales[start + synced[0]]) if synced else None)
+
+    def _overflowed(self, step: int, scale: float | None, replay: _ScalerReplay) -> None:
+        self.clean = 0
+        if self.calibrated:
+            self.late_overflows += 1
+            if self.first_late_step is None:
+                self.first_late_step = step
+        else:
+            self.calibration_overflows += 1
         if scale is not None:
             replay.scale = scale  # the scale this step used, as reported: re-sync
-        replay.update(flag)
-        self.replay = replay.state()
+        replay.update(True)
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
@@ -193,6 +231,22 @@ class _ScalerReplay:
     def state(self) -> dict[str, Any]:
         return {"scale": self.scale, "hysteresis": self.hysteresis, "it": self.it, "last_overflow": self.last_overflow}
 
+    def clean(self, count: int, synced: tuple[int, float] | None = None) -> None:
+        """``count`` steps without overflow: the state ``count`` calls of ``update(False)`` leave, in time
+        independent of ``count`` (the scale doubles where the stable interval is a multiple of the window).
+
+        ``synced``: the last of them whose scale was reported, and that scale (the replay re-syncs to it).
+        """
+        stable = self.it - self.last_overflow - 1  # the first step's stable interval; each next one adds 1
+        doubled_from = stable
+        if synced is not None:
+            doubled_from += synced[0]
+            self.scale = synced[1]
+        if self.consecutive or _multiples(self.window, stable, stable + count - 1):
+            self.hysteresis = self.delayed_shift
+        self.scale = _doubled(self.scale, _multiples(self.window, doubled_from, stable + count - 1))
+        self.it += count
+
     def update(self, overflow: bool) -> bool:
         """Apply one step; return False where DeepSpeed would raise at the minimum scale."""
         if overflow:
@@ -219,3 +273,24 @@ class _ScalerReplay:
         while self.update(True):
             left += 1
         return left
+
+
+def _multiples(window: float, low: int, high: int) -> int:
+    """How many positive multiples of ``window`` lie in ``[low, high]``."""
+    low = max(low, 1)
+    if high < low:
+        return 0
+    window = abs(window)
+    return int(high // window - (low - 1) // window)
+
+
+def _doubled(scale: float, times: int) -> float:
+    """``scale`` doubled ``times`` times, as repeated ``*= 2`` gives it (an int stays an int, a float overflows to inf)."""
+    if not times:
+        return scale
+    if isinstance(scale, int):
+        return scale * 2 ** times
+    try:
+        return math.ldexp(scale, times)
+    except OverflowError:
+        return math.copysign(math.inf, scale)

@@ -12,8 +12,8 @@ from typing import Any
 
 from zerodoctor import runview
 from zerodoctor.modelstates import model_state_bytes
-from zerodoctor.runview import RunView
-from zerodoctor.signals.base import Signal, StepWindow, nested, ratio
+from zerodoctor.runview import RunView, Steps
+from zerodoctor.signals.base import Signal, StepWindow, nested, ratios, recent
 from zerodoctor.signals.memory import HEADROOM
 from zerodoctor.units import GB
 
@@ -36,10 +36,11 @@ STEP_FIELDS = {"optim_s": "mean", "step_time_s": "max"}
 
 @dataclass
 class Fold(runview.Fold):
-    window: list[list[Any]] = field(default_factory=list)  # [step, optimizer share of the step]
+    window: list[list[Any]] = field(default_factory=list)  # columns: steps, optimizer share of the step
 
-    def step(self, row: dict[str, Any], view: RunView) -> None:
-        StepWindow.push(self.window, [row["step"], ratio(row["optim_s"], row["step_time_s"])])
+    def add_steps(self, block: Steps, view: RunView) -> None:
+        steps, optim, total = recent(block, "step", "optim_s", "step_time_s")
+        StepWindow.extend(self.window, [steps, ratios(optim, total)])
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerodoctor import runview
-from zerodoctor.runview import RunView
+from zerodoctor.runview import RunView, Steps
 from zerodoctor.signals.base import Signal, nested
 from zerodoctor.units import GB
 
@@ -33,11 +33,12 @@ class Fold(runview.Fold):
     first_step: int | None = None
     last_step: int | None = None
 
-    def step(self, row: dict[str, Any], view: RunView) -> None:
-        self.steps += 1
+    def add_steps(self, block: Steps, view: RunView) -> None:
+        steps = block.columns["step"]
+        self.steps += len(steps)
         if self.first_step is None:
-            self.first_step = row["step"]
-        self.last_step = row["step"]
+            self.first_step = steps[0]
+        self.last_step = steps[-1]
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
