@@ -63,9 +63,8 @@ def _compute_s(comm: float | None, *parts: float | None) -> float | None:
     Collectives run inside forward (ZeRO-3 all-gathers) and backward (reductions), so the
     compute that comm competes with is the phases' time minus the time in collectives.
     """
-    if all(x is None for x in parts):
-        return None
-    return max(sum(x for x in parts if x is not None) - (comm or 0.0), 0.0)
+    known = [x for x in parts if x is not None]
+    return max(sum(known) - (comm or 0.0), 0.0) if known else None
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
