@@ -48,8 +48,13 @@ class StepWindow:
     """A fold's window: columns ``[steps, values, values, …]`` (JSON lists) of the last ``WINDOW`` steps."""
 
     @staticmethod
+    def tail(block: Steps, *names: str) -> list[list[Any]]:
+        """The block's last ``WINDOW`` steps of these columns: all of a block that a window can keep."""
+        return [block.columns[name][-WINDOW:] for name in names]
+
+    @staticmethod
     def extend(window: list[list[Any]], columns: Sequence[Sequence[Any]]) -> None:
-        """Append the same steps to every column (from ``recent``: a block's older steps could not stay)."""
+        """Append the same steps to every column (a block's ``tail``: its older steps could not stay)."""
         if not window:
             window.extend([] for _ in columns)
         for kept, new in zip(window, columns):
@@ -64,11 +69,6 @@ class StepWindow:
         if not window:
             return None
         return StepSeries.of(window[0][-WINDOW:], window[column][-WINDOW:])
-
-
-def recent(block: Steps, *names: str) -> list[list[Any]]:
-    """The block's last ``WINDOW`` steps of these columns: all of a block that a window can keep."""
-    return [block.columns[name][-WINDOW:] for name in names]
 
 
 def last_known(values: Sequence[Any], count: int) -> list[int]:

@@ -19,7 +19,7 @@ from typing import Any
 from zerodoctor import deepspeed_defaults as ds
 from zerodoctor import runview
 from zerodoctor.runview import RunView, Steps
-from zerodoctor.signals.base import Signal, StepWindow, nested, ratios, recent
+from zerodoctor.signals.base import Signal, StepWindow, nested, ratios
 
 SIGNALS = [
     Signal("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
@@ -48,7 +48,8 @@ class Fold(runview.Fold):
     per_op_s: dict[str, float] = field(default_factory=dict)
 
     def add_steps(self, block: Steps, view: RunView) -> None:
-        steps, comm, total, *parts = recent(block, "step", "comm_s", "step_time_s", "fwd_s", "bwd_s", "optim_s")
+        steps, comm, total, *parts = StepWindow.tail(block, "step", "comm_s", "step_time_s",
+                                                     "fwd_s", "bwd_s", "optim_s")
         compute = list(map(_compute_s, comm, *parts))
         StepWindow.extend(self.window, [steps, ratios(comm, total), comm, compute])
 

@@ -1,9 +1,10 @@
 """Signals, numerics: fp16 loss scaling and non-finite losses or gradients.
 
 DeepSpeed's ``DynamicLossScaler`` is deterministic: given the config and which steps
-overflowed, its scale and hysteresis follow. We replay it step by step as the run goes
-(re-syncing to the scale the run reported whenever one is known) to forecast how many more
-overflows the run can take before DeepSpeed raises "Current loss scale already at minimum".
+overflowed, its scale and hysteresis follow. We replay it as the run goes (re-syncing to the
+scale the run reported whenever one is known) to forecast how many more overflows the run can
+take before DeepSpeed raises "Current loss scale already at minimum". Between overflows the
+scaler only counts and doubles, so a run of clean steps is replayed at once, by arithmetic.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ class Fold(runview.Fold):
         if last := last_known(lrs, 1):
             self.lr_last = lrs[last[0]]
         # lr up to the first late overflow, that step's own lr excluded
-        cut = 0 if late_before else bisect_left(steps, self.first_late_step) if self.first_late_step is not None else len(steps)
+        cut = (0 if late_before else len(steps) if self.first_late_step is None
+               else bisect_left(steps, self.first_late_step))
         if before := [lr for lr in lrs[:cut] if lr is not None]:
             top = max(before)
             self.lr_max_before_late = top if self.lr_max_before_late is None else max(self.lr_max_before_late, top)
@@ -144,8 +146,7 @@ class Fold(runview.Fold):
                     self.first_held_scale = next((s for s in held if s), held[-1])
                 top = max(held)
                 self.max_held_scale = top if self.max_held_scale is None else max(self.max_held_scale, top)
-        synced = last_known(scales[start:end], 1)
-        replay.clean(end - start, (synced[0], scales[start + synced[0]]) if synced else None)
+        replay.clean(scales[start:end])
 
     def _overflowed(self, step: int, scale: float | None, replay: _ScalerReplay) -> None:
         self.clean = 0
@@ -157,7 +158,7 @@ class Fold(runview.Fold):
             self.calibration_overflows += 1
         if scale is not None:
             replay.scale = scale  # the scale this step used, as reported: re-sync
-        replay.update(True)
+        replay.overflowed()
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
@@ -231,46 +232,36 @@ class _ScalerReplay:
     def state(self) -> dict[str, Any]:
         return {"scale": self.scale, "hysteresis": self.hysteresis, "it": self.it, "last_overflow": self.last_overflow}
 
-    def clean(self, count: int, synced: tuple[int, float] | None = None) -> None:
-        """``count`` steps without overflow: the state ``count`` calls of ``update(False)`` leave, in time
-        independent of ``count`` (the scale doubles where the stable interval is a multiple of the window).
-
-        ``synced``: the last of them whose scale was reported, and that scale (the replay re-syncs to it).
-        """
-        stable = self.it - self.last_overflow - 1  # the first step's stable interval; each next one adds 1
-        doubled_from = stable
-        if synced is not None:
-            doubled_from += synced[0]
-            self.scale = synced[1]
-        if self.consecutive or _multiples(self.window, stable, stable + count - 1):
+    def clean(self, reported: list[float | None]) -> None:
+        """Steps without overflow (``update_scale(False)`` each), one or more, with the scale each reported
+        (or None), in time independent of their number: the scale doubles at each step whose stable
+        interval is a positive multiple of the window, so only those are counted."""
+        stable = self.it - self.last_overflow - 1  # the first step's; each next step's is one more
+        last = stable + len(reported) - 1
+        if self.consecutive or _multiples(self.window, stable, last):
             self.hysteresis = self.delayed_shift
-        self.scale = _doubled(self.scale, _multiples(self.window, doubled_from, stable + count - 1))
-        self.it += count
+        if synced := last_known(reported, 1):  # re-synced to the last reported scale: the doublings after it count
+            self.scale = reported[synced[0]]
+            stable += synced[0]
+        self.scale = _doubled(self.scale, _multiples(self.window, stable, last))
+        self.it += len(reported)
 
-    def update(self, overflow: bool) -> bool:
-        """Apply one step; return False where DeepSpeed would raise at the minimum scale."""
-        if overflow:
-            if self.delayed_shift == 1 or self.hysteresis == 1:
-                if self.scale == self.min_scale:
-                    return False
-                self.scale = max(self.scale / 2, self.min_scale)
-            else:
-                self.hysteresis -= 1
-            self.last_overflow = self.it
+    def overflowed(self) -> bool:
+        """An overflow step (``update_scale(True)``); False where DeepSpeed would raise at the minimum scale."""
+        if self.delayed_shift == 1 or self.hysteresis == 1:
+            if self.scale == self.min_scale:
+                return False
+            self.scale = max(self.scale / 2, self.min_scale)
         else:
-            if self.consecutive:
-                self.hysteresis = self.delayed_shift
-            stable = self.it - self.last_overflow - 1
-            if stable > 0 and stable % self.window == 0:
-                self.hysteresis = self.delayed_shift
-                self.scale *= 2
+            self.hysteresis -= 1
+        self.last_overflow = self.it
         self.it += 1
         return True
 
     def overflows_to_min(self) -> int:
         """Consecutive overflows from here until DeepSpeed raises (this replay is consumed)."""
         left = 1
-        while self.update(True):
+        while self.overflowed():
             left += 1
         return left
 

@@ -13,7 +13,7 @@ from typing import Any
 from zerodoctor import runview
 from zerodoctor.modelstates import model_state_bytes
 from zerodoctor.runview import RunView, Steps
-from zerodoctor.signals.base import Signal, StepWindow, nested, ratios, recent
+from zerodoctor.signals.base import Signal, StepWindow, nested, ratios
 from zerodoctor.signals.memory import HEADROOM
 from zerodoctor.units import GB
 
@@ -39,7 +39,7 @@ class Fold(runview.Fold):
     window: list[list[Any]] = field(default_factory=list)  # columns: steps, optimizer share of the step
 
     def add_steps(self, block: Steps, view: RunView) -> None:
-        steps, optim, total = recent(block, "step", "optim_s", "step_time_s")
+        steps, optim, total = StepWindow.tail(block, "step", "optim_s", "step_time_s")
         StepWindow.extend(self.window, [steps, ratios(optim, total)])
 
 
