@@ -44,14 +44,14 @@ FOLD_EVENTS = ("comm",)
 class Fold(runview.Fold):
     """The last WINDOW steps' collective share, comm and compute time; collective time per op."""
 
-    window: list[list[Any]] = field(default_factory=list)  # columns: steps, comm share, comm s, compute s
+    recent: list[list[Any]] = field(default_factory=list)  # the last WINDOW steps: step, comm share, comm s, compute s
     per_op_s: dict[str, float] = field(default_factory=dict)
 
     def add_steps(self, block: Steps, view: RunView) -> None:
         steps, comm, total, *parts = StepWindow.tail(block, "step", "comm_s", "step_time_s",
                                                      "fwd_s", "bwd_s", "optim_s")
         compute = list(map(_compute_s, comm, *parts))
-        StepWindow.extend(self.window, [steps, ratios(comm, total), comm, compute])
+        StepWindow.extend(self.recent, [steps, ratios(comm, total), comm, compute])
 
     def event(self, event: dict[str, Any]) -> None:
         if event.get("total_s") is not None and event.get("op"):
@@ -71,10 +71,10 @@ def _compute_s(comm: float | None, *parts: float | None) -> float | None:
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     fold: Fold = view.fold(__name__)
     out: dict[str, Any] = {}
-    out["comm.fraction"] = StepWindow.series(fold.window, 1)
-    present = StepWindow.series(fold.window, 2)
+    out["comm.fraction"] = StepWindow.series(fold.recent, 1)
+    present = StepWindow.series(fold.recent, 2)
     out["comm.step_s"] = present.summary if present else None
-    compute_series = StepWindow.series(fold.window, 3)
+    compute_series = StepWindow.series(fold.recent, 3)
     out["comm.compute_s"] = compute_series.summary if compute_series else None
 
     config = view.config

@@ -36,11 +36,11 @@ STEP_FIELDS = {"optim_s": "mean", "step_time_s": "max"}
 
 @dataclass
 class Fold(runview.Fold):
-    window: list[list[Any]] = field(default_factory=list)  # columns: steps, optimizer share of the step
+    recent: list[list[Any]] = field(default_factory=list)  # columns of the last WINDOW steps: steps, optimizer share
 
     def add_steps(self, block: Steps, view: RunView) -> None:
         steps, optim, total = StepWindow.tail(block, "step", "optim_s", "step_time_s")
-        StepWindow.extend(self.window, [steps, ratios(optim, total)])
+        StepWindow.extend(self.recent, [steps, ratios(optim, total)])
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "offload.optimizer": nested(config, "zero_optimization.offload_optimizer.device") in _OFFLOADED or host_optimizer,
         "offload.param": nested(config, "zero_optimization.offload_param.device") in _OFFLOADED,
     }
-    out["offload.optimizer_fraction"] = StepWindow.series(view.fold(__name__).window, 1)
+    out["offload.optimizer_fraction"] = StepWindow.series(view.fold(__name__).recent, 1)
     params, world, device = values.get("run.params"), values.get("run.world_size"), values.get("run.device_memory_bytes")
     if params and world:
         need = model_state_bytes(params, world, 3, "optimizer")
