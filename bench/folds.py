@@ -15,9 +15,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from zerodoctor.runview import Reads, RunView
+from zerodoctor.runview import Reads, RunView, Steps
 from zerodoctor.signals import signal_modules
-from zerodoctor.store.runs import Steps
 
 CONFIG = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
           "fp16": {"enabled": True, "loss_scale": 0}, "zero_optimization": {"stage": 3}}
