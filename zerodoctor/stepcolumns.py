@@ -11,7 +11,7 @@ SQL stores it NULL); an int column that lacks a value somewhere carries a validi
 from __future__ import annotations
 
 import operator
-from typing import Iterator
+from typing import Any, Iterator
 
 import msgspec
 import numpy as np
@@ -151,10 +151,28 @@ class Columns:
             return (self.values["nonfinite"] & _NONFINITE[name]) != 0
         return self.values[name] if name in self.values else _missing(name, self.n)
 
+    def summary(self) -> dict[str, list[Any]]:
+        """Per column with a value anywhere: ``[count, sum, min, max]`` of its values (Python numbers,
+        ints exact): what a rank's totals need, without the rows."""
+        out: dict[str, list[Any]] = {}
+        for name, column in self.values.items():
+            mask = self.mask(name)
+            present = column if mask is None else column[mask]
+            if len(present):
+                out[name] = [len(present), present.sum().item(), present.min().item(), present.max().item()]
+        return out
+
     def encode(self) -> bytes:
+        """One blob: per column its little-endian bytes, or one value when every row holds it (a
+        learning rate, a batch size, a reserved-memory plateau: half the columns of most chunks),
+        and a packed validity mask where some row has none."""
         blob: dict[str, bytes] = {}
         for name, column in self.values.items():
-            blob[name] = column.astype(column.dtype.newbyteorder("<"), copy=False).tobytes()
+            little = column.astype(column.dtype.newbyteorder("<"), copy=False)
+            if self.n > 1 and (little == little[0]).all():
+                blob[name + "="] = little[:1].tobytes()
+            else:
+                blob[name] = little.tobytes()
             mask = self.valid.get(name)
             if mask is not None:
                 blob[name + "?"] = np.packbits(mask).tobytes()
@@ -164,10 +182,13 @@ class Columns:
     def decode(cls, n: int, data: bytes) -> Columns:
         blob = msgspec.msgpack.decode(data)
         values, valid = {}, {}
-        for name, raw in blob.items():
-            if name.endswith("?"):
+        for key, raw in blob.items():
+            if key.endswith("?"):
                 continue
-            values[name] = np.frombuffer(raw, dtype="<f8" if name in FLOATS else "<i8")
+            name = key.rstrip("=")
+            dtype = "<f8" if name in FLOATS else "<i8"
+            values[name] = (np.full(n, np.frombuffer(raw, dtype=dtype)[0]) if key.endswith("=")
+                            else np.frombuffer(raw, dtype=dtype))
             mask = blob.get(name + "?")
             valid[name] = None if mask is None else np.unpackbits(np.frombuffer(mask, dtype=np.uint8), count=n).astype(bool)
         return cls(n, values, valid)

@@ -131,3 +131,19 @@ def test_a_nan_loss_is_flagged_beside_gaps_and_infinities():
                        for i, row in enumerate(rows)], list(range(len(rows))))
     assert cols.values["nonfinite"].tolist() == [1, 0, 3, 2]
     assert [v if v == v else None for v in cols.values["loss"].tolist()] == [None, None, None, 2.0]
+
+
+def test_an_infinite_time_is_stored_and_summed_as_it_is(tmp_path: Path):
+    """msgspec reads 1e400 as inf: a value, kept in the chunk and in the rank's totals."""
+    engine = open_engine(tmp_path / "store.db", scratch=True)
+    ingestor = Ingestor()
+    source = tmp_path / "rank-0.jsonl"
+    source.write_text("")
+    with engine.begin() as conn:
+        file_id = ingestor.register_file(conn, source, "jsonl")["id"]
+        ingestor.add(conn, file_id, Batch.of([{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": n,
+                                               "step_time_s": math.inf if n == 2 else 1.0} for n in (1, 2)],
+                                             end=1, last_line=2))
+        totals, _ = steps.rank_totals(conn, ingestor.run_id(conn, "r"), {"time": ("step_time_s", "sum")})
+    assert totals[0]["time"] == math.inf and totals[0]["steps"] == 2
+    engine.dispose()

@@ -83,6 +83,7 @@ step_chunks = Table(
     Column("rows", BigInteger, nullable=False),
     Column("level", Integer, nullable=False, default=0),
     Column("folded", Boolean, nullable=False, default=False),
+    Column("summary", LargeBinary, nullable=False),  # msgpack: per field [count, sum, min, max], for rank totals
     Column("columns", LargeBinary, nullable=False),
 )
 Index("ix_step_chunks_run_last", step_chunks.c.run_id, step_chunks.c.last_step)

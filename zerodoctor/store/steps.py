@@ -19,6 +19,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Iterable, Iterator
 
+import msgspec
 import numpy as np
 from sqlalchemy import Connection, delete, func, insert, select
 
@@ -66,9 +67,13 @@ def store(conn: Connection, run_id: int, file_id: int, cols: Columns) -> tuple[f
         chunks.append({"run_id": run_id, "file_id": file_id, "rank": rank, "rows": part.n,
                        "first_step": int(steps.min()), "last_step": int(steps.max()),
                        "last_t": float(part.values["t"].max()), "level": 0, "folded": False,
-                       "columns": part.without("rank", "line").encode()})
+                       **_encoded(part.without("rank", "line"))})
     conn.execute(insert(step_chunks), chunks)
     return float(times.min()), float(times.max())
+
+
+def _encoded(cols: Columns) -> dict[str, Any]:
+    return {"summary": msgspec.msgpack.encode(cols.summary()), "columns": cols.encode()}
 
 
 def compact(conn: Connection, run_id: int, holders: Iterable[tuple[int, int]], folded_through: int) -> int:
@@ -94,7 +99,7 @@ def compact(conn: Connection, run_id: int, holders: Iterable[tuple[int, int]], f
             conn.execute(insert(step_chunks).values(
                 run_id=run_id, file_id=file_id, rank=rank, rows=cols.n, first_step=int(steps.min()),
                 last_step=int(steps.max()), last_t=float(cols.values["t"].max()), level=level + 1, folded=True,
-                columns=cols.encode()))
+                **_encoded(cols)))
             conn.execute(delete(step_chunks).where(c.id.in_(ids)))
             merged += len(ids)
     return merged
@@ -231,21 +236,28 @@ def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, 
     where = c.run_id == run_id
     if after_id is not None:
         where = where & (c.id > after_id) & c.folded.is_(False)
+    query = select(c.id, c.file_id, c.rank, c.rows, c.first_step, c.last_step, c.last_t, c.summary).where(where)
     totals: dict[int, dict[str, Any]] = {}
     holders: set[tuple[int, int]] = set()
-    for meta, cols in _chunks(conn, where):
+    for meta in conn.execute(query.order_by(c.id).execution_options(yield_per=1024)).mappings():
         if meta["rows"] < _SMALL_ROWS:
             holders.add((meta["file_id"], meta["rank"]))
-        steps = cols.values["step"]
-        new = {"steps": cols.n, "first_step": int(steps.min()), "last_step": int(steps.max()),
-               "last_t": float(cols.values["t"].max()), "max_id": meta["id"],
-               "late": int((steps <= late_upto).sum()) if late_upto is not None else 0}
+        summary = msgspec.msgpack.decode(meta["summary"])
+        new = {"steps": meta["rows"], "first_step": meta["first_step"], "last_step": meta["last_step"],
+               "last_t": meta["last_t"], "max_id": meta["id"], "late": 0}
+        if late_upto is not None and meta["first_step"] <= late_upto:  # rare: rows for steps already merged
+            new["late"] = int((_columns_of(conn, meta["id"]).values["step"] <= late_upto).sum())
         for name, (field, agg) in aggregates.items():
-            new[name] = _reduce(cols.column(field), cols.mask(field), np.zeros(1, dtype=np.int64),
-                                {"sum": "sum", "max": "max", "min": "min"}[agg])[0]
+            known = summary.get(field)
+            new[name] = None if known is None else known[{"sum": 1, "min": 2, "max": 3}[agg]]
         old = totals.get(meta["rank"])
         totals[meta["rank"]] = new if old is None else add_totals(old, new, aggregates)
     return totals, sorted(holders)
+
+
+def _columns_of(conn: Connection, chunk_id: int) -> Columns:
+    n, data = conn.execute(select(step_chunks.c.rows, step_chunks.c.columns).where(step_chunks.c.id == chunk_id)).one()
+    return Columns.decode(n, data)
 
 
 def add_totals(old: dict[str, Any], new: dict[str, Any], aggregates: dict[str, tuple[str, str]]) -> dict[str, Any]:
