@@ -23,7 +23,6 @@ INTS = ("step", "rank", "line", "nonfinite", *STEP_INTS)
 _NONFINITE = {"loss_nonfinite": 1, "grad_nonfinite": 2}  # derived fields: bits of ``nonfinite``
 _FLAGGED = ("loss", "grad_norm")
 _FIELDS = ("step", "rank", *FLOATS, *STEP_INTS)
-_fields_of = operator.attrgetter(*_FIELDS)
 _EXACT = float(2**53)  # float64 holds every integer below it
 
 
@@ -42,14 +41,24 @@ class Columns:
 
         One C-level pass turns the records into a float64 matrix (``None`` becomes NaN): a
         column apiece costs twice as much. Integers come back exactly from it below 2**53; a
-        column holding a larger one is taken again from the records as Python ints.
+        column holding a larger one is taken again from the records as Python ints. Every row
+        has ``step``, ``rank`` and ``t``; other fields may be missing anywhere.
         """
         n = len(records)
-        matrix = np.array(list(map(_fields_of, records)), dtype=np.float64).reshape(n, len(_FIELDS))
+        # numpy converts twice as fast without a None in the rows: the fields the first record has
+        # go through the matrix, the others (a probe on CPU has no memory stats) a column apiece,
+        # where a column of nothing but None is found at C speed and left out.
+        dense = tuple(name for name in _FIELDS if getattr(records[0], name) is not None)
+        matrix = np.array(list(map(operator.attrgetter(*dense), records)), dtype=np.float64).reshape(n, len(dense))
+        raw = {name: matrix[:, j] for j, name in enumerate(dense)}
+        for name in _FIELDS:
+            if name not in raw:
+                listed = list(map(operator.attrgetter(name), records))
+                if listed.count(None) < n or name in _FLAGGED:
+                    raw[name] = np.array(listed, dtype=np.float64)
         values: dict[str, np.ndarray] = {}
         valid: dict[str, np.ndarray | None] = {}
-        for j, name in enumerate(_FIELDS):
-            column = matrix[:, j]
+        for name, column in raw.items():
             present = ~np.isnan(column)
             if name in FLOATS:
                 if present.any() or name in _FLAGGED:  # all NaN may still be values: non-finite losses
