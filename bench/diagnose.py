@@ -5,7 +5,8 @@ rank), then for each size: the time to merely parse the lines with orjson (the f
 can beat); the time DuckDB takes for the numbers a power user would compute instead
 (``read_json`` of the file, the steps merged across ranks as the signals merge them, per-rank
 sums); and the wall time and peak RSS of ``zerodoctor diagnose --format json`` in a fresh
-process. Prints a table; targets: ≥ 300k events/s, ≤ 3× DuckDB, peak RSS at 10M ≤ 1.2× at 1M.
+process, and again with ``--jobs 1`` (no read-ahead processes: the in-process reader alone). Prints a
+table; targets: ≥ 300k events/s, ≤ 3× DuckDB, peak RSS at 10M ≤ 1.2× at 1M.
 
     python bench/diagnose.py [--sizes 100000 1000000] [--keep DIR]    # DuckDB: pip install duckdb
 """
@@ -92,11 +93,11 @@ runpy.run_module("zerodoctor", run_name="__main__")
 """
 
 
-def run_diagnose(path: Path) -> tuple[float, float, int]:
+def run_diagnose(path: Path, *extra: str) -> tuple[float, float, int]:
     """(wall seconds, peak RSS MiB, findings) of a fresh ``zerodoctor diagnose`` process."""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", _MEASURED, "diagnose", "--format", "json", "--fail-on", "never",
-                           str(path)], capture_output=True, text=True, check=True)
+                           *extra, str(path)], capture_output=True, text=True, check=True)
     wall = time.perf_counter() - start
     findings = len(json.loads(proc.stdout)["findings"])
     return wall, int(proc.stderr.split()[-1]) / 1024, findings
@@ -118,16 +119,18 @@ def main() -> None:
         floor = orjson_floor(path)
         duck = duckdb_time(path)
         wall, rss, findings = run_diagnose(path)
-        rows.append((lines, path.stat().st_size / 2**20, floor, duck, wall, rss, findings))
+        alone, _, same = run_diagnose(path, "--jobs", "1")
+        assert same == findings, "the read-ahead changed the findings"
+        rows.append((lines, path.stat().st_size / 2**20, floor, duck, wall, rss, findings, alone))
         if not args.keep:
             os.remove(path)
     print(f"{'events':>9} {'MiB':>7} {'orjson s':>9} {'duckdb s':>9} {'diagnose s':>11} {'events/s':>10} "
-          f"{'x floor':>8} {'x duckdb':>9} {'peak RSS MiB':>13} {'findings':>9}")
-    for lines, mib, floor, duck, wall, rss, findings in rows:
+          f"{'x floor':>8} {'x duckdb':>9} {'peak RSS MiB':>13} {'findings':>9} {'-j 1 s':>7} {'x -j 1':>7}")
+    for lines, mib, floor, duck, wall, rss, findings, alone in rows:
         versus = f"{wall / duck:>9.2f}" if duck else f"{'n/a':>9}"
         duck_s = f"{duck:>9.2f}" if duck else f"{'n/a':>9}"
         print(f"{lines:>9} {mib:>7.1f} {floor:>9.2f} {duck_s} {wall:>11.2f} {lines / wall:>10.0f} "
-              f"{wall / floor:>8.1f} {versus} {rss:>13.0f} {findings:>9}")
+              f"{wall / floor:>8.1f} {versus} {rss:>13.0f} {findings:>9} {alone:>7.2f} {wall / alone:>7.2f}")
 
 
 if __name__ == "__main__":

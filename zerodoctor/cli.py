@@ -113,6 +113,8 @@ def diagnose(
     explain: bool = typer.Option(False, "--explain", help="List every rule not judged and what would show it."),
     fail_on: FailOn = typer.Option(FailOn.error, help="Exit 1 when a finding is at or above this severity."),
     input_format: Optional[str] = typer.Option(None, help="Force the input format instead of detecting it."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
+                                       help="Processes parsing large JSONL files (default: one per core; 1: none)."),
 ) -> None:
     """Diagnose finished (or running) training from its events; exit 1 on findings at --fail-on."""
     from zerodoctor.diagnosis import diagnose as run_diagnosis
@@ -123,7 +125,7 @@ def diagnose(
     try:
         with ingest_progress() as on_progress:
             report = run_diagnosis(paths, db=db, rules=loaded, input_format=input_format, on_progress=on_progress,
-                                   plots=fmt is Format.html)
+                                   plots=fmt is Format.html, jobs=jobs)
     except (InputError, OSError) as exc:
         raise fail(str(exc)) from None
     if fmt is Format.text:

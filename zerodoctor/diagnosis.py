@@ -18,14 +18,15 @@ from zerodoctor.store.runs import list_runs
 
 
 def diagnose(paths: list[Path], *, db: str | None = None, rules: list[Rule], input_format: str | None = None,
-             on_progress: Progress | None = None, plots: bool = False) -> Report:
-    """``plots``: also read each run's plot series (``Report.series``), which only the HTML page draws."""
+             on_progress: Progress | None = None, plots: bool = False, jobs: int | None = None) -> Report:
+    """``plots``: also read each run's plot series (``Report.series``), which only the HTML page draws;
+    ``jobs``: processes parsing large JSONL files (``Pipeline.ingest``)."""
     inputs = expand_inputs(paths, input_format)
     with tempfile.TemporaryDirectory(prefix="zerodoctor-") as scratch:
         engine = open_engine(db or Path(scratch) / "diagnose.db", scratch=db is None)
         try:
             pipeline = Pipeline(engine, rules, save_views=db is not None)
-            rows = pipeline.ingest(inputs, on_progress)
+            rows = pipeline.ingest(inputs, on_progress, jobs=jobs)
             report = Report(inputs=[InputSummary(str(path), fmt, row["events"], row["quarantined"], row["lines"])
                                     for (path, fmt), row in zip(inputs, rows)])
             file_ids = [row["id"] for row in rows]

@@ -154,14 +154,17 @@ class Pipeline:
         for name in [n for n, v in self.views.items() if v.run_id in run_ids]:
             del self.views[name]
 
-    def ingest(self, inputs: list[tuple[Path, str]], on_progress: Progress | None = None) -> list[dict]:
+    def ingest(self, inputs: list[tuple[Path, str]], on_progress: Progress | None = None, *,
+               jobs: int | None = None) -> list[dict]:
         """Read ``inputs`` to their ends (``diagnose``), a batch from each in turn, and return their file rows.
 
         Round-robin keeps the ranks of a run in step, so the view merges each step's ranks
-        as they arrive instead of holding one rank's whole file for the next.
+        as they arrive instead of holding one rank's whole file for the next. ``jobs``: processes
+        that parse large JSONL files ahead (default: one per core; 1: none, all read here).
         """
         tails: list[FileTail] = []
-        pool = Pool()  # worker processes start only if a file is large enough to be parsed ahead
+        # worker processes start only if a file is large enough to be parsed ahead
+        pool = Pool(jobs) if jobs != 1 else None
         try:
             with self.engine.begin() as conn:
                 for path, fmt in inputs:
@@ -184,7 +187,8 @@ class Pipeline:
                         t.finish(conn, self.ingestor, self.emit_for(t), unterminated=not self.save_views)
                     self.commit_views(conn, final=True)
         finally:
-            pool.close()
+            if pool is not None:
+                pool.close()
             for t in tails:
                 t.close()
         with self.engine.begin() as conn:

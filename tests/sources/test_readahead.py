@@ -111,3 +111,32 @@ def test_a_line_the_store_refuses_is_quarantined_at_its_own_number(tmp_path, sma
     lines = path.read_bytes().split(b"\n")
     assert len(refused) == 3  # step 1000 of each rank, each at its own line
     assert all(json.loads(lines[line - 1])["step"] == 1000 and lines[line - 1] == raw for line, raw in refused)
+
+
+def test_every_large_file_of_a_run_is_read_ahead_by_the_one_pool(tmp_path, small_ranges, monkeypatch):
+    """The pool's own thread runs once it starts: the second rank file must still be read ahead."""
+    for rank in (0, 1):
+        path = tmp_path / "run" / f"rank-{rank}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("".join(json.dumps({"v": 1, "t": float(n), "run": "run", "rank": rank, "kind": "step",
+                                            "step": n, "samples": 8}) + "\n" for n in range(1, 3001)))
+    submitted = []
+    real = readahead.Pool.submit
+    monkeypatch.setattr(readahead.Pool, "submit", lambda self, *a: submitted.append(Path(a[0]).name) or real(self, *a))
+    engine = open_engine(tmp_path / "store.db", scratch=True)
+    pipeline = Pipeline(engine, rules_from(), save_views=False)
+    rows = pipeline.ingest([(tmp_path / "run" / "rank-0.jsonl", "jsonl"), (tmp_path / "run" / "rank-1.jsonl", "jsonl")])
+    assert [r["events"] for r in rows] == [3000, 3000]
+    assert {"rank-0.jsonl", "rank-1.jsonl"} == set(submitted)
+    assert pipeline.view("run").per_rank[1]["samples"] == 3000 * 8
+    engine.dispose()
+
+
+def test_jobs_1_reads_in_process(tmp_path, small_ranges, monkeypatch):
+    path = tmp_path / "events.jsonl"
+    _write_log(path)
+    monkeypatch.setattr(readahead.Pool, "submit", lambda *a: pytest.fail("a range went to a worker"))
+    engine = open_engine(tmp_path / "store.db", scratch=True)
+    (row,) = Pipeline(engine, rules_from(), save_views=False).ingest([(path, "jsonl")], jobs=1)
+    assert row["events"] > 3600
+    engine.dispose()

@@ -44,12 +44,13 @@ class Pool:
         self.depth = depth or 2 * self.processes  # ranges in flight per file: bounded memory
         self._executor: ProcessPoolExecutor | None = None
 
-    @staticmethod
-    def usable() -> bool:
-        """Workers are forked (ready in milliseconds, with this process's modules loaded), which is
-        safe only while this process runs one thread: a lock another thread holds would stay held
-        in the child. Another start method would import ``__main__`` again, whatever it is."""
-        return threading.active_count() == 1
+    def usable(self) -> bool:
+        """Workers are forked, all at once when the pool starts (ready in milliseconds, with this
+        process's modules loaded), which is safe only while this process runs one thread: a lock
+        another thread holds would stay held in the child. Another start method would import
+        ``__main__`` again, whatever it is. Once started (its own manager thread runs then), the
+        pool serves every file."""
+        return self._executor is not None or threading.active_count() == 1
 
     def submit(self, *args: object) -> Future:
         if self._executor is None:
