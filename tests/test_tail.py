@@ -10,10 +10,11 @@ import sys
 import pytest
 from sqlalchemy import select
 
+from tests.conftest import step_rows
 from tests.watch.conftest import append
 from zerodoctor.pipeline import Pipeline
 from zerodoctor.store.db import open_engine
-from zerodoctor.store.schema import quarantine, steps
+from zerodoctor.store.schema import quarantine
 
 # Non-ASCII, so that a UTF-16 file's raw offsets and its decoded ones part at the first line.
 LINES = [json.dumps({"v": 1, "t": 1000.0 + i, "run": "r", "rank": 0, **e}, ensure_ascii=False) + "\n" for i, e in
@@ -40,7 +41,7 @@ def test_line_the_store_refuses_in_a_decoded_file_is_quarantined_with_its_decode
                                  "WHEN NEW.kind = 'exception' BEGIN SELECT RAISE(ABORT, 'refused'); END")
         (row,) = Pipeline(engine, rules=[]).ingest([(path, "jsonl")])
         with engine.connect() as conn:
-            stored = sorted(conn.execute(select(steps.c.step)).scalars())
+            stored = sorted(row["step"] for row in step_rows(conn))
             (line, raw, size), = conn.execute(select(quarantine.c.line, quarantine.c.raw, quarantine.c.size)).all()
     finally:
         engine.dispose()
