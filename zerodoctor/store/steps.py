@@ -29,6 +29,7 @@ from zerodoctor.store.schema import step_chunks
 COMPACT_EVERY = 64  # small chunks of one rank that make one chunk a level up
 _SMALL_ROWS = 4096  # a chunk at least this long is never compacted
 
+
 class Steps:
     """Rank-merged steps in step order, as columns: ``columns["step"][i]``, ``columns["t"][i]`` and
     each declared ``STEP_FIELDS`` name; ``None`` where no rank reported the field.
@@ -52,7 +53,6 @@ class Steps:
             yield dict(zip(names, values))
 
 
-
 # -- writing -------------------------------------------------------------------------
 
 
@@ -61,28 +61,25 @@ def store(conn: Connection, run_id: int, file_id: int, cols: Columns) -> tuple[f
 
     Returns the first and last step time."""
     times = cols.values["t"]
-    chunks = []
-    for rank, part in cols.split("rank"):
-        steps = part.values["step"]
-        chunks.append({"run_id": run_id, "file_id": file_id, "rank": rank, "rows": part.n,
-                       "first_step": int(steps.min()), "last_step": int(steps.max()),
-                       "last_t": float(part.values["t"].max()), "level": 0, "folded": False,
-                       **_encoded(part.without("rank", "line"))})
-    conn.execute(insert(step_chunks), chunks)
+    conn.execute(insert(step_chunks), [_chunk(run_id, file_id, rank, part.without("rank", "line"))
+                                       for rank, part in cols.split("rank")])
     return float(times.min()), float(times.max())
 
 
-def _encoded(cols: Columns) -> dict[str, Any]:
-    return {"summary": msgspec.msgpack.encode(cols.summary()), "columns": cols.encode()}
+def _chunk(run_id: int, file_id: int, rank: int, cols: Columns, *, level: int = 0) -> dict[str, Any]:
+    """The ``step_chunks`` row of one rank's columns; a chunk of a level above 0 is a compaction's (folded)."""
+    steps = cols.values["step"]
+    return {"run_id": run_id, "file_id": file_id, "rank": rank, "rows": cols.n, "first_step": int(steps.min()),
+            "last_step": int(steps.max()), "last_t": float(cols.values["t"].max()), "level": level,
+            "folded": level > 0, "summary": msgspec.msgpack.encode(cols.summary()), "columns": cols.encode()}
 
 
-def compact(conn: Connection, run_id: int, holders: Iterable[tuple[int, int]], folded_through: int) -> int:
+def compact(conn: Connection, run_id: int, holders: Iterable[tuple[int, int]], folded_through: int) -> None:
     """Merge small chunks of each ``(file_id, rank)`` whose steps are all folded (``≤ folded_through``).
 
     ``COMPACT_EVERY`` chunks of one level make one chunk of the next, marked ``folded``: the view
-    already holds its rows. Returns the number of chunks merged away.
+    already holds its rows.
     """
-    merged = 0
     c = step_chunks.c
     for file_id, rank in holders:
         for level in range(3):
@@ -94,15 +91,9 @@ def compact(conn: Connection, run_id: int, holders: Iterable[tuple[int, int]], f
                 break
             parts = [Columns.decode(n, data) for n, data in conn.execute(
                 select(c.rows, c.columns).where(c.id.in_(ids)).order_by(c.id))]
-            cols = Columns.concat(parts)
-            steps = cols.values["step"]
-            conn.execute(insert(step_chunks).values(
-                run_id=run_id, file_id=file_id, rank=rank, rows=cols.n, first_step=int(steps.min()),
-                last_step=int(steps.max()), last_t=float(cols.values["t"].max()), level=level + 1, folded=True,
-                **_encoded(cols)))
+            conn.execute(insert(step_chunks).values(_chunk(run_id, file_id, rank, Columns.concat(parts),
+                                                           level=level + 1)))
             conn.execute(delete(step_chunks).where(c.id.in_(ids)))
-            merged += len(ids)
-    return merged
 
 
 def forget_file(conn: Connection, file_id: int) -> list[int]:
