@@ -14,12 +14,12 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Protocol
+from typing import BinaryIO, Callable, Iterable, Iterator, Protocol
 
 from zerodoctor import plugins
 from zerodoctor.events import Event, StepRecord, step_record
 from zerodoctor.stepcolumns import Columns
-from zerodoctor.sources.lines import MAX_LINE_BYTES, read_lines
+from zerodoctor.sources.lines import MAX_LINE_BYTES, Block, read_blocks
 from zerodoctor.sources.readable import open_log
 from zerodoctor.sources.rejects import BadLine, Rejected
 
@@ -28,7 +28,15 @@ _run_of = operator.attrgetter("run")
 
 
 class Parser(Protocol):
-    """Yields event dicts; a step may come as a dict or already as a ``StepRecord``."""
+    """Yields event dicts; a step may come as a dict or already as a ``StepRecord``.
+
+    ``feed`` takes one line, its newline included (none on an unterminated last line). A
+    parser that holds no state across lines may also have ``feed_lines(lines)``: many lines
+    without their newline → ``(steps, left)``, one ``StepRecord`` for each line it took, in
+    order, and the indices of the lines it left for ``feed`` (an event of another kind, a line
+    it cannot judge). Per line it costs the decoding and little else, where ``feed`` costs a
+    Python call and the batch's bookkeeping.
+    """
 
     format: str
 
@@ -184,32 +192,63 @@ def read_batches(
     """
     name = str(path)
     batch = Batch(end=start, last_line=first_line - 1)
-    in_batch = 0
-    lines_to_read = final and unterminated
+    room = batch_lines
     with nullcontext(stream) if stream is not None else open_log(path)[0] as f:
-        for number, end, data, oversize in read_lines(f, start=start, first_line=first_line, final=lines_to_read):
-            if oversize:
-                batch.rejected.append(
-                    Rejected(name, number, f"line of {oversize} bytes is over the {MAX_LINE_BYTES}-byte cap", data, oversize)
-                )
+        for block in read_blocks(f, start=start, first_line=first_line, final=final and unterminated):
+            if block.oversize:
+                reason = f"line of {block.oversize} bytes is over the {MAX_LINE_BYTES}-byte cap"
+                batch.rejected.append(Rejected(name, block.first, reason, block.lines[0], block.oversize))
+                batch.end, batch.last_line, room = block.end, block.first, room - 1
             else:
-                try:
-                    batch.add(parser.feed(data), number)
-                except BadLine as exc:
-                    batch.rejected.append(Rejected(name, number, str(exc), data.rstrip(b"\r\n"), len(data)))
-                except Exception as exc:  # noqa: BLE001 - a parser's bug costs one line, never the whole read
-                    batch.rejected.append(Rejected(name, number, _parser_error(exc), data.rstrip(b"\r\n"), len(data)))
-            batch.end, batch.last_line = end, number
-            in_batch += 1
-            if in_batch == batch_lines:
+                while len(block.lines) > room:  # the batch fills up inside this block
+                    full, block = block.split(room)
+                    _add_lines(batch, parser, name, full)
+                    yield batch
+                    batch, room = Batch(end=batch.end, last_line=batch.last_line), batch_lines
+                _add_lines(batch, parser, name, block)
+                room -= len(block.lines)
+            if not room:
                 yield batch
-                batch, in_batch = Batch(end=end, last_line=number), 0
+                batch, room = Batch(end=batch.end, last_line=batch.last_line), batch_lines
     if final:
         try:
             batch.add(parser.finish(), batch.last_line)
         except Exception as exc:  # noqa: BLE001 - what the parser held is lost, the read is not
             batch.rejected.append(Rejected(name, batch.last_line, f"{_parser_error(exc)} at end of input", b"", 0))
     yield batch
+
+
+def _add_lines(batch: Batch, parser: Parser, name: str, block: Block) -> None:
+    """Parse ``block`` into ``batch``: the parser's ``feed_lines`` takes what it can, ``feed`` the rest."""
+    lines, first, last = block.lines, block.first, len(block.lines) - 1
+    steps: list[StepRecord] = []
+    left: Iterable[int] = range(len(lines))
+    feed_lines = getattr(parser, "feed_lines", None)
+    if feed_lines is not None:
+        try:
+            steps, left = feed_lines(lines)
+        except Exception:  # noqa: BLE001 - a bug on the batch path: every line goes to feed, costing at most itself
+            steps, left = [], range(len(lines))
+    done = taken = 0  # lines and steps moved into the batch
+    unterminated = block.unterminated
+    for i in left:
+        if i > done:  # the run of lines feed_lines took, one step each
+            batch.steps += steps[taken:taken + i - done]
+            batch.step_lines += range(first + done, first + i)
+            taken += i - done
+        data = lines[i] if unterminated and i == last else lines[i] + b"\n"
+        number = first + i
+        try:
+            batch.add(parser.feed(data), number)
+        except BadLine as exc:
+            batch.rejected.append(Rejected(name, number, str(exc), data.rstrip(b"\r\n"), len(data)))
+        except Exception as exc:  # noqa: BLE001 - a parser's bug costs one line, never the whole read
+            batch.rejected.append(Rejected(name, number, _parser_error(exc), data.rstrip(b"\r\n"), len(data)))
+        done = i + 1
+    if done <= last:
+        batch.steps += steps[taken:]
+        batch.step_lines += range(first + done, first + last + 1)
+    batch.end, batch.last_line = block.end, first + last
 
 
 def _parser_error(exc: Exception) -> str:

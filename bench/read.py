@@ -1,0 +1,135 @@
+"""Benchmark: the source stage on events JSONL (``read_batches``), against floors measured in the same run.
+
+Three logs of 8 ranks: step lines only (as ``bench/diagnose.py`` writes them), steps with a
+``comm`` line every 300 lines (the worst case for decoding slices of lines at once: nearly
+every slice holds one other line), and steps with a ``comm`` line for every two steps of each
+rank (a probe's real mix: per-op totals each second). For each: reading and splitting the
+file in chunks (the floor of any reader), ``orjson.loads`` of each line, msgspec decoding each
+line into a ``StepRecord`` (what ``read_batches`` makes, without its offsets, line numbers,
+quarantine and the schema's judgement of other kinds), the parser fed a line at a time (the
+way ``read_batches`` read until it took blocks, less its offsets and bookkeeping), and
+``read_batches`` itself. Best of
+``--repeat`` wall times. Target: ≤ 1.6 s for 1M step lines through ``read_batches``.
+
+    python bench/read.py [--events 1000000] [--repeat 3] [--log FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+import orjson
+
+from zerodoctor.events import StepRecord
+from zerodoctor.sources import make_parser, read_batches
+
+sys.path.insert(0, str(Path(__file__).parent))
+from diagnose import RANKS, write_log  # noqa: E402 - the same step log diagnose's bench reads
+
+CHUNK = 1 << 20
+
+
+def write_mixed(path: Path, events: int, every: int) -> None:
+    """``write_log``'s steps with a ``comm`` line after every ``every``-th line."""
+    steps = path.with_suffix(".steps")
+    write_log(steps, events)
+    with steps.open("rb") as src, path.open("wb") as out:
+        for i, line in enumerate(src, 1):
+            out.write(line)
+            if i % every == 0:
+                out.write(orjson.dumps({"v": 1, "t": i * 0.1, "run": "bench", "rank": i % RANKS, "kind": "comm",
+                                        "op": "all_reduce", "step": i // RANKS, "count": 12, "bytes": 1 << 27,
+                                        "total_s": 0.05, "interval_s": 1.0}) + b"\n")
+    steps.unlink()
+
+
+def _chunked_lines(path: Path):  # noqa: ANN202 - yields lists of lines
+    with path.open("rb") as f:
+        pending = b""
+        while data := f.read(CHUNK):
+            lines = data.split(b"\n")
+            lines[0] = pending + lines[0]
+            pending = lines.pop()
+            yield lines
+
+
+def read_split(path: Path) -> int:
+    return sum(len(lines) for lines in _chunked_lines(path))
+
+
+def orjson_each(path: Path) -> int:
+    loads = orjson.loads
+    return sum(len([loads(line) for line in lines]) for lines in _chunked_lines(path))
+
+
+def msgspec_each(path: Path) -> int:
+    decode, made = msgspec.json.Decoder(StepRecord).decode, 0
+    for lines in _chunked_lines(path):
+        records = []
+        for line in lines:
+            try:
+                records.append(decode(line))
+            except msgspec.DecodeError:
+                pass  # another kind: not judged here
+        made += len(records)
+    return made
+
+
+def line_at_a_time(path: Path) -> int:
+    """``feed`` per line, what it makes kept 20,000 lines at a time as a batch keeps it."""
+    parser, made, kept = make_parser("jsonl"), 0, []
+    with path.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            kept += parser.feed(line)
+            if number % 20_000 == 0:
+                made, kept = made + len(kept), []
+    return made + len(kept)
+
+
+def source_stage(path: Path) -> int:
+    return sum(len(b.steps) + len(b.events) for b in read_batches(path, make_parser("jsonl")))
+
+
+def best(run, path: Path, repeat: int) -> float:  # noqa: ANN001 - a callable taking the path
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run(path)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000, help="step events in the step-only log (the mixed: a quarter)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--log", type=Path, help="read this events JSONL instead of writing the three logs")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        if args.log:
+            logs = {args.log.name: args.log}
+        else:
+            logs = {"steps": Path(scratch) / "steps.jsonl", "comm every 300": Path(scratch) / "rare.jsonl",
+                    "comm every 3": Path(scratch) / "mixed.jsonl"}
+            write_log(logs["steps"], args.events)
+            write_mixed(logs["comm every 300"], args.events // 4, 300)
+            write_mixed(logs["comm every 3"], args.events // 4, 3)
+        print(f"{'log':<16} {'lines':>8} {'MiB':>6} {'read+split':>11} {'orjson':>7} {'msgspec':>8} {'per line':>9} "
+              f"{'read_batches':>13} {'events/s':>9} {'x split':>8} {'x msgspec':>10} {'x per line':>11}")
+        for name, path in logs.items():
+            lines = read_split(path)
+            events = source_stage(path)
+            split, orj, msg, per_line, stage = (best(run, path, args.repeat) for run in (
+                read_split, orjson_each, msgspec_each, line_at_a_time, source_stage))
+            print(f"{name:<16} {lines:>8} {path.stat().st_size / 2**20:>6.0f} {split:>10.2f}s {orj:>6.2f}s "
+                  f"{msg:>7.2f}s {per_line:>8.2f}s {stage:>12.2f}s {events / stage:>9.0f} {stage / split:>8.2f} "
+                  f"{stage / msg:>10.2f} {stage / per_line:>11.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Chunked reading: where a chunk ends never changes a line, its number, its offsets or its verdict."""
+
+from __future__ import annotations
+
+import io
+import json
+import tracemalloc
+from functools import partial
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import ROOT, parsed
+from zerodoctor import sources
+from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.jsonl import SLICE, JsonlParser
+from zerodoctor.sources.lines import KEEP_OVERSIZE_PREFIX, read_blocks
+
+STEP = {"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 1}
+
+
+def _lines(data: bytes, **kw) -> list[tuple[int, int, int, bytes, int]]:
+    """``(number, start, end, line, oversize)`` of every line ``read_blocks`` yields; an oversize line's
+    bytes are ``b"..."`` once checked to be its first bytes (``KEEP_OVERSIZE_PREFIX`` at most)."""
+    out = []
+    for b in read_blocks(io.BytesIO(data), **kw):
+        if b.oversize:
+            prefix = b.lines[0]
+            assert 0 < len(prefix) <= KEEP_OVERSIZE_PREFIX and data[b.start:b.start + len(prefix)] == prefix
+            out.append((b.first, b.start, b.end, b"...", b.oversize))
+            continue
+        at = b.start
+        for i, line in enumerate(b.lines):
+            size = len(line) + (not (b.unterminated and i == len(b.lines) - 1))
+            out.append((b.first + i, at, at + size, line, 0))
+            at += size
+        assert at == b.end
+    return out
+
+
+def test_a_line_split_across_two_chunks_is_one_line_with_its_offsets() -> None:
+    data = b"first\nsecond line\nthird\n"
+    assert _lines(data, chunk=10) == [(1, 0, 6, b"first", 0), (2, 6, 18, b"second line", 0), (3, 18, 24, b"third", 0)]
+
+
+def test_a_cr_at_a_chunk_edge_stays_with_its_line() -> None:
+    data = b"one\r\ntwo\r\n"
+    assert data[:4].endswith(b"\r")
+    assert _lines(data, chunk=4) == [(1, 0, 5, b"one\r", 0), (2, 5, 10, b"two\r", 0)]
+
+
+@pytest.mark.parametrize("chunk", [3, 8, 64])
+def test_an_oversize_line_across_chunks_is_skipped_with_its_size_and_the_next_line_read(chunk: int) -> None:
+    data = b"ok\n" + b"x" * 40 + b"\nafter\n"
+    assert _lines(data, cap=16, chunk=chunk) == [(1, 0, 3, b"ok", 0), (2, 3, 44, b"...", 41), (3, 44, 50, b"after", 0)]
+
+
+@pytest.mark.parametrize("final", [True, False])
+def test_an_oversize_unterminated_last_line_waits_while_tailing(final: bool) -> None:
+    data = b"ok\n" + b"x" * 40
+    expected = [(1, 0, 3, b"ok", 0)] + ([(2, 3, 43, b"...", 40)] if final else [])
+    assert _lines(data, cap=16, chunk=8, final=final) == expected
+
+
+def test_an_oversize_line_costs_bounded_memory_whatever_its_length() -> None:
+    data = b"y" * (40 << 20)  # 40 MiB with no newline, as a binary blob named like a log would be
+    tracemalloc.start()
+    try:
+        lines = _lines(data, final=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert lines == [(1, 0, 40 << 20, b"...", 40 << 20)]
+    assert peak < 6 << 20  # the cap and a few chunks (1 MiB each), not the line
+
+
+_PIECES = st.lists(st.sampled_from([b"a", b"bb", b"\n", b"\r", b"\r\n", b" ", b"x" * 20]), max_size=40).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=_PIECES, chunk=st.integers(1, 50), final=st.booleans())
+def test_lines_and_offsets_do_not_depend_on_the_chunk_size(data: bytes, chunk: int, final: bool) -> None:
+    """Against the file split whole: every line, its number, its offsets and whether it is over the cap (16)."""
+    parts = data.split(b"\n")
+    expected, at = [], 0
+    for number, line in enumerate(parts, 1):
+        last = number == len(parts)
+        if last and (not line or not final):
+            break
+        size = len(line) + (not last)
+        expected.append((number, at, at + size, b"..." if len(line) > 16 else line, size if len(line) > 16 else 0))
+        at += size
+    assert _lines(data, cap=16, chunk=chunk, final=final) == expected
+
+
+_LINES = st.lists(st.one_of(
+    st.integers(1, 99).map(lambda i: json.dumps({**STEP, "step": i}).encode()),
+    st.just(json.dumps({**STEP, "loss": float("nan")}).encode()),  # a step only the schema can take
+    st.just(json.dumps({**STEP, "kind": "log", "message": "m"}).encode()),
+    st.sampled_from([b"", b"  ", b"\r", b"garbage", b'{"v": 1}', b'{"v": 1, "t": 1.0']),
+), max_size=30)
+
+
+def _outcome(batches: list) -> tuple:
+    """What a reader got: events in line order with their line, rejects, and the last batch's end."""
+    lines = sorted([*(ln for b in batches for ln in b.event_lines), *(ln for b in batches for ln in b.step_lines)])
+    rejects = [(r.line, r.reason, r.raw, r.size) for b in batches for r in b.rejected]
+    return repr(parsed(batches)), lines, rejects, batches[-1].end, batches[-1].last_line
+
+
+@settings(max_examples=150, deadline=None)
+@given(lines=_LINES, crlf=st.booleans(), chunk=st.integers(1, 120), batch_lines=st.integers(1, 9))
+def test_jsonl_batches_do_not_depend_on_chunks_nor_batch_size(tmp_path_factory, lines, crlf, chunk,
+                                                              batch_lines) -> None:
+    path = tmp_path_factory.mktemp("chunks") / "rank-0.jsonl"
+    ended = [line + (b"\r\n" if crlf else b"\n") for line in lines]
+    path.write_bytes(b"".join(ended))
+    whole = list(read_batches(path, make_parser("jsonl")))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(sources, "read_blocks", partial(read_blocks, chunk=chunk))
+        chunked = list(read_batches(path, make_parser("jsonl"), batch_lines=batch_lines))
+    assert _outcome(chunked) == _outcome(whole)
+    assert all(len(b.steps) + len(b.events) + len(b.rejected) <= batch_lines for b in chunked[:-1])
+    assert [b.last_line for b in chunked] == [*range(batch_lines, len(lines) + 1, batch_lines), len(lines)]
+    assert [b.end for b in chunked] == [len(b"".join(ended[:b.last_line])) for b in chunked]  # each batch's own end
+
+
+def test_a_bad_line_inside_a_slice_of_steps_costs_only_itself(tmp_path: Path) -> None:
+    path = tmp_path / "rank-0.jsonl"
+    steps = [json.dumps({**STEP, "step": i}).encode() for i in range(1, 3 * SLICE)]
+    steps[SLICE + 5] = b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": "x"}'
+    path.write_bytes(b"\n".join(steps) + b"\n")
+    (batch,) = read_batches(path, make_parser("jsonl"))
+    assert [r.line for r in batch.rejected] == [SLICE + 6]
+    assert batch.step_lines == [n for n in range(1, 3 * SLICE) if n != SLICE + 6]
+    assert [s.step for s in batch.steps] == [n for n in range(1, 3 * SLICE) if n != SLICE + 6]
+
+
+class _BrokenBatchPath(JsonlParser):
+    def feed_lines(self, lines: list[bytes]):  # noqa: ANN201 - a plugin's bug
+        raise RuntimeError("bug")
+
+
+def test_a_bug_in_feed_lines_costs_no_line_feed_reads_them_all(tmp_path: Path) -> None:
+    path = tmp_path / "rank-0.jsonl"
+    path.write_bytes(b"".join(json.dumps({**STEP, "step": i}).encode() + b"\n" for i in range(1, 6)) + b"junk\n")
+    (batch,) = read_batches(path, _BrokenBatchPath())
+    assert [s.step for s in batch.steps] == [1, 2, 3, 4, 5]
+    assert [(r.line, r.raw) for r in batch.rejected] == [(6, b"junk")]
+
+
+@pytest.mark.parametrize("crlf", [False, True])
+def test_a_console_log_reads_the_same_whatever_the_chunks(tmp_path: Path, crlf: bool) -> None:
+    """The text parser holds state across lines (tracebacks, config blocks): chunk edges must not show."""
+    text = (ROOT / "samples" / "fp16-min-scale" / "console.log").read_bytes()
+    path = tmp_path / "console.log"
+    path.write_bytes(text.replace(b"\n", b"\r\n") if crlf else text)
+    whole = list(read_batches(path, make_parser("text", "t")))
+    assert parsed(whole)
+    for chunk in (2, 7, 4096):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(sources, "read_blocks", partial(read_blocks, chunk=chunk))
+            chunked = list(read_batches(path, make_parser("text", "t"), batch_lines=5))
+        assert _outcome(chunked) == _outcome(whole), chunk
