@@ -8,8 +8,7 @@ file in chunks (the floor of any reader), ``orjson.loads`` of each line, msgspec
 line into a ``StepRecord`` (what ``read_batches`` makes, without its offsets, line numbers,
 quarantine and the schema's judgement of other kinds), the parser fed a line at a time (the
 way ``read_batches`` read until it took blocks, less its offsets and bookkeeping), and
-``read_batches`` itself. Best of
-``--repeat`` wall times. Target: ≤ 1.6 s for 1M step lines through ``read_batches``.
+``read_batches`` itself. Best of ``--repeat`` wall times, taken in turn. Target: ≤ 1.6 s for 1M step lines through ``read_batches``.
 
     python bench/read.py [--events 1000000] [--repeat 3] [--log FILE]
 """
@@ -81,11 +80,15 @@ def msgspec_each(path: Path) -> int:
 
 
 def line_at_a_time(path: Path) -> int:
-    """``feed`` per line, what it makes kept 20,000 lines at a time as a batch keeps it."""
-    parser, made, kept = make_parser("jsonl"), 0, []
+    """A line at a time, msgspec first and the schema for what it refuses, as ``read_batches`` read
+    before blocks; what it makes kept 20,000 lines at a time as a batch keeps it."""
+    parser, decode, made, kept = make_parser("jsonl"), msgspec.json.Decoder(StepRecord).decode, 0, []
     with path.open("rb") as f:
         for number, line in enumerate(f, 1):
-            kept += parser.feed(line)
+            try:
+                kept.append(decode(line))
+            except msgspec.DecodeError:
+                kept += parser.feed(line)
             if number % 20_000 == 0:
                 made, kept = made + len(kept), []
     return made + len(kept)
@@ -95,13 +98,16 @@ def source_stage(path: Path) -> int:
     return sum(len(b.steps) + len(b.events) for b in read_batches(path, make_parser("jsonl")))
 
 
-def best(run, path: Path, repeat: int) -> float:  # noqa: ANN001 - a callable taking the path
-    times = []
+def best_of(runs: tuple, path: Path, repeat: int) -> list[float]:
+    """The best wall time of each run over ``repeat`` rounds, taken in turn so that a busy machine
+    weighs on all of them alike."""
+    times = [[] for _ in runs]
     for _ in range(repeat):
-        start = time.perf_counter()
-        run(path)
-        times.append(time.perf_counter() - start)
-    return min(times)
+        for run, spent in zip(runs, times):
+            start = time.perf_counter()
+            run(path)
+            spent.append(time.perf_counter() - start)
+    return [min(spent) for spent in times]
 
 
 def main() -> None:
@@ -124,8 +130,8 @@ def main() -> None:
         for name, path in logs.items():
             lines = read_split(path)
             events = source_stage(path)
-            split, orj, msg, per_line, stage = (best(run, path, args.repeat) for run in (
-                read_split, orjson_each, msgspec_each, line_at_a_time, source_stage))
+            split, orj, msg, per_line, stage = best_of(
+                (read_split, orjson_each, msgspec_each, line_at_a_time, source_stage), path, args.repeat)
             print(f"{name:<16} {lines:>8} {path.stat().st_size / 2**20:>6.0f} {split:>10.2f}s {orj:>6.2f}s "
                   f"{msg:>7.2f}s {per_line:>8.2f}s {stage:>12.2f}s {events / stage:>9.0f} {stage / split:>8.2f} "
                   f"{stage / msg:>10.2f} {stage / per_line:>11.2f}")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.conftest import ROOT, parsed
 from zerodoctor import sources
 from zerodoctor.sources import make_parser, read_batches
-from zerodoctor.sources.jsonl import SLICE, JsonlParser
+from zerodoctor.sources.jsonl import JsonlParser
 from zerodoctor.sources.lines import KEEP_OVERSIZE_PREFIX, read_blocks
 
 STEP = {"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 1}
@@ -127,15 +127,16 @@ def test_jsonl_batches_do_not_depend_on_chunks_nor_batch_size(tmp_path_factory, 
     assert [b.end for b in chunked] == [len(b"".join(ended[:b.last_line])) for b in chunked]  # each batch's own end
 
 
-def test_a_bad_line_inside_a_slice_of_steps_costs_only_itself(tmp_path: Path) -> None:
+def test_lines_msgspec_refuses_among_steps_cost_only_themselves(tmp_path: Path) -> None:
     path = tmp_path / "rank-0.jsonl"
-    steps = [json.dumps({**STEP, "step": i}).encode() for i in range(1, 3 * SLICE)]
-    steps[SLICE + 5] = b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": "x"}'
+    steps = [json.dumps({**STEP, "step": i}).encode() for i in range(1, 301)]
+    for at in (0, 1, 133, 134, 299):  # first, adjacent, last: where the decoding restarts
+        steps[at] = b'{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": "x"}'
     path.write_bytes(b"\n".join(steps) + b"\n")
     (batch,) = read_batches(path, make_parser("jsonl"))
-    assert [r.line for r in batch.rejected] == [SLICE + 6]
-    assert batch.step_lines == [n for n in range(1, 3 * SLICE) if n != SLICE + 6]
-    assert [s.step for s in batch.steps] == [n for n in range(1, 3 * SLICE) if n != SLICE + 6]
+    assert [r.line for r in batch.rejected] == [1, 2, 134, 135, 300]
+    kept = [n for n in range(1, 301) if n not in (1, 2, 134, 135, 300)]
+    assert batch.step_lines == kept and [s.step for s in batch.steps] == kept
 
 
 class _BrokenBatchPath(JsonlParser):
