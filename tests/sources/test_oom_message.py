@@ -34,3 +34,10 @@ def test_a_2_4_message_in_bytes_from_the_probe_and_from_the_log(tmp_path: Path) 
 def test_probe_and_log_agree_on_every_unit(tmp_path: Path, size: str) -> None:
     message = f"CUDA out of memory. Tried to allocate {size}. GPU 0 has a total capacity of 79.25 GiB of which 1 MiB is free"
     assert oom_fields(RuntimeError(message))["requested_bytes"] == _from_log(tmp_path, message)["requested_bytes"]
+
+
+def test_a_size_no_int64_holds_is_left_out_and_the_oom_kept(tmp_path: Path) -> None:
+    """Hypothesis found it: a mangled size made the OOM event invalid, and the parser's held message was lost."""
+    oom = _from_log(tmp_path, "CUDA out of memory. Tried to allocate 9999999999999999999999999 GiB. GPU 0 has a "
+                              "total capacity of 79.25 GiB of which 42.75 MiB is free.")
+    assert "requested_bytes" not in oom and oom["capacity_bytes"] == int(79.25 * 2**30)

@@ -147,14 +147,16 @@ def oom_numbers(message: str) -> dict[str, int]:
     """The ``oom`` fields an allocator message gives: its sizes in bytes and the GPU index.
 
     One reading for the text logs and the probe: PyTorch's ``format_size`` prints binary units
-    (MiB, GiB), and the older "MB"/"GB" spellings meant the same.
+    (MiB, GiB), and the older "MB"/"GB" spellings meant the same. A size no int64 holds is left out.
     """
     fields: dict[str, int] = {}
     for name, pattern in _FIELDS.items():
         match = pattern.search(message)
         if match:
             number, unit = [g for g in match.groups() if g is not None][:2]
-            fields[name] = int(float(number) * LOGGED[unit])
+            size = float(number) * LOGGED[unit]
+            if size < 2**63:  # past int64 no allocator printed it: a mangled line, the size is unknown
+                fields[name] = int(size)
     unallocated = fields.pop("_unallocated", None)
     if unallocated is not None and "allocated_bytes" in fields:
         fields["reserved_bytes"] = fields["allocated_bytes"] + unallocated
