@@ -84,7 +84,9 @@ def test_huge_exponent_is_refused_at_load(tmp_path, expr, problem):
 
 def test_deeply_nested_yaml_is_one_error_not_a_crash(tmp_path):
     rules = _rules(tmp_path, _hostile() + "deep: " + "[" * 10_000 + "]" * 10_000 + "\n")
-    assert _errors(rules) == [f"{rules / NAME}:0: RL100: nested too deeply to be a rule"]
+    # libyaml stops at its nesting limit and names the line; pure-Python PyYAML recurses until Python stops it
+    assert _errors(rules) in ([f"{rules / NAME}:34: RL100: exceeded maximum nesting depth"],
+                              [f"{rules / NAME}:0: RL100: nested too deeply to be a rule"])
 
 
 def test_fifo_named_like_a_rule_file_is_refused_not_opened(tmp_path):

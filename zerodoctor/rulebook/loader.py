@@ -215,15 +215,17 @@ class _TooLarge(ValueError):
     pass
 
 
-class _NoAliases(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing aliases: ten nested ``*a`` lists of ten are a billion (``billion laughs``)."""
+# libyaml's safe loader where PyYAML has it: reading the ~60 rule files took 0.39 s in pure Python,
+# a third of every command's start-up.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+
+def _refuse_aliases(text: str) -> None:
+    """Aliases are refused before anything is built: ten nested ``*a`` lists of ten are a billion (``billion laughs``)."""
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent):
             raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed in rule files",
                                               event.start_mark)
-        return super().compose_node(parent, index)
 
 
 def _parse(path: Path) -> tuple[yaml.Node | None, Any]:
@@ -232,7 +234,9 @@ def _parse(path: Path) -> tuple[yaml.Node | None, Any]:
         raw = f.read(MAX_RULE_BYTES + 1)
     if len(raw) > MAX_RULE_BYTES:
         raise _TooLarge(f"rule file is over the {MAX_RULE_BYTES // 1024} KiB cap for rule files")
-    loader = _NoAliases(raw.decode("utf-8"))
+    text = raw.decode("utf-8")
+    _refuse_aliases(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         return node, None if node is None else loader.construct_document(node)
