@@ -113,16 +113,21 @@ def _chunks(conn: Connection, where: Any) -> Iterator[tuple[dict[str, Any], Colu
         yield row, Columns.decode(row["rows"], row["columns"])
 
 
-def rows_of(conn: Connection, run_id: int, *, lo: int | None = None, hi: int | None = None) -> Columns | None:
-    """The run's step rows with ``lo < step ≤ hi``, each with its rank (``values["rank"]``), or None."""
+def _overlapping(run_id: int, lo: int | None, hi: int | None) -> Any:
+    """The run's chunks that may hold a step in ``(lo, hi]`` (an open side: no bound)."""
     c = step_chunks.c
     where = c.run_id == run_id
     if lo is not None:
         where = where & (c.last_step > lo)
     if hi is not None:
         where = where & (c.first_step <= hi)
+    return where
+
+
+def rows_of(conn: Connection, run_id: int, *, lo: int | None = None, hi: int | None = None) -> Columns | None:
+    """The run's step rows with ``lo < step ≤ hi``, each with its rank (``values["rank"]``), or None."""
     parts = []
-    for meta, cols in _chunks(conn, where):
+    for meta, cols in _chunks(conn, _overlapping(run_id, lo, hi)):
         cols.values["rank"], cols.valid["rank"] = np.full(cols.n, meta["rank"], dtype=np.int64), None
         steps = cols.values["step"]
         keep = np.ones(cols.n, dtype=bool)
@@ -186,13 +191,8 @@ def merged_steps(conn: Connection, run_id: int, fields: dict[str, str], *, after
     at most ``block`` steps. A full read goes a window of steps at a time (about ``_WINDOW_ROWS`` rows
     decoded at once), so its memory is bounded however long the run."""
     c = step_chunks.c
-    where = c.run_id == run_id
-    if after is not None:
-        where = where & (c.last_step > after)
-    if upto is not None:
-        where = where & (c.first_step <= upto)
     first, last, rows = conn.execute(select(func.min(c.first_step), func.max(c.last_step), func.sum(c.rows))
-                                     .where(where)).one()
+                                     .where(_overlapping(run_id, after, upto))).one()
     if not rows:
         return
     rows = int(rows)  # PostgreSQL sums a bigint as numeric
