@@ -1,9 +1,10 @@
 """Events: step records as columns — how a batch's steps travel to the store and back to the view.
 
 Nearly every event of a run is a step, and a Python object per step and field costs more than
-anything done with it. ``Columns`` holds the steps of one (run, rank) as arrays (numpy int64 /
-float64), built in one C-level pass from the records, stored as one blob (``encode``) and read
-back without a copy (``decode``). Missing is explicit: a float is NaN where the event had no
+anything done with it. ``Columns`` holds the steps of one run (a batch's, with each row's rank
+and line; or one rank's, as a store chunk) as arrays (numpy int64 / float64), built in one
+C-level pass from the records, stored as one blob (``encode``) and read back without a copy
+(``decode``). Missing is explicit: a float is NaN where the event had no
 value (a non-finite loss or grad norm is a value: flagged in ``nonfinite``, then stored NaN, as
 SQL stores it NULL); an int column that lacks a value somewhere carries a validity mask.
 """

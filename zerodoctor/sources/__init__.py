@@ -81,10 +81,12 @@ class UnsupportedFormat(ValueError):
 class Batch:
     """Events and rejects read from one file, up to byte offset ``end`` (exclusive).
 
-    Step events, nearly all of a run, are ``steps`` (``StepRecord``s); ``events`` holds every
-    other kind. ``event_lines[i]`` / ``step_lines[i]`` is the line ``events[i]`` / ``steps[i]``
-    was parsed from (its last line, for an event spanning several): a store that refuses one
-    event quarantines that line, not the batch.
+    Step events, nearly all of a run, are ``steps`` (``StepRecord``s) while the batch is read,
+    and ``columns`` once it is sealed (one ``Columns`` per run: what the store writes, and what a
+    read-ahead worker sends back); ``events`` holds every other kind. ``event_lines[i]`` /
+    ``step_lines[i]`` is the line ``events[i]`` / ``steps[i]`` was parsed from (its last line, for
+    an event spanning several; a sealed row keeps its own): a store that refuses one event
+    quarantines that line, not the batch.
     """
 
     events: list[Event] = field(default_factory=list)
