@@ -242,7 +242,8 @@ class FileTail:
         from wherever the offset stands by then (both read lazily: the offset moves as batches are stored)."""
         if self.pool is not None and stream is self.handle and self.decoded is None:
             if self._ahead is None:
-                self._ahead = ReadAhead.of(self.pool, self.path, self.fmt, stream, self.offset, self.lines + 1)
+                self._ahead = ReadAhead.of(self.pool, self.path, self.fmt, stream, self.offset, self.lines + 1,
+                                           batch_lines=BATCH_LINES)
                 if self._ahead is None:
                     self.pool = None  # too little to read for a pool to pay
             if self._ahead is not None:

@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from tests.conftest import step_rows
 from zerodoctor.pipeline import Pipeline, rules_from
+from zerodoctor import tail
 from zerodoctor.sources import readahead
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.schema import events, files, quarantine
@@ -68,12 +69,22 @@ def test_read_ahead_stores_what_the_in_process_reader_stores(tmp_path, small_ran
     real = readahead.Pool.submit
     monkeypatch.setattr(readahead.Pool, "submit", lambda self, *a: ranges.append(a[3:]) or real(self, *a))
     ahead = _stored(path, tmp_path / "ahead.db")
-    assert len(ranges) > 20 and all(end > start for start, end in ranges)  # it did read ahead, range by range
+    assert len(ranges) > 20 and all(end > start for start, end, _ in ranges)  # it did read ahead, range by range
     monkeypatch.setattr(readahead, "MIN_BYTES", 1 << 40)  # never worth it: read in process
     in_process = _stored(path, tmp_path / "plain.db")
     assert ahead == in_process
     assert ahead["file"]["quarantined"] == 12 + 1 + 1  # 12 bad lines, the oversize one, the unterminated last
     assert len(ahead["steps"]) == 3600
+
+
+def test_a_range_of_several_batches_numbers_its_lines_on(tmp_path, small_ranges, monkeypatch):
+    """Batches of 7 lines: a 16 KiB range holds a dozen, numbered on from the range's first line."""
+    monkeypatch.setattr(tail, "BATCH_LINES", 7)
+    path = tmp_path / "events.jsonl"
+    _write_log(path)
+    ahead = _stored(path, tmp_path / "ahead.db")
+    monkeypatch.setattr(readahead, "MIN_BYTES", 1 << 40)
+    assert ahead == _stored(path, tmp_path / "plain.db")
 
 
 def test_a_failing_worker_hands_over_to_the_in_process_reader(tmp_path, small_ranges, monkeypatch):
@@ -83,11 +94,11 @@ def test_a_failing_worker_hands_over_to_the_in_process_reader(tmp_path, small_ra
     calls = []
     real = readahead.Pool.submit
 
-    def flaky(self, path, fmt, identity, start, end):  # noqa: ANN001, ANN202
+    def flaky(self, path, fmt, identity, start, end, batch_lines):  # noqa: ANN001, ANN202
         calls.append(start)
         if len(calls) == 5:  # the fifth range: as if its file had been replaced
             identity = (-1, -1)
-        return real(self, path, fmt, identity, start, end)
+        return real(self, path, fmt, identity, start, end, batch_lines)
 
     monkeypatch.setattr(readahead.Pool, "submit", flaky)
     assert _stored(path, tmp_path / "ahead.db") == in_process

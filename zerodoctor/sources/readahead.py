@@ -75,24 +75,25 @@ class ReadAhead:
     """
 
     def __init__(self, pool: Pool, path: Path, fmt: str, identity: tuple[int, int], start: int, first_line: int,
-                 stop: int) -> None:
-        self.pool, self.path, self.fmt, self.identity = pool, path, fmt, identity
+                 stop: int, batch_lines: int) -> None:
+        self.pool, self.path, self.fmt, self.identity, self.batch_lines = pool, path, fmt, identity, batch_lines
         self.position, self.next_line = start, first_line
         self._planned, self._stop = start, stop
         self._pending: deque[tuple[int, Future]] = deque()  # (range start, its future), in file order
         self._ready: deque[Batch] = deque()  # parsed and placed, not handed out yet
 
     @classmethod
-    def of(cls, pool: Pool, path: Path, fmt: str, stream: BinaryIO, start: int, first_line: int) -> ReadAhead | None:
-        """A read-ahead over the complete lines of ``stream`` (plain bytes) from ``start``, or None when
-        too few bytes are left to pay for it."""
+    def of(cls, pool: Pool, path: Path, fmt: str, stream: BinaryIO, start: int, first_line: int, *,
+           batch_lines: int) -> ReadAhead | None:
+        """A read-ahead over the complete lines of ``stream`` (plain bytes) from ``start``, in batches of
+        at most ``batch_lines`` lines, or None when too few bytes are left to pay for it."""
         st = os.fstat(stream.fileno())
         if fmt != "jsonl" or st.st_size - start < MIN_BYTES or not pool.usable():
             return None
         stop = _line_start_before(stream.fileno(), st.st_size, start)
         if stop - start < MIN_BYTES:
             return None
-        return cls(pool, path, fmt, (st.st_dev, st.st_ino), start, first_line, stop)
+        return cls(pool, path, fmt, (st.st_dev, st.st_ino), start, first_line, stop, batch_lines)
 
     @property
     def active(self) -> bool:
@@ -114,10 +115,8 @@ class ReadAhead:
                 except Exception:  # noqa: BLE001 - a worker's failure costs its speed, never a line
                     self._stop_here()
                     return
-                lines_before = self.next_line - 1
-                for batch in parsed:
-                    self._ready.append(_placed(batch, range_start, lines_before))
-                    lines_before = self._ready[-1].last_line
+                lines_before = self.next_line - 1  # the range's lines are numbered from 1, across its batches
+                self._ready.extend(_placed(batch, range_start, lines_before) for batch in parsed)
             batch = self._ready.popleft()
             self.position, self.next_line = batch.end, batch.last_line + 1
             yield batch
@@ -138,7 +137,8 @@ class ReadAhead:
                     end = _line_start_before(f.fileno(), start + RANGE_BYTES, start)
                     if end == start:  # one line longer than a range: up to its end
                         end = _line_end_after(f.fileno(), start + RANGE_BYTES, self._stop)
-            self._pending.append((start, self.pool.submit(str(self.path), self.fmt, self.identity, start, end)))
+            self._pending.append((start, self.pool.submit(str(self.path), self.fmt, self.identity, start, end,
+                                                          self.batch_lines)))
             self._planned = end
 
 
@@ -174,7 +174,8 @@ def _placed(batch: Batch, start: int, lines_before: int) -> Batch:
                    rejected=[replace(r, line=r.line + lines_before) for r in batch.rejected])
 
 
-def _parse_range(path: str, fmt: str, identity: tuple[int, int], start: int, end: int) -> list[Batch]:
+def _parse_range(path: str, fmt: str, identity: tuple[int, int], start: int, end: int,
+                 batch_lines: int) -> list[Batch]:
     """In a worker: the sealed batches of the complete lines in ``[start, end)`` (numbered from 1)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -185,7 +186,8 @@ def _parse_range(path: str, fmt: str, identity: tuple[int, int], start: int, end
     finally:
         os.close(fd)
     parser = make_parser(fmt, run_id=run_id_for(Path(path)), path=Path(path))
-    batches = list(read_batches(Path(path), parser, start=0, first_line=1, stream=io.BytesIO(data)))
+    batches = list(read_batches(Path(path), parser, start=0, first_line=1, batch_lines=batch_lines,
+                                stream=io.BytesIO(data)))
     for batch in batches:
         batch.seal()
     return batches
