@@ -5,6 +5,8 @@ whatever falls on a range's edge; and when a worker fails, the in-process reader
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -36,10 +38,10 @@ def _write_log(path: Path) -> None:
     path.write_text("\r\n".join(lines[:50]) + "\r\n" + "\n".join(lines[50:]) + "\n" + '{"v": 1, "t": 9.0')
 
 
-def _stored(path: Path, db: Path) -> dict:
+def _stored(path: Path, db: Path, jobs: int | None = None) -> dict:
     engine = open_engine(db, scratch=True)
     pipeline = Pipeline(engine, rules_from(), save_views=False)
-    (row,) = pipeline.ingest([(path, "jsonl")])
+    (row,) = pipeline.ingest([(path, "jsonl")], jobs=jobs)
     judged = pipeline.judge("r")
     with engine.connect() as conn:
         out = {
@@ -151,3 +153,37 @@ def test_jobs_1_reads_in_process(tmp_path, small_ranges, monkeypatch):
     (row,) = Pipeline(engine, rules_from(), save_views=False).ingest([(path, "jsonl")], jobs=1)
     assert row["events"] > 3600
     engine.dispose()
+
+
+def test_a_killed_worker_breaks_the_pool_and_every_file_is_still_read(tmp_path, small_ranges, monkeypatch):
+    """A worker the kernel kills (SIGKILL, as the OOM killer does) breaks the whole pool: the file being
+    read and the next one go on in process, every line stored once."""
+    path = tmp_path / "events.jsonl"
+    _write_log(path)
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(path.read_bytes())
+    real = readahead._parse_range
+
+    def killed_on_the_third(*args):  # noqa: ANN002, ANN202 - runs in the worker
+        if args[3] > 2 * (16 << 10):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args)
+
+    in_process = _stored(path, tmp_path / "plain.db", jobs=1)["file"]
+    monkeypatch.setattr(readahead, "_parse_range", killed_on_the_third)
+    engine = open_engine(tmp_path / "store.db", scratch=True)
+    rows = Pipeline(engine, rules_from(), save_views=False).ingest([(path, "jsonl"), (other, "jsonl")])
+    engine.dispose()
+    assert [{k: r[k] for k in in_process} for r in rows] == [in_process, in_process]
+
+
+def test_a_pool_that_refuses_work_leaves_the_file_to_the_in_process_reader(tmp_path, small_ranges, monkeypatch):
+    path = tmp_path / "events.jsonl"
+    _write_log(path)
+    in_process = _stored(path, tmp_path / "plain.db", jobs=1)
+
+    def broken(self, *args):  # noqa: ANN001, ANN002, ANN202
+        raise readahead.BrokenProcessPool("a worker was killed")
+
+    monkeypatch.setattr(readahead.Pool, "submit", broken)
+    assert _stored(path, tmp_path / "ahead.db") == in_process

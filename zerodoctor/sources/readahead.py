@@ -20,6 +20,7 @@ import os
 import threading
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -137,8 +138,12 @@ class ReadAhead:
                     end = _line_start_before(f.fileno(), start + RANGE_BYTES, start)
                     if end == start:  # one line longer than a range: up to its end
                         end = _line_end_after(f.fileno(), start + RANGE_BYTES, self._stop)
-            self._pending.append((start, self.pool.submit(str(self.path), self.fmt, self.identity, start, end,
-                                                          self.batch_lines)))
+            try:
+                future = self.pool.submit(str(self.path), self.fmt, self.identity, start, end, self.batch_lines)
+            except BrokenProcessPool:  # a worker was killed since: read in process from here
+                self._planned = self._stop
+                return
+            self._pending.append((start, future))
             self._planned = end
 
 
