@@ -136,8 +136,11 @@ class ReadAhead:
             if start + RANGE_BYTES < self._stop:
                 with open(self.path, "rb") as f:
                     end = _line_start_before(f.fileno(), start + RANGE_BYTES, start)
-                    if end == start:  # one line longer than a range: up to its end
-                        end = _line_end_after(f.fileno(), start + RANGE_BYTES, self._stop)
+                if end == start:
+                    # A line longer than a range would be read whole into a worker: from here the
+                    # in-process reader goes on, which skips an oversize line in bounded memory.
+                    self._stop = start
+                    return
             try:
                 future = self.pool.submit(str(self.path), self.fmt, self.identity, start, end, self.batch_lines)
             except BrokenProcessPool:  # a worker was killed since: read in process from here
@@ -157,17 +160,6 @@ def _line_start_before(fd: int, offset: int, floor: int) -> int:
             return lo + found + 1
         pos = lo
     return floor
-
-
-def _line_end_after(fd: int, offset: int, ceiling: int) -> int:
-    """The offset just past the first newline at or after ``offset``, ``ceiling`` at the latest."""
-    pos = offset
-    while pos < ceiling:
-        found = os.pread(fd, min(_SCAN, ceiling - pos), pos).find(b"\n")
-        if found >= 0:
-            return pos + found + 1
-        pos += _SCAN
-    return ceiling
 
 
 def _placed(batch: Batch, start: int, lines_before: int) -> Batch:
