@@ -94,8 +94,8 @@ def kill_repeatedly(runs: Path, store_url: str, kills: int, rng: random.Random, 
         else:
             time.sleep(rng.uniform(0.3, 1.0))
         watch.kill()
-        watch.communicate(timeout=10)
-        assert watch.returncode == -signal.SIGKILL
+        _, err = watch.communicate(timeout=10)
+        assert watch.returncode == -signal.SIGKILL, err
         counts.append(len(stored_steps(store_url)))
     return counts
 

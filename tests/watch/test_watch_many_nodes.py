@@ -4,6 +4,7 @@ each finding sent by one of them."""
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import subprocess
@@ -203,3 +204,44 @@ def test_a_watcher_whose_lock_connection_is_cut_stops_with_exit_2(tmp_path, pg_u
     assert watch.returncode == 2, err
     assert "lost the connection that holds this watcher's locks" in err
     assert make_url(pg_url).password not in err
+
+
+def _session_holding(pg_url: str, run_dir, name: str):  # noqa: ANN001, ANN202 - a Path; an SQLAlchemy Connection
+    """A server session named ``name`` holding ``run_dir``'s lock, as a watcher's does."""
+    from zerodoctor.watch.lock import advisory_key
+
+    engine = open_engine(pg_url)
+    conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    conn.execute(text("SELECT set_config('application_name', :me, false)"), {"me": name})
+    assert conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": advisory_key(str(run_dir.resolve()))}).scalar()
+    return engine, conn
+
+
+def test_a_dead_watchers_lock_still_held_by_its_session_is_waited_for(tmp_path, pg_url):
+    """A watcher SIGKILLed mid-query keeps its lock until the server notices: its successor waits, then writes."""
+    runs = tmp_path / "runs"
+    append(runs / "r" / "rank-0.jsonl", "r", 0, range(1, 20))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid of this host no process has any more
+    engine, conn = _session_holding(pg_url, runs / "r", f"zerodoctor watch pid {gone.pid} on {socket.gethostname()}"[:63])
+    threading.Timer(1.5, conn.invalidate).start()  # its socket closes: the server drops the lock
+    try:
+        started = time.monotonic()
+        once = run_cli("watch", "--once", "-q", "--db", pg_url, str(runs), timeout=60)
+        assert once.returncode == 0, once.stderr
+        assert time.monotonic() - started > 1.5
+        assert stored_count(pg_url) == 19
+    finally:
+        engine.dispose()
+
+
+def test_a_live_watchers_lock_is_not_waited_for(tmp_path, pg_url):
+    runs = tmp_path / "runs"
+    append(runs / "r" / "rank-0.jsonl", "r", 0, range(1, 20))
+    engine, conn = _session_holding(pg_url, runs / "r", f"zerodoctor watch pid {os.getpid()} on {socket.gethostname()}"[:63])
+    try:
+        once = run_cli("watch", "--once", "-q", "--db", pg_url, str(runs), timeout=60)
+        assert once.returncode == 2 and f"pid {os.getpid()}" in once.stderr, once.stderr
+    finally:
+        conn.close()
+        engine.dispose()

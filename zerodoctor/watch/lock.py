@@ -11,7 +11,9 @@
 - Any other SQLAlchemy store: the same file lock, in a private (0700) directory of this user.
 
 The kernel or the server drops a lock when its process dies, SIGKILL included, so a crashed
-watcher never leaves a stale one behind.
+watcher never leaves a stale one behind; the server only once it notices the closed socket,
+after the query that session was running, so a watcher started at once after waits for a dead
+holder of its own host (up to ``STALE_WAIT_S``) rather than refuse the directory.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import socket
 import stat
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Protocol
@@ -29,6 +33,9 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from zerodoctor.store.db import StoreError, describe, shown
+
+
+STALE_WAIT_S = 10.0  # a dead watcher's lock outlives it until the server notices: waited for this long
 
 
 class StoreBusy(StoreError):
@@ -83,22 +90,31 @@ class _AdvisoryLocks:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.held: set[int] = set()
-        me = f"zerodoctor watch pid {os.getpid()} on {socket.gethostname()}"[:63]  # NAMEDATALEN
-        conn.execute(text("SELECT set_config('application_name', :me, false)"), {"me": me})
+        conn.execute(text("SELECT set_config('application_name', :me, false)"), {"me": _application_name(os.getpid())})
 
     def claim(self, run_dir: Path) -> str | None:
+        """Take the directory's lock. One held by a watcher of this host that is dead (SIGKILLed a
+        moment ago) is waited for, up to ``STALE_WAIT_S``: the server drops it only once it notices
+        the closed socket, after the query that session was running."""
         key = _key(run_dir)
         if key in self.held:
             return None
-        if self.conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar():
-            self.held.add(key)
-            return None
+        deadline = time.monotonic() + STALE_WAIT_S
+        while not self.conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar():
+            holder = self._holder(key)
+            if not _dead_here(holder) or time.monotonic() > deadline:
+                return holder
+            time.sleep(0.1)
+        self.held.add(key)
+        return None
+
+    def _holder(self, key: int) -> str:
         holder = self.conn.execute(text(
             "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
             "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid = :hi AND l.objid = :lo "
             "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
             {"hi": key >> 32, "lo": key & 0xFFFF_FFFF}).scalar()
-        return (holder or "unknown").removeprefix("zerodoctor watch ")
+        return (holder or "unknown").removeprefix(_PREFIX)
 
     def check(self) -> None:
         """A lost connection (server restart, network cut) took the locks with it: another watcher may
@@ -113,6 +129,28 @@ class _AdvisoryLocks:
         if held < len(self.held):
             raise StoreBusy(f"this watcher's locks are gone ({held} of {len(self.held)} held); stopping: "
                             "start it again")
+
+
+_PREFIX = "zerodoctor watch "
+
+
+def _application_name(pid: int) -> str:
+    """How a watcher names its session on the server: the holder ``claim`` reports is this, unprefixed."""
+    return f"{_PREFIX}pid {pid} on {socket.gethostname()}"[:63]  # NAMEDATALEN
+
+
+def _dead_here(holder: str) -> bool:
+    """``holder`` names a watcher of this host whose process is gone."""
+    match = re.match(r"pid (\d+) on ", holder)
+    if match is None or _application_name(int(match.group(1))) != _PREFIX + holder:
+        return False
+    try:
+        os.kill(int(match.group(1)), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 def advisory_key(name: str) -> int:
