@@ -40,6 +40,8 @@ def test_two_nodes_one_job_survive_6_sigkills_each_with_none_lost_or_duplicated(
     """Node A holds ranks 0-3 of run "job" in its own run directory, node B ranks 4-7 in another:
     each node's watcher is killed 6 times while the ranks write; the store holds one run of 8 ranks."""
     nodes = [tmp_path / "node-a" / "runs", tmp_path / "node-b" / "runs"]
+    for runs in nodes:  # before any watcher starts: a watcher faster than the writer's mkdir exits 2, rightly
+        (runs / "job").mkdir(parents=True)
     writers = [start_writer(runs / "job", 4, 1500, 5.0, first_rank=4 * i) for i, runs in enumerate(nodes)]
     stored: list[list[int]] = [[], []]
 
