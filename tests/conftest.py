@@ -84,9 +84,10 @@ def snapshot(request: pytest.FixtureRequest):  # noqa: ANN201
     """``snapshot(name, data)``: compare ``data`` with ``tests/snapshots/<name>.json``, like ruff's insta snapshots.
 
     A mismatch fails with the diff and leaves ``<name>.json.new`` beside it for review; pass
-    ``--snapshot-update`` (or set ``ZERODOCTOR_SNAPSHOT_UPDATE=1``) to accept what the code produces now.
+    ``--snapshot-update`` to accept what the code produces now. Only the command-line option updates: a
+    variable left in a shell's environment would turn every snapshot test into a pass.
     """
-    update = request.config.getoption("--snapshot-update") or os.environ.get("ZERODOCTOR_SNAPSHOT_UPDATE") == "1"
+    update = request.config.getoption("--snapshot-update")
 
     def check(name: str, data: object) -> None:
         path = SNAPSHOTS / f"{name}.json"
