@@ -33,21 +33,24 @@ def register_parsers() -> dict:
 def register_dialects() -> list[type]:
     from zerodoctor.sources.crashes import CrashDialect
     from zerodoctor.sources.deepspeed import DeepSpeedDialect
+    from zerodoctor.sources.fatal import FatalDialect
     from zerodoctor.sources.hf import HuggingFaceDialect
     from zerodoctor.sources.megatron import MegatronDialect
     from zerodoctor.sources.nccl import NcclDialect
     from zerodoctor.sources.torch import TorchDialect
 
-    return [DeepSpeedDialect, TorchDialect, NcclDialect, HuggingFaceDialect, MegatronDialect, CrashDialect]
+    return [DeepSpeedDialect, TorchDialect, NcclDialect, HuggingFaceDialect, MegatronDialect, CrashDialect,
+            FatalDialect]
 
 
 @hookimpl
 def register_signals() -> list:
-    from zerodoctor.signals import (batch, comms, config, crashes, creep, evidence, hang, memory, numerics, offload,
-                                    run, straggler, trainer)
+    from zerodoctor.signals import (batch, comms, config, crashes, creep, evidence, fatal, hang, memory, numerics,
+                                    offload, run, straggler, trainer)
 
     # Order matters: a module may read what earlier ones computed; evidence sums up last.
-    return [run, batch, numerics, comms, memory, creep, offload, config, hang, straggler, trainer, crashes, evidence]
+    return [run, batch, numerics, comms, memory, creep, offload, config, hang, straggler, trainer, crashes, fatal,
+            evidence]
 
 
 @hookimpl

@@ -42,7 +42,15 @@ def evaluate(rules: list[Rule], values: dict[str, Any], run: str, ranks: list[in
             unevaluated.append(Unevaluated(rule.code, run, missing, hint_for(missing)))
             continue
         findings.append(finding)
-    return findings, unevaluated
+    return _without_needless_fallbacks(findings, {r.code for r in rules if r.spec.fallback}), unevaluated
+
+
+def _without_needless_fallbacks(findings: list[Finding], fallbacks: set[str]) -> list[Finding]:
+    """A fallback finding stays only where no other rule found a warning or an error: a crash that a
+    specific rule explains is told once, by that rule."""
+    if any(f.rule not in fallbacks and f.severity in ("warning", "error") for f in findings):
+        return [f for f in findings if f.rule not in fallbacks]
+    return findings
 
 
 def _holds(condition: Condition, values: dict[str, Any], hold: int) -> tuple[int, int] | None:

@@ -62,6 +62,8 @@ class RuleSpec(BaseModel):
     status: Literal["preview", "stable"] = "preview"
     static: bool = Field(False, description="judged from the config alone: 'zerodoctor check' runs it before launch")
     when: str = Field(description="condition over signals")
+    fallback: bool = Field(False, description="speak only where no other rule found a warning or an error in the "
+                           "run: the crash named when nothing knows more (ZD901 names any fatal exception)")
     hold: int | None = Field(None, alias="for", description="'N steps': the condition must hold N steps in a row")
     message: str = Field(description="the fault in one line, with numbers: a template (docs/rules.md) whose "
                          "fields outside '[...]' clauses the condition guarantees")

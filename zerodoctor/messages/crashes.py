@@ -1,0 +1,119 @@
+"""Messages, crashes: the text of a fatal error → its family (illegal memory access, host OOM kill, …).
+
+Each family is the set of messages that libraries print for one kind of fault, read from their
+sources: c10's ``C10_CUDA_CHECK`` text (``CUDA error: <cudaGetErrorString>``, then "CUDA kernel errors
+might be asynchronously reported…"), ATen's ``Expected all tensors to be on the same device`` (1.7+;
+``Expected object of device type`` before), c10's ``DefaultCPUAllocator: can't allocate memory`` (``not
+enough memory`` before 1.9), ProcessGroupNCCL's ``NCCL error in: <file>:<line>, <ncclGetErrorString>``,
+the kernel's OOM killer (``Out of memory: Killed process N (name)``; cgroup v2 ``oom-kill``; slurmstepd's
+``Detected N oom-kill event(s)``), glibc's and CPython's fatal-signal lines. A family is ``root`` when it is
+a cause, not a consequence: once one rank hits an illegal memory access the others see NCCL errors and
+SIGABRTs, and the root names the run's fault. Families are tried in the order below, so the most specific
+wins; ``classify`` answers ``None`` for a message no family knows (the caller names it "unknown").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    pattern: re.Pattern
+    root: bool  # a cause in its own right (True) or what other ranks see after one died (False)
+
+
+def _family(name: str, pattern: str, *, root: bool = True) -> Family:
+    return Family(name, re.compile(pattern), root)
+
+
+# Not a fault of the run: the user or the scheduler stopped it, or torchrun reports a child's failure
+# (its own traceback names no cause; the child's does).
+NOT_A_FAULT = re.compile(r"^(?:KeyboardInterrupt|SystemExit|torch\.distributed\.elastic\.multiprocessing\.errors\."
+                         r"ChildFailedError|ChildFailedError|subprocess\.CalledProcessError|CalledProcessError)\b")
+
+FAMILIES: tuple[Family, ...] = (
+    _family("illegal_memory_access",
+            r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|illegal instruction was encountered"
+            r"|misaligned address"),
+    _family("device_side_assert",
+            r"device-side assert(?:ion)?s? triggered|cudaErrorAssert|\.cu(?:h)?:\d+: [^\n]{0,300}Assertion [^\n]{1,300} failed"),
+    _family("device_mismatch",
+            r"Expected all tensors to be on the same device|Expected object of device type \w+ but got device type"
+            r"|is on (?:CPU|cpu), but expected (?:it|them) to be on GPU|Expected tensor for argument #\d+ '\w+' to have "
+            r"the same device|Input type \([\w.]+\) and weight type \([\w.]+\) should be the same"
+            r"|indices should be either on cpu or on the same device"),
+    _family("cuda_oom", r"CUDA out of memory\.|OutOfMemoryError: CUDA|CUDA error: out of memory"),
+    _family("host_alloc_failed",
+            r"(?:^|\b)MemoryError\b|std::bad_alloc|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
+            r"|\[Errno 12\] Cannot allocate memory|Unable to allocate [\d.]+ [KMGT]i?B for an array"),
+    _family("host_oom_kill",
+            r"Out of memory: Kill(?:ed)? process|oom-kill event|invoked oom-killer|Memory cgroup out of memory"
+            r"|oom_kill_process|OOM killer|killed by the OOM|Killed process \d+ \(\S+\) total-vm"),
+    _family("missing_shared_library",
+            r"lib[\w.+-]*\.so[\w.]*: cannot open shared object file|undefined symbol: \w|cannot open shared object file"
+            r"|Could not load library lib\w+|DLL load failed"),
+    _family("missing_module", r"ModuleNotFoundError: No module named|ImportError: No module named"
+            r"|ImportError: cannot import name|No module named '[\w.]+'"),
+    _family("nonfinite_loss",
+            r"Loss became infinite or NaN|(?i:(?<![a-z])loss\b['\"]?(?:\s+is)?\s*[:=]?\s*['\"]?(?:nan|[-+]?inf)\b)"
+            r"|(?i:\bnan loss\b|non-finite loss|loss is not finite)"),
+    _family("cuda_error",
+            r"CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cuDNN error|no kernel image is available for execution"
+            r"|CUDA driver version is insufficient|unspecified launch failure|uncorrectable ECC error"
+            r"|CUDA error: [a-z]|cudaError\w+|CUDA-capable device\(s\) is/are busy or unavailable"
+            r"|Found no NVIDIA driver|nvcc fatal\s*:"),
+    _family("collective_timeout",
+            r"Watchdog caught collective operation timeout|timed out in blocking wait|watchdog got stuck"
+            r"|Some NCCL operations have failed or timed out|Timed out waiting \d+ ?ms for|Gloo.{0,80}[Tt]imed out"
+            r"|DistStoreError: .{0,80}[Tt]imed out|wait timeout after \d+ ?ms", root=False),
+    _family("nccl_error",
+            r"NCCL error in: |nccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage|InvalidArgument|RemoteError)"
+            r"|unhandled (?:system|cuda) error, NCCL version|NCCL communicator was aborted|DistBackendError"
+            r"|Connection (?:reset|closed) by (?:peer|remote)", root=False),
+    _family("fatal_signal",
+            r"Segmentation fault|SIGSEGV|Fatal Python error|SIGABRT|Aborted \(core dumped\)|Bus error|SIGBUS"
+            r"|Floating point exception|SIGFPE|core dumped", root=False),
+)
+BY_NAME = {f.name: f for f in FAMILIES}
+UNKNOWN = "unknown"
+
+# Signals by number as torchrun and the launchers report them (a negative exit code, or 128 + N from a shell).
+SIGNAL_NAMES = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+SIGKILL = 9
+SHELL_SIGNAL_BASE = 128  # a shell's exit status for a child killed by signal N
+
+
+def classify(text: str) -> str | None:
+    """The first family whose message ``text`` holds, else ``None``."""
+    for family in FAMILIES:
+        if family.pattern.search(text):
+            return family.name
+    return None
+
+
+def rank_of(family: str) -> int:
+    """Order of precedence: root families first, in table order, then the consequences, then unknown."""
+    found = BY_NAME.get(family)
+    if found is None:
+        return 2 * len(FAMILIES)
+    index = FAMILIES.index(found)
+    return index if found.root else len(FAMILIES) + index
+
+
+def is_fault(type_name: str) -> bool:
+    """An exception that ends a run as a fault (not an interrupt, not a launcher's report of a child)."""
+    return not NOT_A_FAULT.match(type_name)
+
+
+def signal_of(exit_code: int | None, signal: int | None) -> int | None:
+    """The signal that killed a process, from a negative exit code, a shell's 128 + N, or the signal itself."""
+    if signal:
+        return signal
+    if exit_code is not None and exit_code < 0:
+        return -exit_code
+    if exit_code is not None and SHELL_SIGNAL_BASE < exit_code <= SHELL_SIGNAL_BASE + 31:
+        return exit_code - SHELL_SIGNAL_BASE
+    return None

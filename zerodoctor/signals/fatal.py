@@ -1,0 +1,120 @@
+"""Signals, fatal: the error each rank died of → the run's root cause, its family, where it was raised.
+
+Reads ``exception`` events (the probe's, or a console log's tracebacks), ``log`` events ``fatal``
+(a line that kills without a traceback) and ``run_end`` (a rank killed by a signal). An exception
+after which its rank still stepped was survived and is not fatal. Among the fatal errors the root is
+the most specific family (``messages/crashes.py``: an illegal memory access on one rank before the
+NCCL errors it causes on the others), then the earliest. ``fatal.family`` is always set ("none" when
+nothing fatal was seen), so the crash rules are judged on every run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from zerodoctor.messages import crashes
+from zerodoctor.runview import RunView
+from zerodoctor.signals.base import Signal
+
+NONE = "none"
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+# Where a library's code lives: the frame past which a user's call went into torch, DeepSpeed, HF.
+_LIBRARIES = ("torch", "deepspeed", "transformers", "accelerate", "peft", "trl", "apex", "megatron", "lightning",
+              "pytorch_lightning", "fairseq", "colossalai", "bitsandbytes", "flash_attn", "triton", "vllm")
+_SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen ")
+SIGNAL_FAULTS = {4, 6, 7, 8, 11}  # SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV: a crash (SIGKILL is crashes.py's)
+
+SIGNALS = [
+    Signal("fatal.family", "name", "crash family"),
+    Signal("fatal.ranks", "ranks", "ranks that died of it"),
+    Signal("fatal.ranks_list", "ranks", "the ranks that died of the root cause's family"),
+    Signal("fatal.rank", "rank", "the rank where the root fatal error was seen first"),
+    Signal("fatal.step", "step", "optimizer step during which the root fatal error happened"),
+    Signal("fatal.type", "name", "exception class of the root fatal error"),
+    Signal("fatal.message", "text", "error"),
+    Signal("fatal.frame", "frame", "raised in (innermost frame of the user's code)"),
+    Signal("fatal.library_frame", "frame", "entered the library at"),
+    Signal("fatal.signal", "name", "the signal that killed the root rank (SIGSEGV, SIGABRT, …), when one did"),
+    Signal("fatal.module", "name", "the module a missing-module error names"),
+    Signal("fatal.library", "name", "the shared library a missing-library error names"),
+    *(Signal(f"fatal.{f.name}", "ranks", f"ranks that died of {f.name.replace('_', ' ')}") for f in crashes.FAMILIES),
+]
+_MODULE = re.compile(r"No module named '?([\w.]+)|cannot import name '(\w+)'")
+_LIBRARY = re.compile(r"([\w+-][\w.+-]*\.so(?:\.[\d.]*\d)?)\b|undefined symbol: (\w+)")
+MESSAGE_CHARS = 300
+
+
+def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    errors = _fatal_errors(run)
+    out: dict[str, Any] = {f"fatal.{f.name}": len({e["rank"] for e in errors if e["family"] == f.name})
+                           for f in crashes.FAMILIES}
+    if not errors:
+        return {**out, "fatal.family": NONE, "fatal.ranks": 0}
+    root = min(errors, key=lambda e: (crashes.rank_of(e["family"]), e["t"]))
+    ranks = sorted({e["rank"] for e in errors if e["family"] == root["family"]})
+    message = root.get("message") or ""
+    out.update({"fatal.family": root["family"], "fatal.ranks": len(ranks), "fatal.ranks_list": ranks,
+                "fatal.rank": root["rank"], "fatal.step": root.get("step"), "fatal.type": root.get("type"),
+                "fatal.message": message[:MESSAGE_CHARS] or None, "fatal.signal": root.get("signal"),
+                **_frames(root.get("traceback") or [])})
+    named = _MODULE.search(message)
+    if named and root["family"] == "missing_module":
+        out["fatal.module"] = named.group(1) or named.group(2)
+    named = _LIBRARY.search(message)
+    if named and root["family"] == "missing_shared_library":
+        out["fatal.library"] = named.group(1) or named.group(2)
+    return out
+
+
+def _fatal_errors(run: RunView) -> list[dict[str, Any]]:
+    """Each fatal error as ``{family, rank, t, step, type, message, traceback, signal}``."""
+    last_step_t = {rank: r.get("last_t") for rank, r in run.per_rank.items()}
+    out: list[dict[str, Any]] = []
+
+    def survived(e: dict[str, Any]) -> bool:
+        return last_step_t.get(e["rank"]) is not None and last_step_t[e["rank"]] > e["t"]
+
+    for e in run.events.get("exception", []):
+        if survived(e) or not crashes.is_fault(e.get("type") or ""):
+            continue
+        text = f"{e.get('type') or ''}: {e.get('message') or ''}"
+        out.append({**e, "family": crashes.classify(text) or crashes.UNKNOWN})
+    for e in run.events.get("log", []):
+        if e.get("what") == "fatal" and not survived(e):
+            out.append({**e, "family": (e.get("data") or {}).get("family") or crashes.UNKNOWN, "type": None})
+    for e in run.events.get("run_end", []):
+        number = crashes.signal_of(e.get("exit_code"), e.get("signal"))
+        if number in SIGNAL_FAULTS:
+            out.append({**e, "family": "fatal_signal", "signal": crashes.SIGNAL_NAMES[number],
+                        "message": f"killed by {crashes.SIGNAL_NAMES[number]} (exit code {e.get('exit_code')})"})
+    return out
+
+
+def _frames(traceback: list[str]) -> dict[str, str]:
+    """The innermost frame of the user's code, and the library frame its call went into."""
+    frames = [m.groups() for m in map(_FRAME.search, traceback) if m]
+    user = [i for i, (path, _, _) in enumerate(frames) if not _SITE.search(path) and _library(path) is None]
+    out: dict[str, str] = {}
+    if user:
+        path, line, function = frames[user[-1]]
+        out["fatal.frame"] = f"{_short(path)}:{line} in {function}"
+        entered = next((f for f in frames[user[-1] + 1:] if _library(f[0])), None)
+        if entered:
+            path, line, function = entered
+            out["fatal.library_frame"] = f"{_library(path)}:{line} in {function}"
+    return out
+
+
+def _library(path: str) -> str | None:
+    """``deepspeed/runtime/engine.py`` for a path inside an installed library, else ``None``."""
+    parts = re.split(r"[/\\]", path)
+    for i, part in enumerate(parts[:-1]):
+        if part in _LIBRARIES and (i == 0 or parts[i - 1] in ("site-packages", "dist-packages") or _SITE.search(path)):
+            return "/".join(parts[i:])
+    return None
+
+
+def _short(path: str) -> str:
+    """The last two parts of a path: enough to find the file, short enough to read."""
+    return "/".join(re.split(r"[/\\]", path)[-2:])

@@ -1,0 +1,171 @@
+"""Sources, text: the error a log dies of → ``exception`` events (tracebacks) and ``log`` events ``fatal``.
+
+The layer under every other dialect: whatever else a log holds, the Python exception it ends on
+(``Traceback (most recent call last):``, its ``File "…", line N, in f`` frames, or rich's boxed form
+``│ /path/file.py:N in f │``; then ``Type: message`` and the message's next lines), or a line that kills
+a process without one (glibc's ``Segmentation fault``, CPython's ``Fatal Python error``, the kernel's OOM
+killer, C++'s ``terminate called after throwing an instance of 'std::bad_alloc'``, a CUDA kernel's
+``Assertion … failed``, a NaN loss in a progress line), is read here. The events carry what the probe's
+carry (type, message, frames), so ``signals/fatal.py`` judges a pasted log and a recorded run alike;
+naming the family is ``messages/crashes.py``'s. A message a terminal hard-wrapped is read whole: up to
+``MESSAGE_LINES`` lines after the exception line are joined to it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from zerodoctor.events import Event
+from zerodoctor.messages import crashes
+from zerodoctor.sources.text import Context, Line
+
+_TRACEBACK = "Traceback (most recent call last)"
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+_RICH_FRAME = re.compile(r"^\s*│\s*(\S+\.py):(\d+) in (\S+)")
+# An exception line: a dotted class name that reads as an error, then its message. Python prints it at
+# column 0; consoles add prefixes (ranks, timestamps, pytest's "E   "), so any leading text up to a space.
+_EXCEPTION = re.compile(r"(?:^|\s|\]:?)((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Failure|Exit))"
+                        r"(?::\s?(.*))?$")
+# Inside a traceback an indented line is the frame's source, unless it starts with the exception's name (pip and
+# other wrappers indent the whole traceback): "    AssertionError: …" but never "    except ValueError:".
+_INDENTED_EXCEPTION = re.compile(r"^\s+((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Failure|Exit))"
+                                 r"(?::\s(.*))?$")
+_RICH_EDGE = re.compile(r"^\s*[│╭╰─]")
+_NOT_MESSAGE = re.compile(r"^\s*(?:$|Traceback|File \"|\[?\d{4}-\d\d-\d\d|During handling|The above exception"
+                          r"|[│╭╰])")
+_KILLED = re.compile(r"^\s*(?:/\S+: line \d+: +\d+ )?Killed\b")
+MESSAGE_LINES = 4
+MAX_FRAMES = 24
+MAX_TRACEBACK_LINES = 400  # a traceback that never ends (a truncated paste) lets go after this many lines
+MAX_MESSAGE = 1000
+# Families a line may show on its own (no exception around it): killers, signals, kernel assertions.
+_LINE_FAMILIES = ("host_oom_kill", "fatal_signal", "host_alloc_failed", "device_side_assert", "illegal_memory_access",
+                  "nccl_error", "nonfinite_loss", "cuda_error", "missing_shared_library")
+# A warning names a failure the run goes on after (torchvision's "Failed to load image Python extension: …
+# undefined symbol"): never a fatal line.
+_WARNING = re.compile(r"Warning\b|\bwarn(?:ing)?\(|\[W(?:ARN(?:ING)?)?\]")
+
+
+@dataclass
+class _Traceback:
+    """One rank's traceback being read: its frames, then (once the exception line came) the message."""
+
+    line: Line
+    frames: list[str] = field(default_factory=list)
+    type: str | None = None
+    parts: list[str] = field(default_factory=list)
+    lines: int = 0
+
+
+class FatalDialect:
+    name = "fatal"
+    keywords = (b"Traceback (most", b"Error", b"Exception", b"Segmentation fault", b"Fatal Python error", b"SIG",
+                b"core dumped", b"Killed", b"oom-kill", b"Out of memory", b"oom_kill", b"bad_alloc",
+                b"DefaultCPUAllocator", b"NCCL error", b"CUDA error", b"CUBLAS_STATUS", b"CUDNN_STATUS",
+                b"Assertion", b"nan", b"NaN", b"Bus error", b"Floating point exception", b"undefined symbol",
+                b"shared object file")
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self._open: dict[int | None, _Traceback] = {}
+        self._said: set[tuple[int, str]] = set()  # (rank, family) of fatal lines already reported
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._open)
+
+    def feed(self, line: Line) -> list[Event]:
+        text = line.text
+        open_tb = self._open.get(line.rank)
+        if open_tb is not None:
+            return self._continue(open_tb, line, text)
+        if _TRACEBACK in text:
+            self._open[line.rank] = _Traceback(line)
+            return []
+        match = _EXCEPTION.search(text)
+        if match and crashes.is_fault(match.group(1)) and not text.lstrip().startswith(("warnings.warn", "Exception ignored")):
+            tb = self._open[line.rank] = _Traceback(line)
+            return self._exception_line(tb, line, match)
+        return self._fatal_line(line, text)
+
+    def finish(self) -> list[Event]:
+        out: list[Event] = []
+        for rank in list(self._open):
+            out += self._close(rank)
+        return out
+
+    def _continue(self, tb: _Traceback, line: Line, text: str) -> list[Event]:
+        tb.lines += 1
+        if tb.type is not None:  # reading the message's next lines
+            if _NOT_MESSAGE.match(text) or len(tb.parts) > MESSAGE_LINES:
+                return self._close(line.rank) + self.feed(line)
+            tb.parts.append(text.strip())
+            return []
+        frame = _FRAME.match(text) or _RICH_FRAME.match(text)
+        if frame:
+            path, number, function = frame.groups()
+            tb.frames = [*tb.frames, f'File "{path}", line {number}, in {function}'][-MAX_FRAMES:]
+            return []
+        match = _INDENTED_EXCEPTION.match(text)
+        if match:
+            return self._exception_line(tb, line, match)
+        if _RICH_EDGE.match(text) or text.startswith((" ", "\t")) or not text.strip():
+            if tb.lines > MAX_TRACEBACK_LINES:
+                return self._close(line.rank)
+            return []  # a frame's source line, rich's box, or a blank line inside the box
+        match = _EXCEPTION.search(text)
+        if match:
+            return self._exception_line(tb, line, match)
+        # a line that ends the traceback without an exception line (a paste cut short): the frames alone
+        return self._close(line.rank) + self.feed(line)
+
+    def _exception_line(self, tb: _Traceback, line: Line, match: re.Match) -> list[Event]:
+        tb.type = match.group(1)
+        tb.parts = [(match.group(2) or "").strip()]
+        tb.line = line
+        if not crashes.is_fault(tb.type):
+            del self._open[line.rank]
+        return []
+
+    def _close(self, rank: int | None) -> list[Event]:
+        tb = self._open.pop(rank)
+        if tb.type is None:
+            return []
+        message = _message(tb.parts)
+        return [self.context.event("exception", tb.line, type=tb.type, message=message[:MAX_MESSAGE],
+                                   traceback=tb.frames or None, step=self.context.step or None)]
+
+    def _fatal_line(self, line: Line, text: str) -> list[Event]:
+        """A line that kills without a traceback: reported once per rank and family."""
+        if _WARNING.search(text):
+            return []
+        family = crashes.classify(text)
+        if family not in _LINE_FAMILIES and _KILLED.match(text):
+            family = "host_oom_kill"
+        if family not in _LINE_FAMILIES:
+            return []
+        rank = line.rank if line.rank is not None else 0
+        if (rank, family) in self._said:
+            return []
+        self._said.add((rank, family))
+        return [self.context.event("log", line, message=text.strip()[:MAX_MESSAGE], source=self.name, level="ERROR",
+                                   what="fatal", data={"family": family}, step=self.context.step or None)]
+
+
+def _message(parts: list[str]) -> str:
+    """The exception's message: its first line, unless the family shows only in the lines after it.
+
+    Python prints a message's own newlines, so the lines after the exception line may be its rest (CUDA's
+    "CUDA kernel errors might be asynchronously reported…", transformers' "Failed to import … because of the
+    following error" and the error on the next line) or the next thing the console printed. The first line
+    is the message unless it is empty or names no family while the lines joined do: joined with a space
+    (a message of several lines) or with nothing (a line a terminal hard-wrapped at its width).
+    """
+    first = next((p for p in parts if p), "")
+    if crashes.classify(first):
+        return first
+    for joined in (" ".join(p for p in parts if p), "".join(parts)):
+        if crashes.classify(joined):
+            return joined
+    return first
