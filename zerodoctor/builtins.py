@@ -31,26 +31,28 @@ def register_parsers() -> dict:
 
 @hookimpl
 def register_dialects() -> list[type]:
+    from zerodoctor.sources.amp import AmpScalerDialect
     from zerodoctor.sources.crashes import CrashDialect
     from zerodoctor.sources.deepspeed import DeepSpeedDialect
     from zerodoctor.sources.fatal import FatalDialect
     from zerodoctor.sources.hf import HuggingFaceDialect
     from zerodoctor.sources.megatron import MegatronDialect
     from zerodoctor.sources.nccl import NcclDialect
+    from zerodoctor.sources.stackdump import StackDumpDialect
     from zerodoctor.sources.torch import TorchDialect
 
     return [DeepSpeedDialect, TorchDialect, NcclDialect, HuggingFaceDialect, MegatronDialect, CrashDialect,
-            FatalDialect]
+            FatalDialect, StackDumpDialect, AmpScalerDialect]
 
 
 @hookimpl
 def register_signals() -> list:
-    from zerodoctor.signals import (batch, comms, config, crashes, creep, evidence, fatal, hang, memory, numerics,
-                                    offload, run, straggler, trainer)
+    from zerodoctor.signals import (amp, batch, comms, config, crashes, creep, evidence, fatal, hang, memory,
+                                    numerics, offload, run, stacks, straggler, trainer)
 
     # Order matters: a module may read what earlier ones computed; evidence sums up last.
-    return [run, batch, numerics, comms, memory, creep, offload, config, hang, straggler, trainer, crashes, fatal,
-            evidence]
+    return [run, batch, numerics, amp, comms, memory, creep, offload, config, hang, straggler, trainer, crashes, fatal,
+            stacks, evidence]
 
 
 @hookimpl

@@ -20,16 +20,16 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_a_valid_extra_rule_directory_loads(tmp_path: Path) -> None:
-    rules = _write(tmp_path, "ZD901-custom-check.yaml", GOOD_RULE.replace("ZD103", "ZD901").replace(
+    rules = _write(tmp_path, "ZD991-custom-check.yaml", GOOD_RULE.replace("ZD103", "ZD991").replace(
         "micro-batches-per-step-mismatch", "custom-check"))
     proc = run_cli("rules", "list", "--rules", str(rules))
     assert proc.returncode == 0, proc.stderr
-    assert "ZD901  custom-check" in proc.stdout
+    assert "ZD991  custom-check" in proc.stdout
 
 
 def test_every_error_in_a_file_is_reported_at_once_with_its_line(tmp_path: Path) -> None:
     text = (
-        "code: ZD902\n"                                   # 1
+        "code: ZD992\n"                                   # 1
         "name: several-errors\n"                          # 2
         "category: batch_size\n"                          # 3
         "severity: critical\n"                            # 4  bad value
@@ -41,7 +41,7 @@ def test_every_error_in_a_file_is_reported_at_once_with_its_line(tmp_path: Path)
         "    confg_patch: {a: 1}\n"                       # 10 unknown key, did-you-mean
         "doc: |\n  ## What it does\n  only this\n"        # 11 missing 'Why is this bad?'
     )
-    rules = _write(tmp_path, "ZD902-several-errors.yaml", text)
+    rules = _write(tmp_path, "ZD992-several-errors.yaml", text)
     proc = run_cli("diagnose", "--rules", str(rules), str(ROOT / "tests/fixtures/rules/ZD101/fires.jsonl"))
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith(str(rules))]
@@ -55,13 +55,13 @@ def test_every_error_in_a_file_is_reported_at_once_with_its_line(tmp_path: Path)
 
 
 def test_unknown_top_level_key_and_misnamed_file(tmp_path: Path) -> None:
-    text = GOOD_RULE.replace("ZD103", "ZD903").replace("severity: warning", "severty: warning")
-    rules = _write(tmp_path, "ZD903-wrong-name.yaml", text)
+    text = GOOD_RULE.replace("ZD103", "ZD993").replace("severity: warning", "severty: warning")
+    rules = _write(tmp_path, "ZD993-wrong-name.yaml", text)
     proc = run_cli("rules", "list", "--rules", str(rules))
     assert proc.returncode == 2
     assert "RL101: unknown key 'severty' (did you mean 'severity'?)" in proc.stderr
     assert "RL102: missing key 'severity'" in proc.stderr
-    assert "RL402: file should be named 'ZD903-micro-batches-per-step-mismatch.yaml'" in proc.stderr
+    assert "RL402: file should be named 'ZD993-micro-batches-per-step-mismatch.yaml'" in proc.stderr
 
 
 def test_duplicate_code_is_refused(tmp_path: Path) -> None:
@@ -80,9 +80,9 @@ def test_duplicate_code_is_refused(tmp_path: Path) -> None:
 ])
 def test_condition_that_reaches_for_python_is_refused_at_load_and_runs_nothing(tmp_path: Path, condition: str) -> None:
     marker = tmp_path / "pwned"
-    text = GOOD_RULE.replace("ZD103", "ZD904").replace("micro-batches-per-step-mismatch", "hostile").replace(
+    text = GOOD_RULE.replace("ZD103", "ZD994").replace("micro-batches-per-step-mismatch", "hostile").replace(
         "when: batch.micro_batches_per_step != batch.grad_accum", f'when: "{condition.format(marker=marker)}"')
-    rules = _write(tmp_path, "ZD904-hostile.yaml", text)
+    rules = _write(tmp_path, "ZD994-hostile.yaml", text)
     proc = run_cli("diagnose", "--rules", str(rules), str(ROOT / "tests/fixtures/rules/ZD103/fires.jsonl"))
     assert proc.returncode == 2
     assert "RL203" in proc.stderr or "RL201" in proc.stderr, proc.stderr
@@ -93,24 +93,24 @@ def test_a_message_field_the_condition_does_not_guarantee_must_sit_in_a_clause(t
     from zerodoctor.rulebook.loader import RuleLoadError, load_rules
     from zerodoctor.signals import catalog
 
-    text = GOOD_RULE.replace("ZD103", "ZD905").replace("micro-batches-per-step-mismatch", "holes")
+    text = GOOD_RULE.replace("ZD103", "ZD995").replace("micro-batches-per-step-mismatch", "holes")
     hole = text.replace("per optimizer step, but", "per optimizer step on {run.world_size} ranks, but")
     with pytest.raises(RuleLoadError) as err:
-        load_rules([_write(tmp_path, "ZD905-holes.yaml", hole)], catalog())
+        load_rules([_write(tmp_path, "ZD995-holes.yaml", hole)], catalog())
     assert [(e.line, e.code) for e in err.value.errors] == [(7, "RL206")], err.value
     assert "run.world_size may be missing" in str(err.value)
     clause = text.replace("per optimizer step, but", "per optimizer step[ on {run.world_size} ranks], but")
-    assert load_rules([_write(tmp_path, "ZD905-holes.yaml", clause)], catalog())
+    assert load_rules([_write(tmp_path, "ZD995-holes.yaml", clause)], catalog())
 
 
 def test_a_fix_patch_expression_is_checked_like_a_condition(tmp_path: Path) -> None:
     from zerodoctor.rulebook.loader import RuleLoadError, load_rules
     from zerodoctor.signals import catalog
 
-    text = GOOD_RULE.replace("ZD103", "ZD906").replace("micro-batches-per-step-mismatch", "patchy").replace(
+    text = GOOD_RULE.replace("ZD103", "ZD996").replace("micro-batches-per-step-mismatch", "patchy").replace(
         "    action: >-", "    config_patch: {gradient_accumulation_steps: \"{batch.grad_acum * 2}\"}\n    action: >-")
     with pytest.raises(RuleLoadError) as err:
-        load_rules([_write(tmp_path, "ZD906-patchy.yaml", text)], catalog())
+        load_rules([_write(tmp_path, "ZD996-patchy.yaml", text)], catalog())
     assert [e.code for e in err.value.errors] == ["RL202"] and "batch.grad_acum" in str(err.value)
 
 
@@ -118,11 +118,11 @@ def test_phrases_beside_the_rules_are_checked_and_shared_by_every_directory(tmp_
     from zerodoctor.rulebook.loader import RuleLoadError, load_rules
     from zerodoctor.signals import catalog
 
-    text = GOOD_RULE.replace("ZD103", "ZD907").replace("micro-batches-per-step-mismatch", "phrased").replace(
+    text = GOOD_RULE.replace("ZD103", "ZD997").replace("micro-batches-per-step-mismatch", "phrased").replace(
         "per optimizer step, but", "per optimizer step[ ({hang.stuck_states:each:rank-state})], but")
-    rules = _write(tmp_path, "ZD907-phrased.yaml", text)  # uses the core's phrase from another directory
+    rules = _write(tmp_path, "ZD997-phrased.yaml", text)  # uses the core's phrase from another directory
     core = ROOT / "rules"
-    assert [r.code for r in load_rules([core, rules], catalog()) if r.code == "ZD907"] == ["ZD907"]
+    assert [r.code for r in load_rules([core, rules], catalog()) if r.code == "ZD997"] == ["ZD997"]
     (rules / "phrases.yaml").write_text(
         "where:\n  fields: [rank]\n  txt: rank {rank}\n"                 # 1-3: unknown key
         "there:\n  fields: [rank]\n  text: rank {rnak}\n"               # 4-6: unknown field

@@ -52,6 +52,9 @@ FAMILIES: tuple[Family, ...] = (
     _family("host_oom_kill",
             r"Out of memory: Kill(?:ed)? process|oom-kill event|invoked oom-killer|Memory cgroup out of memory"
             r"|oom_kill_process|OOM killer|killed by the OOM|Killed process \d+ \(\S+\) total-vm"),
+    # op_builder/async_io.py: DeepSpeed's NVMe op needs libaio (headers to build, the .so to load)
+    _family("async_io_unavailable", r"Unable to (?:pre-compile|JIT load) (?:the )?async_io|libaio\.so[\w.]*: cannot open"),
+    _family("nvcc_arch_unsupported", r"nvcc fatal\s*: Unsupported gpu architecture"),
     _family("missing_shared_library",
             r"lib[\w.+-]*\.so[\w.]*: cannot open shared object file|undefined symbol: \w|cannot open shared object file"
             r"|Could not load library lib\w+|DLL load failed"),

@@ -29,6 +29,8 @@ SIGNALS = [
     Signal("batch.effective_ratio", "ratio", "effective batch / configured train_batch_size"),
     Signal("batch.mismatched_ranks", "ranks", "ranks whose fed samples per micro-batch differ from the config"),
     Signal("batch.nonpositive", "values", "batch values DeepSpeed refused as not > 0"),
+    Signal("batch.missing", "ranks", "ranks whose DeepSpeed refused a config giving neither train_batch_size nor "
+           "train_micro_batch_size_per_gpu"),
     Signal("batch.nonpositive_key", "name", "the batch value DeepSpeed refused as not > 0 (written or derived)"),
     Signal("batch.nonpositive_value", "samples", "its value"),
 ]
@@ -80,9 +82,11 @@ def _median(counts: dict[str, int]) -> float:
 
 
 def _nonpositive(view: RunView) -> dict[str, Any]:
-    """DeepSpeed's "<value>: N has to be greater than 0" (runtime/config.py _batch_assertion)."""
+    """DeepSpeed's "<value>: N has to be greater than 0" (runtime/config.py _batch_assertion), and its refusal of a
+    config with no batch size at all."""
     refused = [log["data"] for log in view.events.get("log", []) if log.get("what") == "batch_nonpositive" and log.get("data")]
-    out: dict[str, Any] = {"batch.nonpositive": len(refused)}
+    out: dict[str, Any] = {"batch.nonpositive": len(refused), "batch.missing": len(
+        {log["rank"] for log in view.events.get("log", []) if log.get("what") == "batch_missing"})}
     if refused:
         (key, value), = refused[0].items()
         out.update({"batch.nonpositive_key": key, "batch.nonpositive_value": value})

@@ -96,11 +96,12 @@ SIGNALS = [
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    quoted = _quoted_by_trainer(view)
     config = view.config or None
     if not isinstance(config, dict) or not config:
-        return {}
+        return {"config.string_numbers": quoted} if quoted else {}
     out: dict[str, Any] = {}
-    out.update(_string_numbers(config))
+    out.update(_string_numbers(config, quoted))
     out.update(_precision(config))
     out.update(_checkpointing(config))
     out.update(_warmup(config, values, finished=bool(view.events.get("run_end"))))
@@ -141,9 +142,20 @@ def _patch_at(patch: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     patch[path[-1]] = value
 
 
-def _string_numbers(config: dict[str, Any]) -> dict[str, Any]:
+def _string_numbers(config: dict[str, Any], quoted: dict[str, Any]) -> dict[str, Any]:
     found = [(p, v) for p, v in _leaves(config) if isinstance(v, str) and _number(v) is not None]
-    return {"config.string_numbers": {".".join(p): _number(v) for p, v in found}}
+    return {"config.string_numbers": {**quoted, **{".".join(p): _number(v) for p, v in found}}}
+
+
+def _quoted_by_trainer(view: RunView) -> dict[str, Any]:
+    """Keys the HF Trainer's mismatch error shows with the same value on both sides (``ds gas=8 vs hf gas=8``):
+    equal as text, unequal as values, so the config holds the number as a string."""
+    out: dict[str, Any] = {}
+    for log in view.events.get("log", []):
+        if log.get("what") == "hf_string_value":
+            out.update({k: _number(v) for k, v in ((log.get("data") or {}).get("values") or {}).items()
+                        if _number(v) is not None})
+    return out
 
 
 def _precision(config: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _LIBRARIES = ("torch", "deepspeed", "transformers", "accelerate", "peft", "trl", "apex", "megatron", "lightning",
               "pytorch_lightning", "fairseq", "colossalai", "bitsandbytes", "flash_attn", "triton", "vllm")
 _SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen ")
+SURVIVABLE = {"nonfinite_loss"}  # counted on every rank that showed it, stepping on or not
 SIGNAL_FAULTS = {4, 6, 7, 8, 11}  # SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV: a crash (SIGKILL is crashes.py's)
 
 SIGNALS = [
@@ -38,16 +39,21 @@ SIGNALS = [
     Signal("fatal.signal", "name", "the signal that killed the root rank (SIGSEGV, SIGABRT, …), when one did"),
     Signal("fatal.module", "name", "the module a missing-module error names"),
     Signal("fatal.library", "name", "the shared library a missing-library error names"),
-    *(Signal(f"fatal.{f.name}", "ranks", f"ranks that died of {f.name.replace('_', ' ')}") for f in crashes.FAMILIES),
+    Signal("fatal.gpu_arch", "arch", "the GPU architecture nvcc refused (compute_86 …)"),
+    *(Signal(f"fatal.{f.name}", "ranks", f"ranks that showed {f.name.replace('_', ' ')}") for f in crashes.FAMILIES),
 ]
 _MODULE = re.compile(r"No module named '?([\w.]+)|cannot import name '(\w+)'")
 _LIBRARY = re.compile(r"([\w+-][\w.+-]*\.so(?:\.[\d.]*\d)?)\b|undefined symbol: (\w+)")
+_ARCH = re.compile(r"'(compute_\d+\w?)'")
 MESSAGE_CHARS = 300
 
 
 def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
-    errors = _fatal_errors(run)
-    out: dict[str, Any] = {f"fatal.{f.name}": len({e["rank"] for e in errors if e["family"] == f.name})
+    seen = _errors(run)
+    # A NaN loss is a fault even where the run stepped on after it (an evaluation's NaN, a loop that never stops).
+    errors = [e for e in seen if not e["survived"]]
+    out: dict[str, Any] = {f"fatal.{f.name}": len({e["rank"] for e in (seen if f.name in SURVIVABLE else errors)
+                                                   if e["family"] == f.name})
                            for f in crashes.FAMILIES}
     if not errors:
         return {**out, "fatal.family": NONE, "fatal.ranks": 0}
@@ -58,6 +64,9 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
                 "fatal.rank": root["rank"], "fatal.step": root.get("step"), "fatal.type": root.get("type"),
                 "fatal.message": message[:MESSAGE_CHARS] or None, "fatal.signal": root.get("signal"),
                 **_frames(root.get("traceback") or [])})
+    named = _ARCH.search(message)
+    if named and root["family"] == "nvcc_arch_unsupported":
+        out["fatal.gpu_arch"] = named.group(1)
     named = _MODULE.search(message)
     if named and root["family"] == "missing_module":
         out["fatal.module"] = named.group(1) or named.group(2)
@@ -67,8 +76,9 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _fatal_errors(run: RunView) -> list[dict[str, Any]]:
-    """Each fatal error as ``{family, rank, t, step, type, message, traceback, signal}``."""
+def _errors(run: RunView) -> list[dict[str, Any]]:
+    """Each error as ``{family, rank, t, step, type, message, traceback, signal, survived}``: survived when its
+    rank stepped after it."""
     last_step_t = {rank: r.get("last_t") for rank, r in run.per_rank.items()}
     out: list[dict[str, Any]] = []
 
@@ -76,17 +86,17 @@ def _fatal_errors(run: RunView) -> list[dict[str, Any]]:
         return last_step_t.get(e["rank"]) is not None and last_step_t[e["rank"]] > e["t"]
 
     for e in run.events.get("exception", []):
-        if survived(e) or not crashes.is_fault(e.get("type") or ""):
-            continue
-        text = f"{e.get('type') or ''}: {e.get('message') or ''}"
-        out.append({**e, "family": crashes.classify(text) or crashes.UNKNOWN})
+        if crashes.is_fault(e.get("type") or ""):
+            text = f"{e.get('type') or ''}: {e.get('message') or ''}"
+            out.append({**e, "family": crashes.classify(text) or crashes.UNKNOWN, "survived": survived(e)})
     for e in run.events.get("log", []):
-        if e.get("what") == "fatal" and not survived(e):
-            out.append({**e, "family": (e.get("data") or {}).get("family") or crashes.UNKNOWN, "type": None})
+        if e.get("what") == "fatal":
+            out.append({**e, "family": (e.get("data") or {}).get("family") or crashes.UNKNOWN, "type": None,
+                        "survived": survived(e)})
     for e in run.events.get("run_end", []):
         number = crashes.signal_of(e.get("exit_code"), e.get("signal"))
         if number in SIGNAL_FAULTS:
-            out.append({**e, "family": "fatal_signal", "signal": crashes.SIGNAL_NAMES[number],
+            out.append({**e, "family": "fatal_signal", "signal": crashes.SIGNAL_NAMES[number], "survived": False,
                         "message": f"killed by {crashes.SIGNAL_NAMES[number]} (exit code {e.get('exit_code')})"})
     return out
 

@@ -6,7 +6,8 @@ it appears, whatever wraps it (a traceback, a rich box, a ``[rankN]:`` prefix, a
   (``csrc/adam``'s ``create_adam``, ``multi_tensor_adam``);
 - weights and ZeRO-3 partitions: ``torch.nn.Module.load_state_dict``'s ``copying a param with shape
   torch.Size([0]) from checkpoint`` (a checkpoint saved without gathering) or ``… the shape in current
-  model is torch.Size([0])`` (weights loaded into a model ``zero.Init`` partitioned), Transformers'
+  model is torch.Size([0])`` (weights loaded into a model ``zero.Init`` partitioned; ``Size([1])`` placeholders
+  before DeepSpeed 0.6), Transformers'
   ``found shape … in the checkpoint and torch.Size([0])``, and empty ``tensor([])`` weights printed from
   a saved state dict;
 - ``runtime/engine.py``'s ``ZeRORuntimeException: The checkpoint being loaded used a DP world size of
@@ -45,8 +46,12 @@ def _ints(*names: str) -> Callable[[re.Match], dict[str, Any]]:
 # (signature, regex, what the match gives). The regexes are searched only on lines holding a keyword.
 SIGNATURES: list[tuple[str, re.Pattern, Callable[[re.Match], dict[str, Any]] | None]] = [
     ("optimizer_string_hyperparameter", re.compile(rf"Invoked with:.*?'{NUM}'"), None),
+    # Size([1]): ZeRO-3 before 0.6 left one-element placeholders where it now leaves empty tensors; a real
+    # one-element parameter never meets a current shape larger than [1].
     ("checkpoint_weights_empty", re.compile(
-        r"copying a param with shape torch\.Size\(\[0\]\) from checkpoint|weight'[:,] tensor\(\[\]"), None),
+        r"copying a param with shape torch\.Size\(\[0\]\) from checkpoint|weight'[:,] tensor\(\[\]"
+        r"|copying a param with shape torch\.Size\(\[1\]\) from checkpoint, the shape in current model is "
+        r"torch\.Size\(\[(?!1\])\d"), None),
     ("model_weights_partitioned", re.compile(
         r"the shape in current model is torch\.Size\(\[0\]\)|in the checkpoint and torch\.Size\(\[0\]\)"), None),
     ("resumed_on_other_world_size", re.compile(
@@ -79,7 +84,7 @@ class CrashDialect:
     name = "crash"
     # Upper-case or symbol starts keep the prefilter cheap (sources/text.py); "buffer nbytes != file bytes"
     # lines already pass it on DeepSpeed's "!=".
-    keywords = (b"Invoked with:", b"Size([0])", b"([], device", b"DP world size", b"_six'", b"Ninja is required",
+    keywords = (b"Invoked with:", b"Size([0])", b"Size([1])", b"([], device", b"DP world size", b"_six'", b"Ninja is required",
                 b"CUDA_HOME does not", b": No such file or directory", b"Not enough buffers",
                 b"PyTorch extensions root", b"Emitting ninja", b"Building extension", b"Loading extension",
                 b"No modifications detected", b"_baton.py", b"Task was killed due to the node", b"/ray-core/scheduling")

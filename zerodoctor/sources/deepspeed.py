@@ -50,6 +50,8 @@ _BATCH = re.compile(r"train_batch_sizeisnotequaltomicro_batch_per_gpu\*gradient_
                     r"(\d+)!=(\d+)\*(\d+)\*(\d+)")
 _BATCH_START = "train_batch_sizeisnotequaltomicro_batch_per_gpu"
 _MIN_SCALE = "lossscalealreadyatminimum"
+# runtime/config.py _set_batch_related_parameters, 0.3 to today: the config gives no batch size at all.
+_NO_BATCH = "Either train_batch_size or micro_batch_per_gpu needs to be provided"
 # runtime/engine.py: the optimizer DeepSpeed built and the ZeRO optimizer wrapping it.
 _ENGINE = re.compile(r"DeepSpeed Basic Optimizer = (\w+)|Creating (?:[\w.]+ )?ZeRO stage (\d) optimizer")
 # Trainer's tqdm bar glued before a line: "N/M [" says N optimizer steps are done.
@@ -70,7 +72,7 @@ class DeepSpeedDialect:
     name = "deepspeed"
     keywords = (b"OVERFLOW!", b"Grad overflow", b"Overflow detected", b"Reducing dynamic loss", b"Using static loss",
                 b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size", b"Micro batch size per gpu",
-                b"Gradient accumulation steps", b", skipped=", b"(ms) |",
+                b"Gradient accumulation steps", b"needs to be provided", b", skipped=", b"(ms) |",
                 b"SamplesPerSec", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ", b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords)
 
     def __init__(self, context: Context) -> None:
@@ -102,6 +104,9 @@ class DeepSpeedDialect:
             return self._batch_assertion(line)
         if "has to be greater" in text:
             return self._nonpositive(line, text)
+        if _NO_BATCH in text and self._once(("no_batch", line.rank)):
+            return [self.context.event("log", line, message=_NO_BATCH, source=self.name, level="ERROR",
+                                       what="batch_missing")]
         if ", skipped=" in text:
             return self._progress(line, text)
         if "(ms) |" in text:

@@ -41,7 +41,7 @@ MAX_TRACEBACK_LINES = 400  # a traceback that never ends (a truncated paste) let
 MAX_MESSAGE = 1000
 # Families a line may show on its own (no exception around it): killers, signals, kernel assertions.
 _LINE_FAMILIES = ("host_oom_kill", "fatal_signal", "host_alloc_failed", "device_side_assert", "illegal_memory_access",
-                  "nccl_error", "nonfinite_loss", "cuda_error", "missing_shared_library")
+                  "nccl_error", "nonfinite_loss", "cuda_error", "missing_shared_library", "nvcc_arch_unsupported")
 # A warning names a failure the run goes on after (torchvision's "Failed to load image Python extension: …
 # undefined symbol"): never a fatal line.
 _WARNING = re.compile(r"Warning\b|\bwarn(?:ing)?\(|\[W(?:ARN(?:ING)?)?\]")
@@ -63,7 +63,7 @@ class FatalDialect:
     keywords = (b"Traceback (most", b"Error", b"Exception", b"Segmentation fault", b"Fatal Python error", b"SIG",
                 b"core dumped", b"Killed", b"oom-kill", b"Out of memory", b"oom_kill", b"bad_alloc",
                 b"DefaultCPUAllocator", b"NCCL error", b"CUDA error", b"CUBLAS_STATUS", b"CUDNN_STATUS",
-                b"Assertion", b"nan", b"NaN", b"Bus error", b"Floating point exception", b"undefined symbol",
+                b"Assertion", b"nan", b"NaN", b"Bus error", b"Floating point exception", b"undefined symbol", b"nvcc fatal",
                 b"shared object file")
 
     def __init__(self, context: Context) -> None:

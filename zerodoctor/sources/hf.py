@@ -23,8 +23,14 @@ _PAIR = re.compile(rf"'(\w+)': (nan|-?inf|{NUM})")
 _TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _ACCUM = re.compile(r"Updating DeepSpeed's gradient accumulation steps to (\d+) from (\d+)")
 # Older Trainers name a derived value "hf train_batch_size (calculated)=4": the hf key may hold a space.
-_MISMATCH = re.compile(r"^\W*- ds (\S+?)=(.*?) vs hf (.+?)=(.*?)\s*$")
-_NO_BATCH = "requires you to pass at least one of training or evaluation dataloaders"
+# A paste may end mid-row ("- ds gradient_accumulation_steps=4 vs hf gradient_accumulation_steps"): the hf value
+# is then unknown, the contradiction still said.
+_MISMATCH = re.compile(r"^\W*- ds (\S+?)=(.*?) vs hf (.+?)(?:=(.*?))?\s*$")
+# The header wrapped before its last words ("… mismatch" / "TrainingArguments values:").
+_MISMATCH_HEAD_END = re.compile(r"^\s*TrainingArguments values:\s*$")
+# accelerate/accelerator.py _prepare_deepspeed: no data loader passed (0.12+), or one whose batch_size is None
+# (a batch_sampler; 0.20+ words it on its own)
+_NO_BATCH = ("requires you to pass at least one of training or evaluation dataloaders", "has `None` as batch size")
 _HEADER_ROW = re.compile(r"\s{2}([A-Z][\w .&(),-]*?) = ([\d,]+)\s*$")
 _HEADER = {"Instantaneous batch size per device": MICRO_BATCH,
            "Total train batch size (w. parallel, distributed & accumulation)": TRAIN_BATCH,
@@ -35,7 +41,7 @@ MAX_BLOCK_LINES = 64
 
 class HuggingFaceDialect:
     name = "hf"
-    keywords = (b"{'", b"Updating DeepSpeed's", b"Please correct the following DeepSpeed", b"***** Running training",
+    keywords = (b"{'", b"Updating DeepSpeed's", b"Please correct the following DeepSpeed", b"***** Running training", b"as batch size",
                 b"When using DeepSpeed")
 
     def __init__(self, context: Context) -> None:
@@ -65,8 +71,9 @@ class HuggingFaceDialect:
                 to, was = int(match.group(1)), int(match.group(2))
                 return [self.context.event("log", line, message=match.group(0), source=self.name, level="INFO",
                                            what="grad_accum_update", data={"from": was, "to": to})]
-        if _NO_BATCH in text:
-            return [self.context.event("log", line, message=_NO_BATCH, source=self.name, level="ERROR",
+        said = next((phrase for phrase in _NO_BATCH if phrase in text), None)
+        if said is not None:
+            return [self.context.event("log", line, message=said, source=self.name, level="ERROR",
                                        what="accelerate_batch_unknown")]
         if "Please correct the following DeepSpeed" in text:
             self._open("mismatch", line)
@@ -88,6 +95,8 @@ class HuggingFaceDialect:
         if match:
             self._rows.append(match.groups())
             return True
+        if self._block == "mismatch" and not self._rows and _MISMATCH_HEAD_END.match(text):
+            return True
         return self._block == "header" and not self._rows  # the header's first rows may be other settings
 
     def _close(self) -> list[Event]:
@@ -95,7 +104,12 @@ class HuggingFaceDialect:
         self._block = None
         assert line is not None
         if block == "mismatch" and rows:
-            out = []
+            # Both sides printing the same value differ in type: the config holds the number as a string.
+            quoted = {d: dv for d, dv, _, hv in rows if hv is not None and dv.strip() == hv.strip()}
+            out = [self.context.event("log", line, message="DeepSpeed config values the Trainer reads as strings: "
+                                      + ", ".join(f"{k}={v}" for k, v in quoted.items()), source=self.name,
+                                      level="ERROR", what="hf_string_value", data={"values": quoted})] if quoted else []
+            rows = [r for r in rows if r[0] not in quoted]
             for what, kept in (("hf_batch_mismatch", [r for r in rows if r[0] in BATCH_KEYS]),
                                ("hf_config_mismatch", [r for r in rows if r[0] not in BATCH_KEYS])):
                 if not kept:
@@ -103,7 +117,7 @@ class HuggingFaceDialect:
                 data = {"mismatches": [{"ds_key": d, "ds_value": dv, "hf_key": h, "hf_value": hv}
                                        for d, dv, h, hv in kept]}
                 message = "DeepSpeed config values mismatch TrainingArguments: " + "; ".join(
-                    f"ds {d}={dv} vs hf {h}={hv}" for d, dv, h, hv in kept)
+                    f"ds {d}={dv} vs hf {h}" + (f"={hv}" if hv is not None else "") for d, dv, h, hv in kept)
                 out.append(self.context.event("log", line, message=message, source=self.name, level="ERROR",
                                               what=what, data=data))
             return out

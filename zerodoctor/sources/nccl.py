@@ -6,6 +6,11 @@ before timing out.`` New form (torch 2.2+): the same message behind ``[rankR]:[E
 and a ``[PG ID 0 PG GUID 0(default_pg) Rank R]`` (or ``[PG 0 (default_pg) Rank R]``) tag. The
 watchdog repeats the message when it tears the process down, so each (rank, SeqNum) counts once.
 A message a terminal hard-wrapped (``Timeout(ms)=`` / ``600000) ran for …``) is joined with its next line.
+The other wordings of the same fault, each read as a ``collective_timeout`` with what it names:
+``Work WorkNCCL(SeqNum=S, OpType=OP, …) timed out in blocking wait`` (``TORCH_NCCL_BLOCKING_WAIT=1``, 1.x–2.x),
+``ProcessGroupNCCL's watchdog got stuck for N seconds`` (2.2+: a CUDA or NCCL call hung the watchdog itself),
+gloo's ``Timed out waiting Nms for send/recv operation to complete`` (``transport/tcp/unbound_buffer.cc``) and
+the generic ``Some NCCL operations have failed or timed out`` (1.x–2.x, after the watchdog).
 """
 
 from __future__ import annotations
@@ -18,12 +23,20 @@ from zerodoctor.sources.text import Context, Line
 _TIMEOUT = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
     r"(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\)(?: ran for (\d+) milliseconds)?")
+_BLOCKING = re.compile(
+    r"Work WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\)"
+    r"() timed out in blocking wait")
+_STUCK = re.compile(r"ProcessGroupNCCL's watchdog got stuck for (\d+) seconds")
+_GLOO = re.compile(r"Timed out waiting (\d+) ?ms for (send|recv) operation to complete")
+_FAILED = "Some NCCL operations have failed or timed out"
+_RANK_TAG = re.compile(r"\bRank (\d+)\]")
 _RANK = re.compile(r"Rank (\d+)\]\s*(?:Process group watchdog[^:]*: \[Rank \d+\] )?Watchdog caught")
 
 
 class NcclDialect:
     name = "nccl"
-    keywords = (b"Watchdog caught",)
+    keywords = (b"Watchdog caught", b"timed out in blocking wait", b"watchdog got stuck", b"Timed out waiting",
+                b"Some NCCL operations")
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -36,11 +49,11 @@ class NcclDialect:
 
     def feed(self, line: Line) -> list[Event]:
         text, self._wrapped = (self._wrapped + line.text.strip() if self._wrapped is not None else line.text), None
-        match = _TIMEOUT.search(text)
+        match = _TIMEOUT.search(text) or _BLOCKING.search(text)
         if not match:
             if "Watchdog caught" in line.text and "before timing out" not in line.text:
                 self._wrapped = line.text.rstrip()
-            return []
+            return self._other_wording(line, text)
         said = _RANK.search(text)
         rank = int(said.group(1)) if said else (line.rank if line.rank is not None else 0)
         seq, op, numel_in, numel_out, timeout_ms, ran_ms = match.groups()
@@ -56,3 +69,22 @@ class NcclDialect:
 
     def finish(self) -> list[Event]:
         return []
+
+    def _other_wording(self, line: Line, text: str) -> list[Event]:
+        """A timeout that names no WorkNCCL: a stuck watchdog, gloo's transport, the generic epitaph."""
+        stuck, gloo = _STUCK.search(text), _GLOO.search(text)
+        if stuck:
+            data, said = {"stuck_s": float(stuck.group(1))}, stuck.group(0)
+        elif gloo:
+            data, said = {"op": gloo.group(2), "timeout_s": int(gloo.group(1)) / 1000.0}, gloo.group(0)
+        elif _FAILED in text:
+            data, said = {}, _FAILED
+        else:
+            return []
+        said_rank = _RANK_TAG.search(text)
+        rank = int(said_rank.group(1)) if said_rank else (line.rank if line.rank is not None else 0)
+        if (rank, -1) in self._seen:  # one such line per rank: the watchdog repeats itself
+            return []
+        self._seen.add((rank, -1))
+        return [self.context.event("log", line, rank=rank, message=said, source=self.name, level="ERROR",
+                                   what="collective_timeout", data=data, step=self.context.step or None)]

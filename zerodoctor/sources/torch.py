@@ -1,8 +1,10 @@
 """Sources, text: PyTorch's console messages → ``oom`` and ``run_end`` events.
 
-CUDA OOM, every generation of ``c10/cuda/CUDACachingAllocator.cpp``'s message: the old
-parenthesis ``(GPU N; X total capacity; X already allocated; X free; X reserved in total by
-PyTorch)`` with or without the ``max_split_size_mb`` hint (as ``RuntimeError`` and as
+CUDA OOM, every generation of ``c10/cuda/CUDACachingAllocator.cpp``'s message: up to 1.3
+``(GPU N; X total capacity; X already allocated; X free; X cached)`` ("cached" printing
+``amount_cached - amount_allocated``: the reserved-but-unallocated bytes; some builds add ``; X inactive``), the parenthesis ``(GPU N; X total
+capacity; X already allocated; X free; X reserved in total by PyTorch)`` with or without the
+``max_split_size_mb`` hint (as ``RuntimeError`` and as
 ``torch.cuda.OutOfMemoryError``), the 2.1 form ("total capacty", sic), and the 2.2+ form
 ("GPU N has a total capacity of X of which X is free … Of the allocated memory X is allocated
 by PyTorch, [with X allocated in private pools (e.g., CUDA Graphs),] and X is reserved by
@@ -31,11 +33,12 @@ _FIELDS = {
     "allocated_bytes": re.compile(rf"{SIZE} already allocated|Of the allocated memory {SIZE} is allocated by PyTorch"),
     "reserved_bytes": re.compile(rf"{SIZE} reserved in total by PyTorch"),
     "allowed_bytes": re.compile(rf"{SIZE} allowed;"),
-    "_unallocated": re.compile(rf"and {SIZE} is reserved by PyTorch but unallocated"),
+    # reserved but unallocated: 2.2+ says so; up to 1.3 "cached" printed amount_cached - amount_allocated
+    "_unallocated": re.compile(rf"and {SIZE} is reserved by PyTorch but unallocated|{SIZE} cached\b"),
 }
 _DEVICE = re.compile(r"\(GPU (\d+);|GPU (\d+) has a total")
 # Where each generation's numbers end: past these the message is complete.
-_END = re.compile(r"reserved in total by PyTorch\)|is reserved by PyTorch but unallocated")
+_END = re.compile(r"reserved in total by PyTorch\)|is reserved by PyTorch but unallocated|cached\)|inactive\)")
 MAX_WRAPPED_LINES = 8
 MAX_MESSAGE = 2000
 
