@@ -2,7 +2,8 @@
 
 Reads ``exception`` events (the probe's, or a console log's tracebacks), ``log`` events ``fatal``
 (a line that kills without a traceback) and ``run_end`` (a rank killed by a signal). An exception
-after which its rank still stepped was survived and is not fatal. Among the fatal errors the root is
+after which its rank still stepped was survived and is not fatal; one on a rank where a known crash
+signature fired (``log`` ``crash``) is told by that signature's rule. Among the fatal errors the root is
 the most specific family (``messages/crashes.py``: an illegal memory access on one rank before the
 NCCL errors it causes on the others), then the earliest. ``fatal.family`` is always set ("none" when
 nothing fatal was seen), so the crash rules are judged on every run.
@@ -44,14 +45,17 @@ SIGNALS = [
 ]
 _MODULE = re.compile(r"No module named '?([\w.]+)|cannot import name '(\w+)'")
 _LIBRARY = re.compile(r"([\w+-][\w.+-]*\.so(?:\.[\d.]*\d)?)\b|undefined symbol: (\w+)")
+_SIGNAL_NAME = re.compile(r"\b(SIG(?:SEGV|ABRT|BUS|FPE|ILL))\b")
 _ARCH = re.compile(r"'(compute_\d+\w?)'")
 MESSAGE_CHARS = 300
 
 
 def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     seen = _errors(run)
+    # A rank whose crash a known signature names (sources/crashes.py: ZD6xx rules) is that rule's to tell.
+    explained = {e["rank"] for e in run.events.get("log", []) if e.get("what") == "crash"}
     # A NaN loss is a fault even where the run stepped on after it (an evaluation's NaN, a loop that never stops).
-    errors = [e for e in seen if not e["survived"]]
+    errors = [e for e in seen if not e["survived"] and e["rank"] not in explained]
     out: dict[str, Any] = {f"fatal.{f.name}": len({e["rank"] for e in (seen if f.name in SURVIVABLE else errors)
                                                    if e["family"] == f.name})
                            for f in crashes.FAMILIES}
@@ -64,6 +68,9 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
                 "fatal.rank": root["rank"], "fatal.step": root.get("step"), "fatal.type": root.get("type"),
                 "fatal.message": message[:MESSAGE_CHARS] or None, "fatal.signal": root.get("signal"),
                 **_frames(root.get("traceback") or [])})
+    named = _SIGNAL_NAME.search(message)
+    if named and root["family"] == "fatal_signal" and not out.get("fatal.signal"):
+        out["fatal.signal"] = named.group(1)
     named = _ARCH.search(message)
     if named and root["family"] == "nvcc_arch_unsupported":
         out["fatal.gpu_arch"] = named.group(1)

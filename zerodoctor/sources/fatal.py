@@ -35,6 +35,7 @@ _RICH_EDGE = re.compile(r"^\s*[│╭╰─]")
 _NOT_MESSAGE = re.compile(r"^\s*(?:$|Traceback|File \"|\[?\d{4}-\d\d-\d\d|During handling|The above exception"
                           r"|[│╭╰])")
 _KILLED = re.compile(r"^\s*(?:/\S+: line \d+: +\d+ )?Killed\b")
+_WORD_EDGES = " \t]|\r"
 MESSAGE_LINES = 4
 MAX_FRAMES = 24
 MAX_TRACEBACK_LINES = 400  # a traceback that never ends (a truncated paste) lets go after this many lines
@@ -149,8 +150,8 @@ class FatalDialect:
         if (rank, family) in self._said:
             return []
         self._said.add((rank, family))
-        return [self.context.event("log", line, message=text.strip()[:MAX_MESSAGE], source=self.name, level="ERROR",
-                                   what="fatal", data={"family": family}, step=self.context.step or None)]
+        return [self.context.event("log", line, message=_from_failure(text, family)[:MAX_MESSAGE], source=self.name,
+                                   level="ERROR", what="fatal", data={"family": family}, step=self.context.step or None)]
 
 
 def _message(parts: list[str]) -> str:
@@ -163,9 +164,15 @@ def _message(parts: list[str]) -> str:
     (a message of several lines) or with nothing (a line a terminal hard-wrapped at its width).
     """
     first = next((p for p in parts if p), "")
-    if crashes.classify(first):
-        return first
-    for joined in (" ".join(p for p in parts if p), "".join(parts)):
-        if crashes.classify(joined):
-            return joined
-    return first
+    if not crashes.classify(first):
+        first = next((j for j in (" ".join(p for p in parts if p), "".join(parts)) if crashes.classify(j)), first)
+    return first.rstrip(":")
+
+
+def _from_failure(text: str, family: str) -> str:
+    """The line from the word that holds the failure on: a progress bar or a log prefix glued before it goes."""
+    match = crashes.BY_NAME[family].pattern.search(text) if family in crashes.BY_NAME else None
+    start = match.start() if match else 0
+    while start > 0 and text[start - 1] not in _WORD_EDGES:
+        start -= 1
+    return text[start:].strip()
