@@ -22,7 +22,6 @@ new file, read from 0.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import resource
@@ -32,13 +31,13 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Literal
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection
 
 from zerodoctor.sources import Batch, Parser, make_parser, read_batches, run_id_for
 from zerodoctor.sources.readahead import Pool, ReadAhead
 from zerodoctor.sources.readable import HEAD_BYTES, UnreadableFile, check_regular, open_log, pread
+from zerodoctor.store import files as stored_files
 from zerodoctor.store.ingest import Ingestor
-from zerodoctor.store.schema import files
 
 log = logging.getLogger("zerodoctor.watch")
 
@@ -215,8 +214,7 @@ class FileTail:
 
     def _reset(self, conn: Connection, identity: Identity) -> None:
         """Point the row at a new file (a truncated one, or none yet) at offset 0; stored counts stay."""
-        conn.execute(update(files).where(files.c.id == self.file_id).values(
-            device=identity[0], inode=identity[1], offset=0, lines=0, fingerprint=None))
+        stored_files.point_at(conn, self.file_id, *identity)
         self.resync({"device": identity[0], "inode": identity[1], "offset": 0, "lines": 0, "fingerprint": None})
 
     def _read(self, conn: Connection, stream: BinaryIO, *, final: bool, batches: int | None = None,
@@ -253,11 +251,10 @@ class FileTail:
 
     def _sign(self, conn: Connection, stream: BinaryIO) -> None:
         self.fingerprint = self._fingerprint(stream)
-        conn.execute(update(files).where(files.c.id == self.file_id).values(fingerprint=self.fingerprint))
+        stored_files.sign(conn, self.file_id, self.fingerprint)
 
     def _fingerprint(self, stream: BinaryIO) -> str:
-        """What the stored fingerprint covers: the first ``min(offset, HEAD_BYTES)`` bytes."""
-        return hashlib.sha256(pread(stream, min(self.offset, HEAD_BYTES), 0)).hexdigest()
+        return stored_files.fingerprint(stream, self.offset)
 
 
 def _identity(handle: BinaryIO) -> Identity:

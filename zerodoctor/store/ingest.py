@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -21,8 +20,9 @@ from zerodoctor.events import Event
 from zerodoctor.sources import Batch
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store.db import describe, insert_new, storable_text
+from zerodoctor.store import files as stored_files
 from zerodoctor.store import steps as stored_steps
-from zerodoctor.store.schema import events, files, quarantine, runs
+from zerodoctor.store.schema import events, quarantine, runs
 
 _ENVELOPE = {"v", "t", "run", "rank", "kind"}
 
@@ -42,16 +42,8 @@ class Ingestor:
         self._event_insert = _BulkInsert(events)
 
     def register_file(self, conn: Connection, path: Path, fmt: str) -> dict:
-        """Return the file's row (creating it at offset 0), keyed by its absolute path."""
-        key = str(Path(path).resolve())
-        row = conn.execute(select(files).where(files.c.path == key)).mappings().first()
-        if row is None:
-            st = os.stat(key)
-            # Another writer may create the same row meanwhile: its row wins, none raises.
-            conn.execute(insert_new(conn, files).values(path=key, format=fmt, device=st.st_dev, inode=st.st_ino,
-                                                        offset=0, lines=0, events=0, quarantined=0))
-            row = conn.execute(select(files).where(files.c.path == key)).mappings().one()
-        return dict(row)
+        """The file's row, created at offset 0 (``store/files.py``): the file whose batches ``add`` stores."""
+        return stored_files.register(conn, path, fmt)
 
     def forget_file(self, conn: Connection, file_id: int) -> list[int]:
         """Delete the file's rows (steps, events, quarantine) and its row, in ``conn``'s transaction.
@@ -62,7 +54,7 @@ class Ingestor:
         fed.update(conn.execute(select(events.c.run_id).where(events.c.file_id == file_id).distinct()).scalars())
         for table in (events, quarantine):
             conn.execute(delete(table).where(table.c.file_id == file_id))
-        conn.execute(delete(files).where(files.c.id == file_id))
+        stored_files.forget(conn, file_id)
         return sorted(fed)
 
     def forget_runs(self) -> None:
@@ -119,8 +111,8 @@ class Ingestor:
         if spans:
             conn.execute(_WIDEN_SPAN, [{"b_run": rid, "b_first": first, "b_last": last}
                                        for rid, (first, last) in spans.items()])
-        conn.execute(_MOVE_OFFSET, {"b_file": file_id, "b_end": batch.end, "b_lines": batch.last_line,
-                                    "b_events": len(batch.events) + batch.step_count(), "b_rejected": len(batch.rejected)})
+        stored_files.advance(conn, file_id, end=batch.end, lines=batch.last_line,
+                             events=len(batch.events) + batch.step_count(), rejected=len(batch.rejected))
 
     def add_or_quarantine(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int,
                           raw: Callable[[], bytes] | None = None) -> Batch:
@@ -197,16 +189,13 @@ def _by_line(batch: Batch, first_line: int) -> list[tuple[int, list]]:
     return sorted(groups.items())
 
 
-# The two UPDATEs every batch makes, built once: SQLAlchemy then reuses their compiled form
-# (building them per batch cost ~1.5 ms, most of a one-line batch's cost in a live watch).
+# The UPDATE of the runs every batch makes, built once: SQLAlchemy then reuses its compiled form
+# (building it per batch cost ~1.5 ms with the file's, most of a one-line batch's cost in a live watch).
 _lo, _hi, _first, _last = (runs.c.first_event_t, runs.c.last_event_t,
                            bindparam("b_first", type_=Float), bindparam("b_last", type_=Float))
 _WIDEN_SPAN = update(runs).where(runs.c.id == bindparam("b_run")).values(
     first_event_t=case((_lo.is_(None) | (_lo > _first), _first), else_=_lo),
     last_event_t=case((_hi.is_(None) | (_hi < _last), _last), else_=_hi))
-_MOVE_OFFSET = update(files).where(files.c.id == bindparam("b_file")).values(
-    offset=bindparam("b_end"), lines=bindparam("b_lines"),
-    events=files.c.events + bindparam("b_events"), quarantined=files.c.quarantined + bindparam("b_rejected"))
 
 
 class _BulkInsert:

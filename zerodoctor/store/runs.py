@@ -12,7 +12,8 @@ from typing import Any, Iterator
 
 from sqlalchemy import Connection, delete, insert, select, union, update
 
-from zerodoctor.store.schema import events, files, run_state, runs, step_chunks
+from zerodoctor.store import files as stored_files
+from zerodoctor.store.schema import events, run_state, runs, step_chunks
 
 
 
@@ -47,7 +48,7 @@ def run_formats(conn: Connection, run_id: int) -> dict[str, str]:
     """Path → format of every file the run's rows came from."""
     holders = union(select(step_chunks.c.file_id).where(step_chunks.c.run_id == run_id).distinct(),
                     select(events.c.file_id).where(events.c.run_id == run_id).distinct()).subquery()
-    return dict(conn.execute(select(files.c.path, files.c.format).where(files.c.id.in_(select(holders.c.file_id)))).all())
+    return stored_files.formats(conn, select(holders.c.file_id))
 
 
 def saved_state(conn: Connection, run_id: int, *, for_update: bool = False) -> tuple[str, int, str] | None:

@@ -14,8 +14,9 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
+from zerodoctor.store import files as stored_files
 from zerodoctor.store.findings import for_run
-from zerodoctor.store.schema import events, files, quarantine, runs
+from zerodoctor.store.schema import events, quarantine, runs
 from zerodoctor.store.steps import runs_of_files
 
 FIRST_REASONS = 3
@@ -46,8 +47,7 @@ def collect(conn: Connection, reasons: int = FIRST_REASONS) -> list[RunStatus]:
         by_name[name] = RunStatus(name, findings=for_run(conn, rid), last_event_t=last)
         run_ids[rid] = name
 
-    stored = {fid: FileStatus(path, n, q, off) for fid, path, n, q, off in conn.execute(
-        select(files.c.id, files.c.path, files.c.events, files.c.quarantined, files.c.offset).order_by(files.c.path))}
+    stored = {fid: FileStatus(path, n, q, off) for fid, path, n, q, off in stored_files.progress(conn)}
     for fid, line, reason in _first_reasons(conn, reasons):
         stored[fid].reasons.append((line, reason))
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from watchdog.events import (
     DirCreatedEvent,
@@ -36,9 +36,9 @@ from zerodoctor.rulebook.finding import Finding
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.sources import Batch, run_files, source_patterns
 from zerodoctor.sources.readable import UnreadableFile
+from zerodoctor.store import files as stored_files
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store.db import describe, shown
-from zerodoctor.store.schema import files
 from zerodoctor.watch.lock import WriterLock, busy_dir
 from zerodoctor.watch.notify import Deliveries, Notifier
 from zerodoctor.tail import FileTail
@@ -161,7 +161,7 @@ class Watcher:
         carry the same steps, so the log's stored rows go, or the run would count each twice and
         hold what ``diagnose`` on the directory never reads."""
         formats = {run_dir.resolve(): fmt for run_dir, fmt in formats.items()}  # stored paths are resolved
-        for file_id, name, fmt in conn.execute(select(files.c.id, files.c.path, files.c.format)).all():
+        for file_id, name, fmt in stored_files.sources(conn):
             path = Path(name)
             if formats.get(path.parent, fmt) != fmt:
                 log.info("%s: now reading the %s files of this run instead; its stored events are dropped",
@@ -256,7 +256,7 @@ class Watcher:
 
     def _resync(self, conn) -> None:  # noqa: ANN001 - SQLAlchemy Connection
         self.pipeline.rolled_back()  # its views and run ids may hold what the rollback removed
-        rows = {r["id"]: dict(r) for r in conn.execute(select(files)).mappings()}
+        rows = stored_files.rows(conn, [tail.file_id for tail in self.tails.values()])
         for tail in self.tails.values():
             tail.resync(rows[tail.file_id])
 
