@@ -1,0 +1,154 @@
+"""Every crash message a library version prints, in every way a console shows it, names its rule.
+
+The messages come from the libraries' format strings (``message_families.py``); this file wraps each the ways
+consoles do, writes it into a log after a few launcher lines, and asks ``diagnose`` for the family's rule at
+warning or error. One test per (message, wrapping), so a family's gaps show by version and by wrapping.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.corpus.score import CLAIMS
+from tests.sources.message_families import MESSAGES, Message
+from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline import rules_from
+
+# What DeepSpeed's launcher prints before any rank runs (deepspeed/launcher/launch.py's own format strings), so
+# the message is never the log's first line; the wrappings leave these lines alone.
+PREAMBLE = [
+    "[2024-05-01 09:58:12,377] [INFO] [launch.py:145:main] WORLD INFO DICT: {'localhost': [0, 1, 2, 3]}",
+    "[2024-05-01 09:58:12,377] [INFO] [launch.py:151:main] nnodes=1, num_local_procs=4, node_rank=0",
+    "[2024-05-01 09:58:12,378] [INFO] [launch.py:162:main] global_rank_mapping=defaultdict(<class 'list'>, "
+    "{'localhost': [0, 1, 2, 3]})",
+    "[2024-05-01 09:58:12,378] [INFO] [launch.py:163:main] dist_world_size=4",
+    "[2024-05-01 09:58:12,378] [INFO] [launch.py:165:main] Setting CUDA_VISIBLE_DEVICES=0,1,2,3",
+]
+LOGGED = "[2024-05-01 10:00:00,123] [ERROR] [engine.py:12:step] "
+RED, RESET = "\x1b[1;31m", "\x1b[0m"
+MID_LINE = 30
+BAR = "\r".join(f" {p}%|{'█' * (p // 10)}{' ' * (10 - p // 10)}| {p * 10}/1000 [12:0{p % 10}<20:31,  1.95s/it]"
+                for p in (35, 36, 37))
+
+
+def printed(m: Message, render: Callable[[str], str] = str) -> list[str]:
+    """The records in print order, each through ``render``, the traceback head just before the exception."""
+    lines: list[str] = []
+    for i, record in enumerate(m.records):
+        if m.frames and i == len(m.records) - 1:
+            lines += m.frames
+        lines += render(record).split("\n")
+    return lines
+
+
+def plain(m: Message) -> list[str]:
+    return printed(m)
+
+
+def rank_prefixed(m: Message) -> list[str]:
+    """torchrun's ``[rank3]:`` on every line (2.4's C++ log lines carry it already)."""
+    return [line if line.startswith("[rank3]:") else f"[rank3]:{line}" for line in plain(m)]
+
+
+def logged(m: Message) -> list[str]:
+    """Each record through a logging.Formatter: the prefix on its first line, continuation lines bare; a logged
+    exception keeps its type name. The traceback head is left out: a logger is handed the message, not the stack."""
+    return [line for record in m.records for line in (LOGGED + record).split("\n")]
+
+
+def coloured(m: Message) -> list[str]:
+    """A colouring handler: each record between SGR red and reset, which land on its first and last lines."""
+    return printed(m, lambda record: f"{RED}{record}{RESET}")
+
+
+def rich_box(m: Message) -> list[str]:
+    """rich's traceback: the frames in a box, the exception under it, wrapped at the 80-column console's width."""
+    width = 80
+    title = " Traceback (most recent call last) "
+    side = (width - 2 - len(title)) // 2
+    box = [f"╭{'─' * side}{title}{'─' * (width - 2 - side - len(title))}╮"]
+    frames = m.frames[1:]
+    for where, code in zip(frames[::2], frames[1::2]):
+        path, line, func = where.split('"')[1], where.split("line ")[1].split(",")[0], where.split(" in ")[-1]
+        for text in (f"{path}:{line} in {func}", "", f"❱ {line} │   {code.strip()}", ""):
+            for chunk in textwrap.wrap(text, width - 4, break_on_hyphens=False) or [""]:
+                box.append(f"│ {chunk.ljust(width - 4)} │")
+    box.append(f"╰{'─' * (width - 2)}╯")
+    head = [line for record in m.records[:-1] for line in record.split("\n")]
+    exception = [chunk for line in m.records[-1].split("\n")
+                 for chunk in textwrap.wrap(line, width, break_on_hyphens=False) or [""]]
+    return head + box + exception
+
+
+def after_tqdm(m: Message) -> list[str]:
+    """The first line printed glued to a progress bar that never ended its line (tqdm redraws with ``\\r``)."""
+    lines = plain(m)
+    return [f"\r{BAR}{lines[0]}", *lines[1:]]
+
+
+def cut(lines: list[str], width: int) -> list[str]:
+    """A terminal's copy: every line cut at the width, mid-word."""
+    return [line[i:i + width] for line in lines for i in range(0, max(len(line), 1), width)]
+
+
+def started_mid_line(m: Message) -> list[str]:
+    """The log begins inside the message's first line (a rotated file, a scroll-back): its first 30 characters
+    are gone, with the launcher lines and traceback head before them. 30 takes the exception type and the first
+    words, and leaves what a reader needs, numbers included (an OOM's request and capacity)."""
+    lines = printed(m)
+    first = len(m.frames) if len(m.records) == 1 else 0   # a lone exception comes after its traceback head
+    return [lines[first][MID_LINE:], *lines[first + 1:]]
+
+
+WRAPPINGS: dict[str, Callable[[Message], list[str]]] = {
+    "plain": plain, "rank_prefix": rank_prefixed, "timestamp_level": logged, "ansi": coloured, "rich": rich_box,
+    "tqdm": after_tqdm, "wrap80": lambda m: cut(plain(m), 80), "wrap120": lambda m: cut(plain(m), 120),
+    "mid_line": started_mid_line,
+}
+TERMINAL_WIDTH = {"wrap80": 80, "wrap120": 120}   # these cut the launcher lines too
+
+
+def _applies(m: Message, wrapping: str) -> bool:
+    """Pairs left out, as no reader could expect to read them: rich draws tracebacks, so a message that is no
+    Python exception (a C++ log line, DeepSpeed's own records) never reaches one; and a one-line message shorter
+    than twice the mid-line cut leaves a word or two ("RuntimeError: Operation timed out!" becomes "out!")."""
+    if wrapping == "rich":
+        return bool(m.frames)
+    if wrapping == "mid_line":
+        return len(m.records) > 1 or "\n" in m.records[0] or len(m.records[0]) >= 2 * MID_LINE
+    return True
+
+
+CASES = [pytest.param(m, w, id=f"{m.id}-{w}") for m in MESSAGES for w in WRAPPINGS if _applies(m, w)]
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return rules_from()
+
+
+def _claimed(path: Path, rules) -> set[str]:  # noqa: ANN001 - a list of rulebook rules
+    report = diagnose([path], rules=rules, input_format="text")
+    return {f.rule for f in report.findings if f.severity in CLAIMS}
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("message", "wrapping"), CASES)
+def test_the_family_rule_fires(tmp_path: Path, rules, message: Message, wrapping: str) -> None:  # noqa: ANN001
+    before = cut(PREAMBLE, TERMINAL_WIDTH[wrapping]) if wrapping in TERMINAL_WIDTH else PREAMBLE
+    block = WRAPPINGS[wrapping](message)
+    claimed = _claimed(_write(tmp_path / "console.log", block if wrapping == "mid_line" else [*before, *block]), rules)
+    assert message.rule in claimed, f"{message.source} ({message.versions}): expected {message.rule}, got {claimed}"
+
+
+def test_the_launcher_lines_alone_claim_nothing(tmp_path: Path, rules) -> None:  # noqa: ANN001
+    """The rule a test sees comes from the message, not from the lines put before it."""
+    assert _claimed(_write(tmp_path / "console.log", PREAMBLE), rules) == set()
