@@ -19,7 +19,7 @@ from zerodoctor.diagnosis import diagnose
 from zerodoctor.pipeline import rules_from
 
 # What DeepSpeed's launcher prints before any rank runs (deepspeed/launcher/launch.py's own format strings), so
-# the message is never the log's first line; the wrappings leave these lines alone.
+# the message is never the log's first line; of the wrappings only a terminal's (wrap80, wrap120) touches them.
 PREAMBLE = [
     "[2024-05-01 09:58:12,377] [INFO] [launch.py:145:main] WORLD INFO DICT: {'localhost': [0, 1, 2, 3]}",
     "[2024-05-01 09:58:12,377] [INFO] [launch.py:151:main] nnodes=1, num_local_procs=4, node_rank=0",
@@ -45,13 +45,9 @@ def printed(m: Message, render: Callable[[str], str] = str) -> list[str]:
     return lines
 
 
-def plain(m: Message) -> list[str]:
-    return printed(m)
-
-
 def rank_prefixed(m: Message) -> list[str]:
     """torchrun's ``[rank3]:`` on every line (2.4's C++ log lines carry it already)."""
-    return [line if line.startswith("[rank3]:") else f"[rank3]:{line}" for line in plain(m)]
+    return [line if line.startswith("[rank3]:") else f"[rank3]:{line}" for line in printed(m)]
 
 
 def logged(m: Message) -> list[str]:
@@ -86,7 +82,7 @@ def rich_box(m: Message) -> list[str]:
 
 def after_tqdm(m: Message) -> list[str]:
     """The first line printed glued to a progress bar that never ended its line (tqdm redraws with ``\\r``)."""
-    lines = plain(m)
+    lines = printed(m)
     return [f"\r{BAR}{lines[0]}", *lines[1:]]
 
 
@@ -105,8 +101,8 @@ def started_mid_line(m: Message) -> list[str]:
 
 
 WRAPPINGS: dict[str, Callable[[Message], list[str]]] = {
-    "plain": plain, "rank_prefix": rank_prefixed, "timestamp_level": logged, "ansi": coloured, "rich": rich_box,
-    "tqdm": after_tqdm, "wrap80": lambda m: cut(plain(m), 80), "wrap120": lambda m: cut(plain(m), 120),
+    "plain": printed, "rank_prefix": rank_prefixed, "timestamp_level": logged, "ansi": coloured, "rich": rich_box,
+    "tqdm": after_tqdm, "wrap80": lambda m: cut(printed(m), 80), "wrap120": lambda m: cut(printed(m), 120),
     "mid_line": started_mid_line,
 }
 TERMINAL_WIDTH = {"wrap80": 80, "wrap120": 120}   # these cut the launcher lines too
