@@ -44,7 +44,40 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--save-dir", default=None, help="where checkpoints go")
     p.add_argument("--leak-bytes", type=int, default=0, help="fault: keep this many bytes alive per step")
     p.add_argument("--host-work-s", type=float, default=0.0, help="every rank's host work per step (a soak's pace)")
+    p.add_argument("--crash", choices=sorted(CRASHES), default=None, help="fault: this rank dies of this crash ...")
+    p.add_argument("--crash-rank", type=int, default=1, help="... on this rank ...")
+    p.add_argument("--crash-at", type=int, default=3, help="... after this optimizer step")
     return p.parse_args()
+
+
+def _segfault() -> None:
+    import ctypes
+
+    ctypes.string_at(0)  # reads address 0: SIGSEGV in C, no Python exception
+
+
+def _host_memory() -> None:
+    bytearray(1 << 62)  # CPython's allocator refuses: MemoryError
+
+
+def _sigkill() -> None:
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)  # what the kernel's OOM killer does
+
+
+def _device_mismatch() -> None:
+    # the meta device is the one other device a CPU-only host has; cat checks its inputs' devices (matmul does not)
+    torch.cat([torch.ones(2), torch.ones(2, device="meta")])
+
+
+def _missing_module() -> None:
+    importlib.import_module("flash_attn_not_installed_here")
+
+
+# Crashes a rank can die of on a CPU host, each the real thing (tests/probe/test_crash_families.py).
+CRASHES = {"segfault": _segfault, "host-memory": _host_memory, "sigkill": _sigkill, "device-mismatch": _device_mismatch,
+           "missing-module": _missing_module}
 
 
 def build_model(width: int, layers: int) -> torch.nn.Module:
@@ -138,6 +171,9 @@ def main() -> None:
             time.sleep(args.host_work_s)
         if args.leak_bytes:
             kept.append(torch.ones(args.leak_bytes // 4))
+        if args.crash and rank == args.crash_rank and engine.global_steps == args.crash_at:
+            print(f"step {engine.global_steps} loss {loss.item():.4f}", flush=True)
+            CRASHES[args.crash]()
         if args.eval_every and engine.global_steps % args.eval_every == 0:
             evaluate(engine, args.eval_s, feed, args.width, dtype)
         if args.save_every and engine.global_steps % args.save_every == 0:

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from zerodoctor.probe import RUN_DIR_ENV, RUN_ID_ENV
+from zerodoctor.probe.crash import FAULT_SUFFIX
 from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode, redact_argv, redact_config
+from zerodoctor.rank_deaths import closing_events
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 SITE_DIR = ".probe"  # inside the run directory: the generated sitecustomize.py
@@ -177,13 +179,19 @@ def finish_run_dir(run_dir: Path, run_id: str, returncode: int) -> None:
         first, last = _first_and_last(path)
         if first.get("kind") == "run_start":
             starts.append(first)
+        fault_file = path.with_suffix(FAULT_SUFFIX)
         if last.get("kind") != "run_end":  # SIGKILL, OOM killer, abort: the rank could not say it ended
             rank = int(path.stem.split("-", 1)[1])
-            end = events.new("run_end", t=time.time(), run=run_id, rank=rank,
-                             exit_code=exit_status(returncode) if returncode >= 0 else None,
-                             signal=-returncode if returncode < 0 else None)
+            closing = closing_events(run_dir, rank, fault_file)
+            if not any(e["kind"] == "run_end" for e in closing):
+                closing.append({"kind": "run_end", "exit_code": exit_status(returncode) if returncode >= 0 else None,
+                                "signal": -returncode if returncode < 0 else None})
+            now = time.time()
+            lines = [json.dumps(events.new(e.pop("kind"), t=now, run=run_id, rank=rank, **e)) for e in closing]
             with open(path, "ab") as f:
-                f.write(json.dumps(end).encode() + b"\n")
+                f.write("\n".join(lines).encode() + b"\n")
+        if fault_file.is_file() and fault_file.stat().st_size == 0:
+            fault_file.unlink()  # the fault handler's file of a rank that did not crash
     if not starts:
         return
     first = min(starts, key=lambda e: e.get("rank", 0))

@@ -44,7 +44,7 @@ FAMILIES: tuple[Family, ...] = (
             r"Expected all tensors to be on the same device|Expected object of device type \w+ but got device type"
             r"|is on (?:CPU|cpu), but expected (?:it|them) to be on GPU|Expected tensor for argument #\d+ '\w+' to have "
             r"the same device|Input type \([\w.]+\) and weight type \([\w.]+\) should be the same"
-            r"|indices should be either on cpu or on the same device"),
+            r"|indices should be either on cpu or on the same device|is not on the expected device"),
     _family("cuda_oom", r"CUDA out of memory\.|OutOfMemoryError: CUDA|CUDA error: out of memory"),
     _family("host_alloc_failed",
             r"(?:^|\b)MemoryError\b|std::bad_alloc|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
@@ -68,6 +68,11 @@ FAMILIES: tuple[Family, ...] = (
             r"|CUDA driver version is insufficient|unspecified launch failure|uncorrectable ECC error"
             r"|CUDA error: [a-z]|cudaError\w+|CUDA-capable device\(s\) is/are busy or unavailable"
             r"|Found no NVIDIA driver|nvcc fatal\s*:"),
+    # A native crash is a cause (the others' NCCL errors and timeouts follow it); SIGABRT is most often an effect
+    # (NCCL's watchdog, c10::Error thrown in a destructor) and is read apart, below.
+    _family("native_crash",
+            r"Segmentation fault|SIGSEGV|Bus error|SIGBUS|Floating[ -]point exception|SIGFPE|Illegal instruction"
+            r"|SIGILL|Fatal Python error: (?:Segmentation|Bus|Floating|Illegal)"),
     _family("collective_timeout",
             r"Watchdog caught collective operation timeout|timed out in blocking wait|watchdog got stuck"
             r"|Some NCCL operations have failed or timed out|Timed out waiting \d+ ?ms for|Gloo.{0,80}[Tt]imed out"
@@ -76,9 +81,8 @@ FAMILIES: tuple[Family, ...] = (
             r"NCCL error in: |nccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage|InvalidArgument|RemoteError)"
             r"|unhandled (?:system|cuda) error, NCCL version|NCCL communicator was aborted|DistBackendError"
             r"|Connection (?:reset|closed) by (?:peer|remote)", root=False),
-    _family("fatal_signal",
-            r"Segmentation fault|SIGSEGV|Fatal Python error|SIGABRT|Aborted \(core dumped\)|Bus error|SIGBUS"
-            r"|Floating point exception|SIGFPE|core dumped", root=False),
+    _family("process_aborted",
+            r"SIGABRT|Aborted \(core dumped\)|Fatal Python error: Aborted|terminate called (?:without|after)", root=False),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
 UNKNOWN = "unknown"

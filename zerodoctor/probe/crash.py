@@ -4,11 +4,15 @@ Each exception is recorded once, by whichever sees it first (the engine wrappers
 know the step, or ``sys.excepthook``). Everything pending is flushed before the process
 can die: at exit, on an uncaught exception and on SIGTERM, so a run that aborts later in
 interpreter teardown (ZeRO-3 on gloo sometimes does) has already written its events.
+A fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) runs no Python code: CPython's fault handler
+writes the stacks to ``rank-<r>.fault`` beside the events, and the wrapper turns that file into events
+once the job ended (``wrapper.finish_run_dir``), unless the user pointed the fault handler elsewhere.
 """
 
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import os
 import signal
 import sys
@@ -21,6 +25,7 @@ from zerodoctor.probe.writer import EventWriter
 
 TRACEBACK_LINES = 12
 _SEEN = "_zerodoctor_recorded"
+FAULT_SUFFIX = ".fault"
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -105,6 +110,14 @@ class CrashRecorder:
         sys.excepthook = excepthook
         atexit.register(self.end)
         self._on_sigterm()
+        self._on_fatal_signal()
+
+    def _on_fatal_signal(self) -> None:
+        """Point CPython's fault handler at ``rank-<r>.fault``; one the user enabled stays where they put it."""
+        if faulthandler.is_enabled():
+            return
+        self._fault_file = open(self.writer.path.with_suffix(FAULT_SUFFIX), "w")  # noqa: SIM115 - open till exit
+        faulthandler.enable(self._fault_file, all_threads=True)
 
     def _on_sigterm(self) -> None:
         """Flush on SIGTERM, then die of it as before; a handler the user installed stays in charge."""

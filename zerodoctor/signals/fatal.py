@@ -26,6 +26,8 @@ _LIBRARIES = ("torch", "deepspeed", "transformers", "accelerate", "peft", "trl",
 _SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen ")
 SURVIVABLE = {"nonfinite_loss"}  # counted on every rank that showed it, stepping on or not
 SIGNAL_FAULTS = {4, 6, 7, 8, 11}  # SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV: a crash (SIGKILL is crashes.py's)
+ABORT = 6
+SIGNAL_FAMILIES = ("native_crash", "process_aborted")
 
 SIGNALS = [
     Signal("fatal.family", "name", "crash family"),
@@ -69,7 +71,7 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
                 "fatal.message": message[:MESSAGE_CHARS] or None, "fatal.signal": root.get("signal"),
                 **_frames(root.get("traceback") or [])})
     named = _SIGNAL_NAME.search(message)
-    if named and root["family"] == "fatal_signal" and not out.get("fatal.signal"):
+    if named and root["family"] in SIGNAL_FAMILIES and not out.get("fatal.signal"):
         out["fatal.signal"] = named.group(1)
     named = _ARCH.search(message)
     if named and root["family"] == "nvcc_arch_unsupported":
@@ -103,7 +105,8 @@ def _errors(run: RunView) -> list[dict[str, Any]]:
     for e in run.events.get("run_end", []):
         number = crashes.signal_of(e.get("exit_code"), e.get("signal"))
         if number in SIGNAL_FAULTS:
-            out.append({**e, "family": "fatal_signal", "signal": crashes.SIGNAL_NAMES[number], "survived": False,
+            family = "process_aborted" if number == ABORT else "native_crash"
+            out.append({**e, "family": family, "signal": crashes.SIGNAL_NAMES[number], "survived": False,
                         "message": f"killed by {crashes.SIGNAL_NAMES[number]} (exit code {e.get('exit_code')})"})
     return out
 

@@ -41,7 +41,7 @@ MAX_FRAMES = 24
 MAX_TRACEBACK_LINES = 400  # a traceback that never ends (a truncated paste) lets go after this many lines
 MAX_MESSAGE = 1000
 # Families a line may show on its own (no exception around it): killers, signals, kernel assertions.
-_LINE_FAMILIES = ("host_oom_kill", "fatal_signal", "host_alloc_failed", "device_side_assert", "illegal_memory_access",
+_LINE_FAMILIES = ("host_oom_kill", "native_crash", "process_aborted", "host_alloc_failed", "device_side_assert", "illegal_memory_access",
                   "nccl_error", "nonfinite_loss", "cuda_error", "missing_shared_library", "nvcc_arch_unsupported")
 # A warning names a failure the run goes on after (torchvision's "Failed to load image Python extension: …
 # undefined symbol"): never a fatal line.

@@ -1,0 +1,59 @@
+"""Each crash family a CPU can produce, for real: a 2-rank DeepSpeed run under ``zerodoctor run`` where
+rank 1 dies of it at step 3 (``samples/train.py --crash``), named by ``diagnose`` from the rank files
+(the probe's events, and what the wrapper made of a rank that could not say it ended) and from the
+console log alone, as a user would paste it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.probe.conftest import record_run
+
+CONFIG = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1}}
+# (crash, rule that names it, extra train arguments)
+FAMILIES = [
+    ("segfault", "ZD902", ()),
+    ("host-memory", "ZD406", ()),
+    ("sigkill", "ZD405", ()),
+    ("device-mismatch", "ZD905", ()),
+    ("missing-module", "ZD906", ()),
+    ("nan-loss", "ZD204", ("--loss-mult", "nan", "--loss-mult-from", "3", "--steps", "12")),
+]
+
+
+def _rules(*paths) -> set[str]:
+    proc = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never",
+                           *map(str, paths)], capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return {f["rule"] for f in json.loads(proc.stdout)["findings"] if f["severity"] in ("warning", "error")}
+
+
+@pytest.mark.parametrize("crash, rule, extra", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_a_crash_is_named_from_events_and_from_the_console(tmp_path, crash: str, rule: str, extra: tuple) -> None:
+    args = ("--steps", "8", *extra) if crash == "nan-loss" else ("--steps", "8", "--crash", crash)
+    run = record_run(tmp_path, crash, CONFIG, *args)
+    if crash != "nan-loss":
+        assert run.returncode != 0, run.console()[-2000:]
+    from_events = _rules(run.run_dir)
+    assert rule in from_events, (from_events, run.console()[-3000:])
+    copied = tmp_path / "pasted.log"  # what a user pastes: the console alone, without the run directory
+    copied.write_bytes((run.run_dir / "console.log").read_bytes())
+    from_console = _rules(copied)
+    assert rule in from_console, (from_console, run.console()[-3000:])
+
+
+def test_a_segfault_leaves_its_stack_in_the_events(tmp_path) -> None:
+    """The fault handler's stack reaches the events: the finding names the frame of the user's code."""
+    run = record_run(tmp_path, "segv", CONFIG, "--steps", "8", "--crash", "segfault")
+    events = [json.loads(line) for line in (run.run_dir / "rank-1.jsonl").read_text().splitlines()]
+    fatal = [e for e in events if e["kind"] == "exception" and e["type"] == "Fatal Python error"]
+    assert fatal and fatal[0]["message"] == "Segmentation fault"
+    assert any("train.py" in frame and "_segfault" in frame for frame in fatal[0]["traceback"])
+    assert events[-1]["kind"] == "run_end" and events[-1]["signal"] == 11
+    assert not (run.run_dir / "rank-0.fault").exists()  # an empty fault file of a rank that lived is removed
