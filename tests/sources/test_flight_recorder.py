@@ -45,7 +45,7 @@ def test_each_ranks_last_collective_is_read_from_its_dump(dumps):
     last = {e["rank"]: e["data"] for e in events}
     assert {r: (d["group"], d["seq"], d["op"]) for r, d in last.items()} == {
         0: ("0", 3, "gloo:all_reduce"), 1: ("0", 2, "gloo:all_reduce")}
-    assert last[0]["last_completed_seq"] == 2  # rank 0's #3 never completed
+    assert last[0]["completed_seq"] == 2 and last[0]["enqueued_seq"] == 3  # rank 0's #3 never completed
     assert all(e["what"] == "flight_recorder" and e["run"] == "hung" for e in events)
 
 

@@ -72,10 +72,11 @@ SIGNALS = [
     Signal("hang.recovered_stuck_states", "records", f"where its stuck ranks were, at its end ({STATE}; quiet_s as above)"),
     Signal("hang.recovered_waiting_states", "records", f"where the other ranks were, at its end ({STATE})"),
     Signal("hang.recovered_ranks", "ranks", "the ranks that were stuck"),
-    Signal("hang.fr_behind", "ranks", "how many ranks' flight recorder's last collective is behind the others'"),
+    Signal("hang.fr_behind", "ranks", "how many ranks' flight recorder dumps place them behind the others on a group"),
     Signal("hang.fr_behind_ranks", "ranks", "those ranks"),
-    Signal("hang.fr_lags", "records", "per rank behind: rank, group, seq and op of its last recorded collective, head "
-                                      "(the group's furthest seq) and beat: its last heartbeat's state, when it has one"),
+    Signal("hang.fr_lags", "records", "per rank behind: rank, group, seq (its last recorded or pg_status's last "
+                                      "enqueued collective) and op (where recorded), head (the group's furthest seq) "
+                                      "and beat: its last heartbeat's state, when it has one"),
 ]
 
 STEP_FIELDS = {"step_time_s": "max"}
@@ -245,24 +246,42 @@ def _stall(view: RunView) -> dict[str, Any]:
 
 
 def _flight_recorder(view: RunView) -> dict[str, Any]:
-    """Per process group, the ranks whose last recorded collective is behind the group's furthest."""
-    last: dict[str, dict[int, dict[str, Any]]] = {}
-    for e in view.events.get("log", []):
-        data = e.get("data") or {}
-        if e.get("what") == "flight_recorder" and isinstance(data.get("seq"), int):
-            last.setdefault(str(data.get("group")), {})[e["rank"]] = data
+    """Per process group, the ranks whose place in it is behind the group's furthest.
+
+    A rank's place is the ``seq`` its dump gives (``sources/flight_recorder.py``: its last recorded
+    collective or ``pg_status``'s last enqueued one, whichever is later). Where any rank's dump shows
+    p2p ops on a group, ``pg_status`` may count those, so there only recorded collectives place a rank.
+    A dump that named a group only by ``pg_id`` (no entries of it) takes the name another rank's gave.
+    """
+    dumps = [(e["rank"], e.get("data") or {}) for e in view.events.get("log", []) if e.get("what") == "flight_recorder"]
+    if not dumps:
+        return {}
+    names: dict[Any, str] = {}
+    for _, d in sorted(dumps, key=lambda x: x[0]):
+        if d.get("group") is not None and d.get("pg_id") is not None:
+            names.setdefault(d["pg_id"], str(d["group"]))
+    by_group: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for rank, d in dumps:
+        group = d.get("group") if d.get("group") is not None else names.get(d.get("pg_id"), d.get("pg_id"))
+        if group is not None:
+            by_group.setdefault(str(group), []).append((rank, d))
     behind, lags = set(), []
     beats = view.fold(__name__).runs
-    for group, ranks in sorted(last.items()):
-        head = max(d["seq"] for d in ranks.values())
-        for rank, d in sorted(ranks.items()):
-            if d["seq"] < head:
+    for group, ranks in sorted(by_group.items()):
+        p2p = any(d.get("p2p") for _, d in ranks)
+        places: dict[int, tuple[int, dict[str, Any]]] = {}
+        for rank, d in ranks:  # a rank dumped twice: its later place
+            seq = d.get("recorded_seq") if p2p else d.get("seq")
+            if isinstance(seq, int) and seq >= places.get(rank, (-1, d))[0]:
+                places[rank] = (seq, d)
+        head = max((seq for seq, _ in places.values()), default=None)
+        for rank, (seq, d) in sorted(places.items()):
+            if seq < head:
                 behind.add(rank)
                 beat = beats.get(str(rank))
-                lags.append({"rank": rank, "group": group, "seq": d["seq"], "op": d.get("op"), "head": head,
+                op = d.get("op") if d.get("recorded_seq", seq) == seq else None  # no entry: pg_status names no op
+                lags.append({"rank": rank, "group": group, "seq": seq, "op": op, "head": head,
                              "beat": _state(beat[-1], beat[-1]["t"]) if beat else None})
-    if not last:
-        return {}
     return {"hang.fr_behind": len(behind), "hang.fr_behind_ranks": sorted(behind) or None, "hang.fr_lags": lags or None}
 
 

@@ -19,6 +19,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Protocol
 from zerodoctor import plugins
 from zerodoctor.events import Event, StepRecord, step_record
 from zerodoctor.stepcolumns import Columns
+from zerodoctor.sources.flight_recorder import dumps_in, is_dump_file
 from zerodoctor.sources.lines import MAX_LINE_BYTES, Block, read_blocks
 from zerodoctor.sources.readable import open_log
 from zerodoctor.sources.rejects import BadLine, Rejected
@@ -60,6 +61,8 @@ def run_files(directory: Path) -> list[tuple[Path, str]]:
         found = sorted(directory.glob(pattern))
         if found and fmt in known:
             return [(path, fmt) for path in found]
+    if "flight-recorder" in known:  # dumps under any TORCH_FR_DUMP_TEMP_FILE prefix: known by their first bytes
+        return [(path, "flight-recorder") for path in dumps_in(directory)]
     return []
 
 
@@ -69,8 +72,12 @@ def source_patterns() -> list[tuple[str, str]]:
 
 
 def run_id_for(path: Path) -> str:
-    """A run directory's file belongs to the run the directory names; a loose file names its own."""
-    return path.parent.name if any(fnmatch(path.name, p) for p, _ in source_patterns()) else path.stem
+    """A run directory's file belongs to the run the directory names; a loose file names its own.
+
+    A flight recorder dump, whatever its prefix, is one rank's file of the run its directory holds.
+    """
+    in_run = any(fnmatch(path.name, p) for p, _ in source_patterns()) or is_dump_file(path)
+    return path.parent.name if in_run else path.stem
 
 
 class UnsupportedFormat(ValueError):
