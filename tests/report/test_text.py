@@ -20,7 +20,7 @@ def test_console_log_diagnosis_fits_one_screen_with_the_finding_first() -> None:
     assert lines[0].startswith("ERROR ZD201 fp16-loss-scale-collapse")
     assert len(lines) <= SCREEN, proc.stdout
     not_judged = [line for line in lines if "not judged" in line]
-    assert not_judged == ["29 rules not judged: this log has no config dump or per-step lines or heartbeats; "
+    assert not_judged == ["30 rules not judged: this log has no config dump or per-step lines or heartbeats; "
                           "needs hang.fr_behind, data.tokens_per_param; `--explain` lists them"]
 
 
@@ -64,7 +64,7 @@ def test_a_log_with_nothing_recognised_says_so(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
         f"{log}: nothing recognised (3 lines read, as text); zerodoctor knows zerodoctor's events "
-        "(rank-N.jsonl) and console logs with deepspeed, torch, nccl, hf, megatron, crash lines")
+        "(rank-N.jsonl) and console logs with deepspeed, torch, nccl, hf, megatron, crash, fatal, stackdump, amp lines")
     assert "no findings" not in proc.stdout
     markdown = run_cli("diagnose", "--format", "markdown", str(log)).stdout
     assert "nothing recognised (3 lines read" in markdown and "No findings" not in markdown
