@@ -29,7 +29,20 @@ RULES = rules_from()
 CATALOG = catalog()
 SAMPLE = 400
 _MISSING = object()
-_SCARS = re.compile(r"n/a|None|[{}\[\]]|  | [,;:.)]|(^|\s)\(\s*\)|[,;:]\s*[,;:]|[,;:(]$|^[,;: ]")
+_HOLES = re.compile(r"n/a|None|[{}\[\]]|  | [,;:.)]|(^|\s)\(\s*\)|[,;:]\s*[,;:]|[,;:(]$|^[,;: ]")
+# A Python repr a message quotes as the library prints it (torch.Size([0]), tensor([])) is content, not a scar.
+_QUOTED_REPR = re.compile(r"\w+\(\[[^\[\]]*\]\)")
+
+
+class _Scars:
+    """What a left-out field or clause leaves behind, outside the reprs a message quotes."""
+
+    @staticmethod
+    def search(text: str) -> re.Match | None:
+        return _HOLES.search(_QUOTED_REPR.sub("repr", text))
+
+
+_SCARS = _Scars()
 # plausible values by unit: what a signal of that unit looks like to a template
 _BY_UNIT: dict[str, Any] = {
     "bytes": 1_610_612_736, "keys": {"optimizer.params.lr": 1e-4, "zero_optimisation": 3},
@@ -133,6 +146,7 @@ def test_the_check_catches_a_hole() -> None:
                 "stuck; ; more", "skipped:"):
         assert _SCARS.search(bad), bad
     assert not _SCARS.search("the loss scale hit min_loss_scale 1 and DeepSpeed aborted the run (engine.step())")
+    assert not _SCARS.search("the weights are empty (torch.Size([0]) / tensor([]))") and _SCARS.search("size ([0] )")
 
 
 def test_a_log_holding_only_the_min_scale_exception_reads_whole(tmp_path) -> None:  # noqa: ANN001

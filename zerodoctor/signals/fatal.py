@@ -32,7 +32,7 @@ SIGNAL_FAMILIES = ("native_crash", "process_aborted")
 SIGNALS = [
     Signal("fatal.family", "name", "crash family"),
     Signal("fatal.ranks", "ranks", "ranks that died of it"),
-    Signal("fatal.ranks_list", "ranks", "the ranks that died of the root cause's family"),
+    Signal("fatal.root_ranks", "ranks", "the ranks that died of the root cause's family"),
     Signal("fatal.rank", "rank", "the rank where the root fatal error was seen first"),
     Signal("fatal.step", "step", "optimizer step during which the root fatal error happened"),
     Signal("fatal.type", "name", "exception class of the root fatal error"),
@@ -66,7 +66,7 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     root = min(errors, key=lambda e: (crashes.rank_of(e["family"]), e["t"]))
     ranks = sorted({e["rank"] for e in errors if e["family"] == root["family"]})
     message = root.get("message") or ""
-    out.update({"fatal.family": root["family"], "fatal.ranks": len(ranks), "fatal.ranks_list": ranks,
+    out.update({"fatal.family": root["family"], "fatal.ranks": len(ranks), "fatal.root_ranks": ranks,
                 "fatal.rank": root["rank"], "fatal.step": root.get("step"), "fatal.type": root.get("type"),
                 "fatal.message": message[:MESSAGE_CHARS] or None, "fatal.signal": root.get("signal"),
                 **_frames(root.get("traceback") or [])})

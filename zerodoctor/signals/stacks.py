@@ -16,7 +16,7 @@ from zerodoctor.signals.base import Signal
 
 SIGNALS = [
     Signal("stacks.in_collective", "processes", "dumped processes waiting in a collective"),
-    Signal("stacks.ranks_in_collective", "ranks", "the ranks of those dumps"),
+    Signal("stacks.waiting_ranks", "ranks", "the ranks of those dumps"),
     Signal("stacks.op", "name", "collective they wait in"),
     Signal("stacks.caller", "frame", "called from"),
 ]
@@ -28,7 +28,7 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if dumps:
         ops = Counter((e.get("data") or {}).get("op") for e in dumps)
         op = ops.most_common(1)[0][0]
-        out.update({"stacks.ranks_in_collective": sorted({e["rank"] for e in dumps}), "stacks.op": op,
+        out.update({"stacks.waiting_ranks": sorted({e["rank"] for e in dumps}), "stacks.op": op,
                     "stacks.caller": next(((e.get("data") or {}).get("caller") for e in dumps
                                            if (e.get("data") or {}).get("op") == op), None)})
     return out
