@@ -62,14 +62,15 @@ class ReportOut(_Strict):
 
 
 def test_json_output_follows_the_findings_contract() -> None:
-    out = diagnose_json(FIXTURES / "ZD201" / "fires.jsonl", FIXTURES / "ZD401" / "fires.jsonl")
+    # the probe's events of a fragmentation OOM recorded on an H200 capped at 6 GiB
+    out = diagnose_json(FIXTURES / "ZD201" / "fires.jsonl", ROOT / "samples" / "gpu-fragmentation-oom-h200" / "rank-0.jsonl")
     report = ReportOut.model_validate(out)
     assert {f.rule for f in report.findings} >= {"ZD201", "ZD401"}
-    assert [i.events for i in report.inputs] == [352, 13]
+    assert [i.events for i in report.inputs] == [352, 23]
     zd401 = next(f for f in report.findings if f.rule == "ZD401")
-    assert zd401.ranks == [1] and zd401.steps == [6, 6]
+    assert zd401.ranks == [0] and zd401.steps == [18, 18]
     assert zd401.fixes[0].env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    assert zd401.evidence["memory.oom_frag_ratio"] == pytest.approx((77.33 - 61.21) / 2, rel=1e-3)
+    assert zd401.evidence["memory.oom_stranded_share"] == pytest.approx((6419382272 - 5520813056) / (6 << 30), rel=1e-3)
 
 
 @pytest.mark.parametrize(("fail_on", "code"), [("error", 1), ("warning", 1), ("never", 0)])

@@ -44,7 +44,7 @@ def codes(name: str) -> set[str]:
     ("deepspeed_stage3_timers_comms_logger.log", {"ZD301"}, set()),
     ("deepspeed_batch_assertion_rich_box.log", {"ZD101"}, set()),
     ("deepspeed_batch_assertion_pre2022.log", {"ZD101"}, set()),
-    ("torch_oom_1x_runtimeerror.log", {"ZD401"}, {"ZD402"}),
+    ("torch_oom_1x_runtimeerror.log", {"ZD402"}, {"ZD401"}),  # 61 MiB stranded: 0.8 % of the GPU, capacity
     ("torch_oom_2_4_fragmentation_wrapped.log", {"ZD401"}, {"ZD402"}),
     ("torch_oom_2_4_capacity_glued_ranks.log", {"ZD402"}, {"ZD401"}),
     ("nccl_watchdog_old.log", {"ZD701"}, set()),

@@ -5,11 +5,15 @@ raises: a failed cudaMalloc is retried after freeing cached blocks large enough,
 ``release_cached_blocks`` frees every cached block that is not split (``num_alloc_retries`` + 1),
 and only then the OOM is raised. So what the message calls "reserved but unallocated" is stranded
 in segments that still hold a live block, and the usable free memory is what cudaMemGetInfo
-reports, capped by ``allowed`` when a memory fraction is set. The bytes existed but not in one
-piece — fragmentation — when stranded + free ≥ the request and the stranded part is a real share
-of it (at least a quarter: less is the allocator's own rounding, and a GPU that full fails again at
-the next allocation); otherwise the GPU is full — capacity. Allocator retries in the steps before
-are evidence, never a condition: PyTorch's own pre-raise retry makes every OOM's count at least 1.
+reports, capped by ``allowed`` when a memory fraction is set.
+
+Judged as a practitioner would, against the memory the process could use (the device, or the
+``allowed`` cap): the bytes existed but not in one piece — fragmentation — only when stranded + free
+≥ the request *and* the stranded part is a material share of that memory (≥ 3 %). Below 1 % it is
+the allocator's rounding on a full GPU (capacity: even if this allocation were served, the next one
+fails); in between it is capacity first, with a note that ``expandable_segments`` might serve this
+one allocation. Allocator retries in the steps before are evidence, never a condition: PyTorch's
+own pre-raise retry makes every OOM's count at least 1.
 """
 
 from __future__ import annotations
@@ -26,20 +30,38 @@ from zerodoctor.sources.torch import oom_numbers
 from zerodoctor.units import GB
 
 HEADROOM = 0.7  # share of device memory model states may take; the rest is activations and buffers
-STRANDED_SHARE = 0.25  # stranded bytes below this share of a request are rounding, not fragmentation
+# Stranded (reserved but unallocated) bytes as a share of the memory the process could use. Real OOMs
+# of GPUs 96-100 % full had 0.2-0.8 % stranded (121-195 MiB: the allocator's 2 MiB and 20 MiB blocks
+# and the tails of split segments) and were cured by a smaller batch, not an allocator setting.
+FRAGMENTED_SHARE = 0.03  # at least this much stranded, and enough with the free memory: fragmentation
+ROUNDING_SHARE = 0.01  # under this much stranded: the allocator's rounding, a capacity OOM
 
 SIGNALS = [
     Signal("memory.oom_count", "events", "out-of-memory errors"),
     Signal("memory.oom_ranks", "ranks", "ranks that hit an OOM"),
     Signal("memory.oom_step", "step", "step of the first OOM"),
     Signal("memory.oom_requested_bytes", "bytes", "size of the failed allocation (first OOM)"),
-    Signal("memory.oom_free_unallocated_bytes", "bytes", "reserved but unallocated at the first OOM"),
+    Signal("memory.oom_allocated_bytes", "bytes", "memory allocated by PyTorch at the first OOM"),
+    Signal("memory.oom_free_unallocated_bytes", "bytes", "reserved but unallocated (stranded) at the first OOM"),
     Signal("memory.oom_frag_ratio", "ratio", "reserved-but-unallocated / requested at the first OOM"),
     Signal("memory.oom_reserved_bytes", "bytes", "memory reserved by PyTorch at the first OOM"),
     Signal("memory.oom_headroom_bytes", "bytes",
            "device memory free at the first OOM, capped by the process's allowed memory when a fraction is set"),
+    Signal("memory.oom_limit_bytes", "bytes",
+           "usable device memory at the first OOM (capacity, or the allowed cap of a memory fraction; "
+           "reserved + free where the message lost the capacity)"),
+    Signal("memory.oom_used_share", "ratio", "share of usable device memory not free at the first OOM"),
+    Signal("memory.oom_outside_bytes", "bytes",
+           "memory in use outside PyTorch's allocator at the first OOM (other processes, CUDA context)"),
+    Signal("memory.oom_stranded_share", "ratio", "reserved but unallocated / usable device memory at the first OOM"),
+    Signal("memory.oom_requests_in_reach", "allocations",
+           "allocations of the failed size that stranded + free memory hold (the most expandable_segments buys)"),
     Signal("memory.oom_fragmented", "bool",
-           f"at the first OOM, stranded + free memory covered the request and stranded was >= {STRANDED_SHARE:.0%} of it"),
+           f"at the first OOM, stranded + free memory covered the request and stranded was >= {FRAGMENTED_SHARE:.0%} "
+           "of usable device memory"),
+    Signal("memory.oom_partly_fragmented", "bool",
+           f"stranded + free covered the request but stranded was only {ROUNDING_SHARE:.0%}-{FRAGMENTED_SHARE:.0%} "
+           "of usable device memory: capacity first"),
     Signal("memory.alloc_retries", "retries", "cudaMalloc retries (cache flushes) in the steps, the OOM's own retry excluded"),
     Signal("memory.expandable_segments", "bool", "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True"),
     Signal("memory.alloc_conf", "text", "PYTORCH_CUDA_ALLOC_CONF as recorded ('unset' when absent)"),
@@ -86,27 +108,68 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         first = ooms[0]
         out["memory.oom_ranks"] = sorted({o["rank"] for o in ooms})
         out["memory.oom_step"] = first.get("step")
-        requested, reserved, allocated = (first.get(k) for k in ("requested_bytes", "reserved_bytes", "allocated_bytes"))
-        out["memory.oom_requested_bytes"] = requested
-        out["memory.oom_reserved_bytes"] = reserved
-        if reserved is not None and allocated is not None:
-            spare = max(reserved - allocated, 0)
-            out["memory.oom_free_unallocated_bytes"] = spare
-            if requested:
-                out["memory.oom_frag_ratio"] = spare / requested
-                headroom = _headroom(first)
-                out["memory.oom_headroom_bytes"] = headroom
-                out["memory.oom_fragmented"] = spare >= requested or (
-                    spare >= STRANDED_SHARE * requested and headroom is not None and spare + headroom >= requested)
+        out["memory.oom_requested_bytes"] = first.get("requested_bytes")
+        out["memory.oom_reserved_bytes"] = first.get("reserved_bytes")
+        out.update(_judged(first, values.get("run.device_memory_bytes")))
     out.update(_fits(values))
     return out
 
 
+def _judged(oom: dict[str, Any], device_bytes: int | None) -> dict[str, Any]:
+    """The first OOM's numbers against the memory the process could use, and the verdict on them.
+
+    Free memory the message does not give counts as none, so an unknown never makes a fragmentation.
+    """
+    requested, reserved, allocated = (oom.get(k) for k in ("requested_bytes", "reserved_bytes", "allocated_bytes"))
+    if reserved is None or allocated is None:
+        return {}
+    stranded = max(reserved - allocated, 0)
+    headroom = _headroom(oom)
+    limit = _limit(oom, device_bytes, headroom)
+    out: dict[str, Any] = {"memory.oom_allocated_bytes": allocated, "memory.oom_free_unallocated_bytes": stranded,
+                           "memory.oom_headroom_bytes": headroom}
+    if limit:
+        out["memory.oom_limit_bytes"] = limit
+        out["memory.oom_stranded_share"] = share = stranded / limit
+        if headroom is not None:
+            out["memory.oom_used_share"] = min(1 - headroom / limit, 1.0)
+            out["memory.oom_outside_bytes"] = max(limit - headroom - reserved, 0)
+    if requested:
+        in_reach = stranded + (headroom or 0)
+        out["memory.oom_frag_ratio"] = stranded / requested
+        out["memory.oom_requests_in_reach"] = in_reach // requested
+        if limit:
+            served = in_reach >= requested
+            out["memory.oom_fragmented"] = served and share >= FRAGMENTED_SHARE
+            out["memory.oom_partly_fragmented"] = served and ROUNDING_SHARE <= share < FRAGMENTED_SHARE
+    return out
+
+
+def _allowed(oom: dict[str, Any]) -> int | None:
+    """The cap of ``set_per_process_memory_fraction``: a field of its own, or read from older events' message."""
+    if oom.get("allowed_bytes") is None and oom.get("message"):
+        return oom_numbers(oom["message"]).get("allowed_bytes")
+    return oom.get("allowed_bytes")
+
+
+def _limit(oom: dict[str, Any], device_bytes: int | None, headroom: int | None) -> int | None:
+    """Memory the process could use: the device's capacity (the message's, else run_start's), within the cap.
+
+    A message cut where it names the capacity (a terminal's hard wrap) still says what PyTorch reserved and
+    what was free: their sum is a floor of the capacity, so the stranded share it gives errs high, never low.
+    """
+    capacity, allowed = oom.get("capacity_bytes") or device_bytes, _allowed(oom)
+    if capacity and allowed:
+        return min(capacity, allowed)
+    if capacity or allowed:
+        return capacity or allowed
+    reserved = oom.get("reserved_bytes")
+    return reserved + headroom if reserved is not None and headroom is not None else None
+
+
 def _headroom(oom: dict[str, Any]) -> int | None:
     """Free device memory the allocator could still have had: cudaMemGetInfo's, within the fraction cap."""
-    free, allowed, reserved = oom.get("free_bytes"), oom.get("allowed_bytes"), oom.get("reserved_bytes")
-    if allowed is None and oom.get("message"):  # events recorded before the cap was a field of its own
-        allowed = oom_numbers(oom["message"]).get("allowed_bytes")
+    free, allowed, reserved = oom.get("free_bytes"), _allowed(oom), oom.get("reserved_bytes")
     if free is None:
         return None
     if allowed is not None and reserved is not None:
