@@ -121,7 +121,8 @@ def test_line_the_store_refuses_is_quarantined_alone_with_its_raw_bytes(tmp_path
     assert "INSERT" not in reason and "\n" not in reason  # the database's own line, not SQLAlchemy's dump
 
 
-def test_store_made_by_the_schema_before_migrations_is_upgraded_in_place(tmp_path, store_url):
+def store_before_migrations(store_url: str):  # noqa: ANN201 - an Engine on the store, at the baseline schema
+    """The tables as zerodoctor made them before it had migrations, on an empty store."""
     old = create_engine(store_url)
     with old.begin() as conn:
         ddl = (FIXTURES / f"schema-before-migrations.{conn.dialect.name}.sql").read_text()
@@ -129,6 +130,12 @@ def test_store_made_by_the_schema_before_migrations_is_upgraded_in_place(tmp_pat
             body = "\n".join(line for line in statement.splitlines() if not line.startswith("--")).strip()
             if body:
                 conn.exec_driver_sql(body)
+    return old
+
+
+def test_store_made_by_the_schema_before_migrations_is_upgraded_in_place(tmp_path, store_url):
+    old = store_before_migrations(store_url)
+    with old.begin() as conn:
         conn.execute(runs.insert().values(name="old-run"))
         conn.execute(files.insert().values(path="/old/rank-0.jsonl", format="jsonl", offset=10, lines=1, events=1,
                                            quarantined=0))

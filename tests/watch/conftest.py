@@ -5,10 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -68,6 +71,63 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 20)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err
+
+
+# As root a mount namespace alone; otherwise a user namespace too, where the kernel allows one.
+UNSHARE = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-Urm"]
+NO_NAMESPACES = "needs a private mount namespace (unshare -m as root, or unprivileged user namespaces)"
+
+
+@cache
+def namespaces_work() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(
+        [*UNSHARE, "true"], capture_output=True).returncode == 0
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node of a multi-node job, played on this machine: its own id (``ZERODOCTOR_NODE_ID``) and its
+    own disk, which its processes see at ``local``, the path every node's job writes to (a private mount
+    namespace binds ``disk`` there), as ``/local/runs`` on each real node is that node's own disk.
+    With ``local`` equal to ``disk`` each node's runs are at a path of their own."""
+
+    id: str
+    disk: Path
+    local: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**ENV, "ZERODOCTOR_NODE_ID": self.id}
+
+    def command(self, *args: str) -> list[str]:
+        """``zerodoctor ARGS`` as run on this node."""
+        python = [sys.executable, "-m", "zerodoctor", *args]
+        if self.local == self.disk:
+            return python
+        # exec: the pid is the watcher's own, so a SIGKILL lands on it
+        return [*UNSHARE, "sh", "-c", 'mount --bind "$0" "$1" && shift && exec "$@"', str(self.disk),
+                str(self.local), *python]
+
+    def watch(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen(self.command("watch", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=self.env)
+
+    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(self.command(*args), capture_output=True, text=True, timeout=timeout, env=self.env)
+
+
+def two_nodes(root: Path, *, same_path: bool) -> list[Node]:
+    """Nodes a and b, their disks under ``root``; their runs at ``root/local/runs`` on each when ``same_path``."""
+    nodes = []
+    for name in ("a", "b"):
+        disk = root / f"node-{name}" / "runs"
+        disk.mkdir(parents=True)
+        nodes.append(Node(f"node-{name}", disk, root / "local" / "runs" if same_path else disk))
+    if same_path:
+        if not namespaces_work():
+            pytest.skip(NO_NAMESPACES)
+        (root / "local" / "runs").mkdir(parents=True)
+    return nodes
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from contextlib import closing
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -58,6 +59,16 @@ def stored_count(db: Path | str) -> int:
         engine.dispose()
 
 
+def stored_offsets(db: Path | str) -> list[tuple[str, str, int]]:
+    """(node, path, offset) of every stored file."""
+    engine = open_engine(db)
+    try:
+        with engine.connect() as conn:
+            return [tuple(row) for row in conn.execute(select(files.c.node, files.c.path, files.c.offset))]
+    finally:
+        engine.dispose()
+
+
 def committed_lines(db: Path) -> int:
     """The lines the store has committed offsets for, read straight from the SQLite file (a few ms)."""
     if not db.exists():
@@ -80,13 +91,15 @@ def written(*roots: Path) -> list[tuple[str, int, int]]:
     return out
 
 
-def kill_repeatedly(runs: Path, store_url: str, kills: int, rng: random.Random, total: int) -> list[int]:
-    """Start ``watch`` on ``runs`` and SIGKILL it, ``kills`` times: every other one after 0.3-1 s
-    (start-up, often), the others within 0.2 s of this life storing lines. Returns the lines stored
-    after each kill: a kill proves something only when it lands with part of the ``total`` stored."""
+def kill_repeatedly(runs: Path, store_url: str, kills: int, rng: random.Random, total: int,
+                   start: Callable[..., subprocess.Popen] = start_watch) -> list[int]:
+    """Start ``watch`` on ``runs`` (with ``start``: on a node, ``Node.watch``) and SIGKILL it, ``kills``
+    times: every other one after 0.3-1 s (start-up, often), the others within 0.2 s of this life storing
+    lines. Returns the lines stored after each kill: a kill proves something only when it lands with part
+    of the ``total`` stored."""
     counts: list[int] = []
     for i in range(kills):
-        watch = start_watch("--db", store_url, str(runs))
+        watch = start("--db", store_url, str(runs))
         if i % 2:
             before = counts[-1] if counts else 0
             wait_for(lambda: len(stored_steps(store_url)) > before or before >= total, timeout=30)
@@ -100,10 +113,14 @@ def kill_repeatedly(runs: Path, store_url: str, kills: int, rng: random.Random, 
     return counts
 
 
-def assert_every_line_stored_once(store_url: str, lines: list[tuple[str, int, int]]) -> dict:
+def assert_every_line_stored_once(store_url: str, lines: list[tuple[str, int, int]],
+                                  on_disk: Callable[[str, str], Path] = lambda node, path: Path(path)) -> dict:
+    """Every line stored once, and each file's offset at its end. ``on_disk(node, path)``: where the file
+    a node read at ``path`` is seen from here (two nodes' own disks mounted at one path: ``Node``)."""
     report = status_json(store_url)
     assert sum(f["events"] for r in report["runs"] for f in r["files"]) == len(lines)
-    assert all(f["offset"] == Path(f["path"]).stat().st_size for r in report["runs"] for f in r["files"])
+    offsets = stored_offsets(store_url)
+    assert offsets and all(offset == on_disk(node, path).stat().st_size for node, path, offset in offsets)
     rows = stored_steps(store_url)
     assert [row for row, n in Counter(rows).items() if n > 1] == []
     assert checksum(rows) == checksum(lines)

@@ -11,13 +11,14 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import make_url
 
-from tests.conftest import NO_PG, PG_URL, run_cli
-from tests.watch.conftest import ENV, append, start_watch, stop, wait_for
+from tests.conftest import NO_PG, PG_URL, ROOT, run_cli
+from tests.watch.conftest import ENV, append, start_watch, stop, two_nodes, wait_for
 from tests.watch.test_watch_daemon import (
     assert_every_line_stored_once,
     kill_repeatedly,
@@ -28,27 +29,34 @@ from tests.watch.test_watch_daemon import (
 )
 from zerodoctor.pipeline import Pipeline, expand_inputs
 from zerodoctor.store import findings as stored_findings
+from zerodoctor.store import nodes
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
-from zerodoctor.store.schema import deliveries
+from zerodoctor.store.schema import deliveries, files
+from zerodoctor.watch.daemon import Watcher
+from zerodoctor.watch.lock import writer_lock
 from zerodoctor.watch.notify import deliver_pending
 
 pytestmark = pytest.mark.skipif(not PG_URL, reason=NO_PG)
 
 
-def test_two_nodes_one_job_survive_6_sigkills_each_with_none_lost_or_duplicated(tmp_path, pg_url):
-    """Node A holds ranks 0-3 of run "job" in its own run directory, node B ranks 4-7 in another:
-    each node's watcher is killed 6 times while the ranks write; the store holds one run of 8 ranks."""
-    nodes = [tmp_path / "node-a" / "runs", tmp_path / "node-b" / "runs"]
-    for runs in nodes:  # before any watcher starts: a watcher faster than the writer's mkdir exits 2, rightly
-        (runs / "job").mkdir(parents=True)
-    writers = [start_writer(runs / "job", 4, 1500, 5.0, first_rank=4 * i) for i, runs in enumerate(nodes)]
+@pytest.mark.parametrize("same_path", [False, True], ids=["own-paths", "same-local-path"])
+def test_two_nodes_one_job_survive_6_sigkills_each_with_none_lost_or_duplicated(tmp_path, pg_url, same_path):
+    """Node A holds ranks 0-3 of run "job" in its run directory, node B ranks 4-7 in its own: at a path of
+    its own, or at the same local path on each node's disk (``/local/runs/job`` on both, the usual layout).
+    Each node's watcher is killed 6 times while the ranks write, then both run at once to the end; the store
+    holds one run of 8 ranks, every line once, each file's offset at its end on its own node."""
+    nodes = two_nodes(tmp_path, same_path=same_path)
+    for node in nodes:  # before any watcher starts: a watcher faster than the writer's mkdir exits 2, rightly
+        (node.disk / "job").mkdir()
+    writers = [start_writer(node.disk / "job", 4, 1500, 5.0, first_rank=4 * i) for i, node in enumerate(nodes)]
     stored: list[list[int]] = [[], []]
 
-    def node(i: int) -> None:
-        stored[i] = kill_repeatedly(nodes[i], pg_url, 6, random.Random(i), total=8 * 1500)
+    def run_node(i: int) -> None:
+        stored[i] = kill_repeatedly(nodes[i].local, pg_url, 6, random.Random(i), total=8 * 1500,
+                                    start=nodes[i].watch)
 
-    threads = [threading.Thread(target=node, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=run_node, args=(i,)) for i in range(2)]
     try:
         for t in threads:
             t.start()
@@ -59,15 +67,105 @@ def test_two_nodes_one_job_survive_6_sigkills_each_with_none_lost_or_duplicated(
             assert w.wait(timeout=30) == 0
     # six kills each (a thread that raised left fewer), at least one of them with part of the lines stored
     assert [len(n) for n in stored] == [6, 6] and all(any(0 < c < 8 * 1500 for c in n) for n in stored), stored
-    for runs in nodes:
-        final = run_cli("watch", "--once", "-q", "--db", pg_url, str(runs), timeout=60)
-        assert final.returncode == 0, final.stderr
+    # then both nodes' watchers at once, as they run for days, until every line is stored
+    together = [node.watch("--db", pg_url, str(node.local)) for node in nodes]
+    try:
+        wait_for(lambda: any(w.poll() is not None for w in together) or (
+            all(_holds_a_lock(pg_url, w.pid) for w in together) and stored_count(pg_url) == 8 * 1500), timeout=60)
+    finally:
+        ended = [stop(w) for w in together]
+    assert [code for code, _, _ in ended] == [0, 0], [err for _, _, err in ended]
 
-    lines = written(*nodes)
+    lines = written(*(node.disk for node in nodes))
     assert len(lines) == 8 * 1500
-    report = assert_every_line_stored_once(pg_url, lines)
+    disks = {node.id: node for node in nodes}
+    report = assert_every_line_stored_once(
+        pg_url, lines, on_disk=lambda node, path: disks[node].disk / Path(path).relative_to(disks[node].local))
     (run,) = report["runs"]
     assert run["run"] == "job" and len(run["files"]) == 8
+
+
+def test_two_nodes_console_logs_at_the_same_local_path_are_each_read_once(tmp_path, pg_url, rules):
+    """No probe: each node's wrapper keeps the job's console in ``/local/runs/job/console.log`` on its own
+    disk, one path, two files. Both nodes' watchers read their own log as it grows (two passes each, taking
+    turns): each log's lines are stored once, under its node, as a watcher reading that log alone stores them."""
+    # consoles of real DeepSpeed runs (samples/record.py)
+    logs = [ROOT / "samples" / "fp16-static-65536" / "console.log", ROOT / "samples" / "fp16-min-scale" / "console.log"]
+    nodes = two_nodes(tmp_path, same_path=True)
+    alone = [tmp_path / f"alone-{node.id}" / "runs" for node in nodes]
+    halves = []
+    for log in logs:
+        lines = log.read_bytes().splitlines(keepends=True)
+        halves.append((lines[:len(lines) // 2], lines[len(lines) // 2:]))
+    for half in range(2):
+        for log, node, runs in zip(halves, nodes, alone):
+            for root in (node.disk, runs):
+                (root / "job").mkdir(parents=True, exist_ok=True)
+                with open(root / "job" / "console.log", "ab") as f:
+                    f.writelines(log[half])
+            watched = node.run("watch", "--once", "-q", "--db", pg_url, str(node.local))
+            assert watched.returncode == 0, watched.stderr
+            watcher = Watcher(open_engine(runs / "zerodoctor.db"), [runs], rules, lambda finding, config: None)
+            watcher.once()
+            watcher.engine.dispose()
+    each = [stored_count(runs / "zerodoctor.db") for runs in alone]
+    assert min(each) > 0  # the logs were read
+    # the events of both logs, each once (a row shared by the two nodes read each log again from its start)
+    assert stored_count(pg_url) == sum(each)
+    expected = {node.id: _file_rows(f"sqlite:///{runs / 'zerodoctor.db'}") for node, runs in zip(nodes, alone)}
+    stored = _file_rows(pg_url)
+    assert sorted(stored) == sorted((node.id, str(node.local / "job" / "console.log"), events, offset)
+                                    for node in nodes for _, _, events, offset in expected[node.id])
+    assert [node.disk.joinpath("job", "console.log").stat().st_size for node in nodes] == [
+        offset for _, _, _, offset in sorted(stored)]
+    (run,) = status_json(pg_url)["runs"]
+    assert run["run"] == "job" and len(run["files"]) == 2
+
+
+def _holds_a_lock(pg_url: str, pid: int) -> bool:
+    """The watcher ``pid`` holds the advisory lock of a run directory (its first look is done)."""
+    engine = open_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            return bool(conn.execute(text(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = :me"),
+                {"me": f"zerodoctor watch pid {pid} on {socket.gethostname()}"[:63]}).scalar())
+    finally:
+        engine.dispose()
+
+
+def _file_rows(url: str) -> list[tuple]:
+    """(node, path, events, offset) of every file the store holds."""
+    engine = open_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(select(files.c.node, files.c.path, files.c.events, files.c.offset))]
+    finally:
+        engine.dispose()
+
+
+def test_a_run_directory_is_its_nodes_and_a_network_filesystems_every_nodes(tmp_path, pg_url, monkeypatch):
+    """``/local/runs/job`` on two nodes is two directories, each node's watcher writes its own; a directory
+    on a network filesystem is one that every node sees, and a second node's watcher is refused it."""
+    local, shared = tmp_path / "local" / "job", tmp_path / "nfs" / "job"
+    for run_dir in (local, shared):
+        run_dir.mkdir(parents=True)
+    table = tmp_path / "mounts"
+    table.write_text(f"dev0 / ext4 rw 0 0\nserver:/export {tmp_path / 'nfs'} nfs4 rw 0 0\n")
+    monkeypatch.setattr(nodes, "MOUNTS", table)
+    nodes._on_network_filesystem.cache_clear()
+    engine = open_engine(pg_url)
+    try:
+        with writer_lock(engine) as node_a, writer_lock(engine) as node_b:
+            monkeypatch.setenv(nodes.NODE_ENV, "node-a")
+            assert (node_a.claim(local), node_a.claim(shared)) == (None, None)
+            monkeypatch.setenv(nodes.NODE_ENV, "node-b")
+            assert node_b.claim(local) is None
+            assert f"pid {os.getpid()}" in node_b.claim(shared)
+    finally:
+        engine.dispose()
+        nodes._on_network_filesystem.cache_clear()
 
 
 def test_localhost_and_127_0_0_1_are_one_writer(tmp_path, pg_url):
@@ -210,12 +308,12 @@ def test_a_watcher_whose_lock_connection_is_cut_stops_with_exit_2(tmp_path, pg_u
 
 def _session_holding(pg_url: str, run_dir, name: str):  # noqa: ANN001, ANN202 - a Path; an SQLAlchemy Connection
     """A server session named ``name`` holding ``run_dir``'s lock, as a watcher's does."""
-    from zerodoctor.watch.lock import advisory_key
+    from zerodoctor.watch.lock import lock_key
 
     engine = open_engine(pg_url)
     conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
     conn.execute(text("SELECT set_config('application_name', :me, false)"), {"me": name})
-    assert conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": advisory_key(str(run_dir.resolve()))}).scalar()
+    assert conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_key(run_dir)}).scalar()
     return engine, conn
 
 

@@ -1,9 +1,11 @@
 """Store, files: a file on disk → its row; the one home of the ``files`` table.
 
-Exactly-once rests on this row: which file it is (device, inode, and a fingerprint of its
-first bytes) and how far it was read (byte offset, lines), the offset moved only in the
-transaction that stores the rows read up to it (``advance``). The tail (``tail.py``) compares
-the row's identity with the file at the path, and points the row at another file
+Exactly-once rests on this row: which file it is (node, device, inode, and a fingerprint of
+its first bytes) and how far it was read (byte offset, lines), the offset moved only in the
+transaction that stores the rows read up to it (``advance``). A row is found by its node and
+path: the nodes of one job write the same local path into one store, each its own file
+(``store/nodes.py``), and no node reads or moves another's row. The tail (``tail.py``)
+compares the row's identity with the file at the path, and points the row at another file
 (``point_at``) when a rotation replaced the one it read.
 """
 
@@ -18,25 +20,38 @@ from sqlalchemy import Connection, Select, bindparam, delete, select, update
 
 from zerodoctor.sources.readable import HEAD_BYTES, pread
 from zerodoctor.store.db import insert_new
+from zerodoctor.store.nodes import SHARED, local_node, node_of
 from zerodoctor.store.schema import files
 
 
 def register(conn: Connection, path: Path, fmt: str) -> dict:
-    """The row of the file at ``path`` (resolved), created at offset 0 with the identity found there."""
-    key = str(Path(path).resolve())
-    row = _find(conn, key)
+    """The row of the file at ``path`` (resolved) on its node, created at offset 0 with the identity found there."""
+    key = Path(path).resolve()
+    node, name = node_of(key.parent), str(key)
+    row = _find(conn, node, name)
     if row is None:
         st = os.stat(key)
-        # Another writer may create the same row meanwhile: its row wins, none raises.
-        conn.execute(insert_new(conn, files).values(path=key, format=fmt, device=st.st_dev, inode=st.st_ino,
-                                                    offset=0, lines=0, events=0, quarantined=0))
-        row = _find(conn, key)
+        if not _claim(conn, node, name, st):
+            # Another writer may create the same row meanwhile: its row wins, none raises.
+            conn.execute(insert_new(conn, files).values(node=node, path=name, format=fmt, device=st.st_dev,
+                                                        inode=st.st_ino, offset=0, lines=0, events=0, quarantined=0))
+        row = _find(conn, node, name)
     return row
 
 
-def _find(conn: Connection, key: str) -> dict | None:
-    row = conn.execute(select(files).where(files.c.path == key)).mappings().first()
+def _find(conn: Connection, node: str, path: str) -> dict | None:
+    row = conn.execute(select(files).where(files.c.node == node, files.c.path == path)).mappings().first()
     return dict(row) if row is not None else None
+
+
+def _claim(conn: Connection, node: str, path: str, st: os.stat_result) -> bool:
+    """A row stored before rows had a node (migration 0007 on a store many nodes share) belongs to the
+    node whose file at ``path`` has the row's device and inode: that node read it, and takes it over
+    with its offset (the tail then checks the fingerprint, as for any row). True when it did."""
+    claimed = conn.execute(update(files).where(
+        files.c.node.is_(None), files.c.path == path, files.c.device == st.st_dev, files.c.inode == st.st_ino,
+    ).values(node=node))
+    return claimed.rowcount > 0
 
 
 def rows(conn: Connection, file_ids: Iterable[int]) -> dict[int, dict]:
@@ -44,9 +59,11 @@ def rows(conn: Connection, file_ids: Iterable[int]) -> dict[int, dict]:
     return {r["id"]: dict(r) for r in conn.execute(select(files).where(files.c.id.in_(list(file_ids)))).mappings()}
 
 
-def sources(conn: Connection) -> list[tuple[int, str, str]]:
-    """``(id, path, format)`` of every stored file: which parser read each."""
-    return [tuple(r) for r in conn.execute(select(files.c.id, files.c.path, files.c.format))]
+def sources_here(conn: Connection) -> list[tuple[int, str, str]]:
+    """``(id, path, format)`` of the files this host reads at their paths (its own, the shared
+    filesystems', and those not claimed since rows had a node): which parser read each."""
+    here = files.c.node.in_([local_node(), SHARED]) | files.c.node.is_(None)
+    return [tuple(r) for r in conn.execute(select(files.c.id, files.c.path, files.c.format).where(here))]
 
 
 def formats(conn: Connection, file_ids: Select) -> dict[str, str]:
@@ -54,10 +71,10 @@ def formats(conn: Connection, file_ids: Select) -> dict[str, str]:
     return dict(conn.execute(select(files.c.path, files.c.format).where(files.c.id.in_(file_ids))).all())
 
 
-def progress(conn: Connection) -> list[tuple[int, str, int, int, int]]:
-    """``(id, path, events, quarantined, offset)`` of every file, by path: what ``status`` shows."""
-    query = select(files.c.id, files.c.path, files.c.events, files.c.quarantined, files.c.offset)
-    return [tuple(r) for r in conn.execute(query.order_by(files.c.path))]
+def progress(conn: Connection) -> list[tuple[int, str, int, int, int, str | None]]:
+    """``(id, path, events, quarantined, offset, node)`` of every file, by path and node: what ``status`` shows."""
+    query = select(files.c.id, files.c.path, files.c.events, files.c.quarantined, files.c.offset, files.c.node)
+    return [tuple(r) for r in conn.execute(query.order_by(files.c.path, files.c.node))]
 
 
 def point_at(conn: Connection, file_id: int, device: int | None, inode: int | None) -> None:

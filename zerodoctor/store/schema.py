@@ -2,7 +2,7 @@
 
 Step events, the bulk of any run, are stored as column chunks (one row per rank per stored
 batch, ``store/steps.py``); the rarer kinds keep their payload as JSON, a row each. Each file has one row with its identity
-(device, inode, fingerprint of its first bytes) and the byte offset committed together
+(node, device, inode, fingerprint of its first bytes) and the byte offset committed together
 with the events read up to it.
 
 Every integer that comes from a log or a file is 64-bit and every text is unbounded
@@ -51,11 +51,14 @@ runs = Table(
     Column("last_event_t", Float),
 )
 
+# A file is (node, device, inode, fingerprint): the nodes of one job write the same local path
+# into one store, so the path names a file only on its node (store/nodes.py, store/files.py).
 files = Table(
     "files",
     metadata,
     _id(),
-    Column("path", Text, nullable=False, unique=True),
+    Column("node", Text),  # NULL: stored before rows had a node, until the node that holds the file claims it
+    Column("path", Text, nullable=False),
     Column("format", Text, nullable=False),
     Column("device", BigInteger),
     Column("inode", BigInteger),
@@ -65,6 +68,7 @@ files = Table(
     Column("lines", BigInteger, nullable=False, default=0),
     Column("events", BigInteger, nullable=False, default=0),
     Column("quarantined", BigInteger, nullable=False, default=0),
+    UniqueConstraint("node", "path", name="uq_files_node_path"),
 )
 
 # The steps of one rank from one stored batch: their columns in one blob (store/steps.py), with

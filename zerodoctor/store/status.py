@@ -29,6 +29,7 @@ class FileStatus:
     quarantined: int
     offset: int
     reasons: list[tuple[int, str]] = field(default_factory=list)  # (line, reason) of the first quarantined lines
+    node: str | None = None  # whose disk holds it (store/nodes.py): two nodes' files may share a path
 
 
 @dataclass
@@ -47,7 +48,8 @@ def collect(conn: Connection, reasons: int = FIRST_REASONS) -> list[RunStatus]:
         by_name[name] = RunStatus(name, findings=for_run(conn, rid), last_event_t=last)
         run_ids[rid] = name
 
-    stored = {fid: FileStatus(path, n, q, off) for fid, path, n, q, off in stored_files.progress(conn)}
+    stored = {fid: FileStatus(path, n, q, off, node=node)
+              for fid, path, n, q, off, node in stored_files.progress(conn)}
     for fid, line, reason in _first_reasons(conn, reasons):
         stored[fid].reasons.append((line, reason))
 

@@ -161,7 +161,7 @@ class Watcher:
         carry the same steps, so the log's stored rows go, or the run would count each twice and
         hold what ``diagnose`` on the directory never reads."""
         formats = {run_dir.resolve(): fmt for run_dir, fmt in formats.items()}  # stored paths are resolved
-        for file_id, name, fmt in stored_files.sources(conn):
+        for file_id, name, fmt in stored_files.sources_here(conn):
             path = Path(name)
             if formats.get(path.parent, fmt) != fmt:
                 log.info("%s: now reading the %s files of this run instead; its stored events are dropped",

@@ -4,7 +4,9 @@
   a connection held for the watcher's life. The server keeps advisory locks per database, so
   the rule follows the database itself, never the URL's spelling (``localhost`` and
   ``127.0.0.1:5432`` are one store); each node's watcher claims its own run directories and
-  all of them write into one store.
+  all of them write into one store. A directory is its node's and its path (``store/nodes.py``):
+  the nodes of one job each write ``/local/runs/job`` on their own disk, and each watcher takes
+  its own; a network filesystem's directory is every node's, and one watcher writes it.
 - SQLite, one writer at a time anyway: an ``flock`` on ``<database>.watch-lock`` beside the
   database, opened without following a symlink and never truncated or written (the holder is
   read from ``/proc/locks``), so a planted link cannot make a watcher clobber another file.
@@ -33,6 +35,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from zerodoctor.store.db import StoreError, describe, shown
+from zerodoctor.store.nodes import node_of
 
 
 STALE_WAIT_S = 10.0  # a dead watcher's lock outlives it until the server notices: waited for this long
@@ -85,7 +88,7 @@ class _WholeStore:
 
 
 class _AdvisoryLocks:
-    """One ``pg_try_advisory_lock`` per run directory (by resolved path), on ``conn``'s session."""
+    """One ``pg_try_advisory_lock`` per run directory (``lock_key``), on ``conn``'s session."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -96,7 +99,7 @@ class _AdvisoryLocks:
         """Take the directory's lock. One held by a watcher of this host that is dead (SIGKILLed a
         moment ago) is waited for, up to ``STALE_WAIT_S``: the server drops it only once it notices
         the closed socket, after the query that session was running."""
-        key = _key(run_dir)
+        key = lock_key(run_dir)
         if key in self.held:
             return None
         deadline = time.monotonic() + STALE_WAIT_S
@@ -158,8 +161,10 @@ def advisory_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
 
 
-def _key(run_dir: Path) -> int:
-    return advisory_key(str(run_dir.resolve()))
+def lock_key(run_dir: Path) -> int:
+    """The advisory-lock key of a run directory: its node's and its resolved path's."""
+    run_dir = run_dir.resolve()
+    return advisory_key(f"{node_of(run_dir)}\n{run_dir}")  # a node id has no newline
 
 
 def busy_dir(run_dir: Path, holder: str, url: str) -> StoreBusy:
