@@ -58,7 +58,7 @@ def test_two_nodes_files_at_one_path_have_a_row_and_an_offset_each(rank_file, st
 
 
 def test_a_network_filesystems_files_are_every_nodes(rank_file, store_url, monkeypatch, on_nfs):
-    """The job's shared ``runs/``: a watcher moved to another node resumes the offsets already stored."""
+    """The job's shared ``runs/``: another node's watcher finds the one row, with the offset already stored."""
     engine = open_engine(store_url)
     try:
         a = register_on("node-a", monkeypatch, engine, rank_file)

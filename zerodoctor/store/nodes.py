@@ -5,8 +5,8 @@ disk, into one PostgreSQL store: the path alone names several files, the node te
 A node is its host's stable id: ``/etc/machine-id`` (systemd's, unique per installation), the
 hostname where there is none, ``ZERODOCTOR_NODE_ID`` before either (containers whose hostname
 changes at every start, tests). A network filesystem's file is every node's at the same path
-(a job's shared ``runs/``): its node is ``SHARED``, so the watcher of another node resumes its
-offsets, and is refused while one writes it, as for one host.
+(a job's shared ``runs/``): its node is ``SHARED``, so every node finds its one row, and a
+second node's watcher is refused it while one writes it, as on one host.
 """
 
 from __future__ import annotations
