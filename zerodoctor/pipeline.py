@@ -9,6 +9,8 @@ judge a run from its view, so a judgement costs what is new, never the whole run
 from __future__ import annotations
 
 import gc
+import logging
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from types import ModuleType
 from typing import Any, Callable, Iterator
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from zerodoctor import plugins, signals
 from zerodoctor.rulebook.engine import evaluate
@@ -28,11 +31,14 @@ from zerodoctor.sources.flight_recorder import dumps_in
 from zerodoctor.sources.readahead import Pool
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import runs as stored_runs
+from zerodoctor.store import setaside
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.series import RunSeries, read_series
 from zerodoctor.tail import Emit, FileTail
 
 Progress = Callable[[int, int], None]  # (bytes read so far, bytes in all) over the inputs
+
+log = logging.getLogger("zerodoctor.pipeline")
 
 
 class InputError(ValueError):
@@ -49,6 +55,7 @@ class Judgement:
     values: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     world_size_stated: int | None = None
+    set_aside: str | None = None  # why the run was not judged (its view failed); its rows are stored all the same
 
 
 def rules_from(extra_dirs: list[Path] | None = None) -> list[Rule]:
@@ -79,6 +86,11 @@ def expand_inputs(paths: list[Path], input_format: str | None = None) -> list[tu
 class Pipeline:
     """Stores batches, keeps the views of the runs they touch, and judges runs.
 
+    A run whose view or judgement fails for anything but the store (a bug, or a value nothing
+    validated) is set aside here, the one place ``diagnose`` and ``watch`` both pass through:
+    said once, marked in the store with its reason (``store/setaside.py``), its rows still stored,
+    and every other run goes on.
+
     Args:
         save_views: persist each view with the rows (a lasting store); ``False`` for a
             scratch store read once, where the views live only in memory.
@@ -93,6 +105,8 @@ class Pipeline:
         self.views: dict[str, RunView] = {}
         self._current: set[str] = set()  # views checked against the store in this transaction
         self._dirty: set[str] = set()
+        self.set_aside: dict[str, str] = {}  # run → why
+        self._unmarked: set[str] = set()  # set aside, the mark not yet written in a transaction that committed
 
     # -- ingest ---------------------------------------------------------------------
 
@@ -107,8 +121,11 @@ class Pipeline:
             for e in batch.events:
                 by_run[e["run"]].append(e)
             for name, run_events in by_run.items():
-                self.views[name].add(run_events, tail.name, tail.fmt)
-                self._dirty.add(name)
+                if name in self.set_aside:
+                    continue
+                with self._isolated(name):
+                    self.views[name].add(run_events, tail.name, tail.fmt)
+                    self._dirty.add(name)
             if then is not None:
                 then(batch)
 
@@ -117,6 +134,8 @@ class Pipeline:
     def _bring_views_up_to_date(self, conn: Connection, batch: Batch) -> None:
         """Before a batch is stored: each run it names has a view matching the store (another writer may have saved)."""
         for name in batch.runs():
+            if name in self.set_aside:
+                continue
             run_id = self.ingestor.run_id(conn, name)
             view = self.views.get(name)
             if view is not None and view.run_id == run_id and (
@@ -124,20 +143,57 @@ class Pipeline:
                     or (stored_runs.saved_generation(conn, run_id) or 0) == view.generation):
                 self._current.add(name)
                 continue
-            self.views[name] = RunView.load(conn, run_id, name, self.reads)
+            self._load(conn, name, run_id)
             self._current.add(name)
+
+    def _load(self, conn: Connection, name: str, run_id: int) -> RunView | None:
+        """The run's view from the store; None where the run is (or now gets) set aside."""
+        why = setaside.reason(conn, run_id, self.reads.version)
+        if why is not None:
+            self.views.pop(name, None)
+            self.set_aside[name] = why
+            log.warning("run %s stays set aside (not judged; its events are stored): %s", name, why)
+            return None
+        with self._isolated(name):
+            self.views[name] = RunView.load(conn, run_id, name, self.reads)
+        return self.views.get(name)
+
+    @contextmanager
+    def _isolated(self, name: str) -> Iterator[None]:
+        """One run's view work: anything it raises but the store failing sets that run aside instead."""
+        try:
+            yield
+        except SQLAlchemyError:
+            raise  # the store failing: the caller rolls back and reads the lines again
+        except Exception as exc:  # noqa: BLE001 - one run's bad values or a bug must not stop every run
+            why = f"{type(exc).__name__}: {exc}"[:500]
+            log.error("run %s set aside: its view failed (%s); it is not judged, its events are stored, every "
+                      "other run goes on", name, why, exc_info=bool(os.environ.get("ZERODOCTOR_DEBUG")))
+            self.set_aside[name] = why
+            self._unmarked.add(name)
+            self.views.pop(name, None)
+            self._dirty.discard(name)
+            self._current.discard(name)
 
     def commit_views(self, conn: Connection, *, final: bool = False) -> None:
         """Hand finished steps to the folds and save the views, in ``conn``'s transaction (just before it commits)."""
         for name in sorted(self._dirty):
             view = self.views[name]
-            view.catch_up(conn)
-            view.settle(conn, final=final)
-            if self.save_views:  # a scratch store is read once: its chunks need no compacting
-                view.compact(conn)
-                view.save(conn)
+            # a savepoint: a view that fails half way leaves nothing of its work, the batches' rows stay
+            with self._isolated(name), conn.begin_nested():
+                view.catch_up(conn)
+                view.settle(conn, final=final)
+                if self.save_views:  # a scratch store is read once: its chunks need no compacting
+                    view.compact(conn)
+                    view.save(conn)
         self._dirty.clear()
         self._current.clear()
+        self._mark_set_aside(conn)
+
+    def _mark_set_aside(self, conn: Connection) -> None:
+        for name in sorted(self._unmarked):
+            setaside.mark(conn, self.ingestor.run_id(conn, name), self.reads.version, self.set_aside[name])
+        self._unmarked.clear()
 
     def rolled_back(self) -> None:
         """The transaction failed: views may hold events the store no longer has, so they are read again."""
@@ -145,14 +201,18 @@ class Pipeline:
             self.views.pop(name, None)
         self._dirty.clear()
         self._current.clear()
+        self._unmarked.update(self.set_aside)  # marks written in the failed transaction are written again
         self.ingestor.forget_runs()
 
     def forget_file(self, conn: Connection, file_id: int) -> None:
         """Delete a file's rows; the views of the runs it fed are rebuilt from what remains."""
         run_ids = self.ingestor.forget_file(conn, file_id)
-        stored_runs.forget_state(conn, run_ids)
+        stored_runs.forget_state(conn, run_ids)  # set-aside marks too: what remains is tried again
         for name in [n for n, v in self.views.items() if v.run_id in run_ids]:
             del self.views[name]
+        for name in [n for n in self.set_aside if self.ingestor.run_id(conn, n) in run_ids]:
+            del self.set_aside[name]
+            self._unmarked.discard(name)
 
     def ingest(self, inputs: list[tuple[Path, str]], on_progress: Progress | None = None, *,
                jobs: int | None = None) -> list[dict]:
@@ -196,22 +256,37 @@ class Pipeline:
 
     # -- judge ----------------------------------------------------------------------
 
-    def view(self, name: str) -> RunView:
-        """The run's view: the one kept up to date here, else loaded from the store."""
+    def view(self, name: str) -> RunView | None:
+        """The run's view: the one kept up to date here, else loaded from the store; None for a run set aside."""
         view = self.views.get(name)
-        if view is None:
+        if view is None and name not in self.set_aside:
             with self.engine.begin() as conn:
-                view = self.views[name] = RunView.load(conn, self.ingestor.run_id(conn, name), name, self.reads)
+                view = self._load(conn, name, self.ingestor.run_id(conn, name))
+                self._mark_set_aside(conn)
         return view
 
     def judge(self, name: str, *, now: float | None = None) -> Judgement:
         """Signals and rules for one run; findings are recorded with first/last seen.
 
         ``now`` is the wall clock of a live judgement (what silence is measured against);
-        after the fact it is the run's last event.
+        after the fact it is the run's last event. A run set aside, before or by this
+        judgement, is judged to nothing but that (``Judgement.set_aside``).
         """
+        judged = None
+        with self._isolated(name):
+            judged = self._judge(name, now)
+        if judged is None:
+            with self.engine.begin() as conn:
+                self._mark_set_aside(conn)
+            return Judgement(name, set_aside=self.set_aside[name])
+        return judged
+
+    def _judge(self, name: str, now: float | None) -> Judgement | None:
+        view = self.view(name)
+        if view is None:
+            return None
         with self.engine.connect() as conn:
-            view = self.view(name).as_of_now(conn)
+            view = view.as_of_now(conn)
         view.now = now if now is not None else view.last_t
         values = signals.compute(view, self.modules)
         found, unevaluated = evaluate(self.rules, values, name, view.ranks())

@@ -9,10 +9,13 @@ from zerodoctor.report.model import Report
 
 
 def to_json(report: Report) -> dict[str, Any]:
-    return {
+    out = {
         "zerodoctor": __version__,
         "inputs": [{"path": i.path, "format": i.format, "events": i.events, "quarantined": i.quarantined}
                    for i in report.inputs],
         "findings": [f.to_json() for f in report.findings],
         "unevaluated": [u.to_json() for u in report.unevaluated],
     }
+    if report.set_aside:  # only when it happens: a run set aside is a bug to report, not a usual field
+        out["set_aside"] = [{"run": run, "reason": why} for run, why in report.set_aside.items()]
+    return out

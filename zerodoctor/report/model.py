@@ -31,8 +31,11 @@ class Report:
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     world_sizes: dict[str, int | None] = field(default_factory=dict)  # as each run stated it; never guessed
     series: dict[str, RunSeries] = field(default_factory=dict)  # what the HTML page plots, per run
+    set_aside: dict[str, str] = field(default_factory=dict)  # runs not judged: their view failed, and why
 
     def add(self, judgement: Judgement) -> None:
+        if judgement.set_aside is not None:
+            self.set_aside[judgement.run] = judgement.set_aside
         self.findings += judgement.findings
         self.unevaluated += judgement.unevaluated
         self.configs[judgement.run] = judgement.config

@@ -22,6 +22,7 @@ def to_json(statuses: list[RunStatus]) -> dict[str, Any]:
                   for f in s.files],
         "findings": s.findings,
         "last_event_t": s.last_event_t,
+        **({"set_aside": s.set_aside} if s.set_aside is not None else {}),  # only a run set aside has it
     } for s in statuses]}
 
 
@@ -36,6 +37,8 @@ def render(statuses: list[RunStatus], console: Console, now: float | None = None
             f"last event {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(s.last_event_t))}"
             f" ({_ago(now - s.last_event_t)} ago)")
         console.print(f"[bold]run {escape(s.run)}[/]  {last}  {found}")
+        if s.set_aside is not None:
+            console.print(f"  [bold red]set aside[/]: not judged, its view failed ({escape(s.set_aside)})")
         for f in s.files:
             kept = f"  [yellow]{f.quarantined} quarantined[/]" if f.quarantined else ""
             console.print(f"  {escape(f.path)}  {f.events} events{kept}  offset {f.offset}")

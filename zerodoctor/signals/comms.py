@@ -20,6 +20,7 @@ from zerodoctor import deepspeed_defaults as ds
 from zerodoctor import runview
 from zerodoctor.runview import RunView, Steps
 from zerodoctor.signals.base import Signal, StepWindow, nested, ratios
+from zerodoctor.signals.config_values import config_int
 
 SIGNALS = [
     Signal("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
@@ -81,8 +82,10 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     prefetch = nested(config, "zero_optimization.stage3_prefetch_bucket_size", ds.STAGE3_PREFETCH_BUCKET_SIZE)
     persist = nested(config, "zero_optimization.stage3_param_persistence_threshold",
                      ds.STAGE3_PARAM_PERSISTENCE_THRESHOLD)
-    if isinstance(prefetch, (int, float)) and isinstance(persist, (int, float)):
-        out["comm.prefetch_bucket_size"], out["comm.persistence_threshold"] = int(prefetch), int(persist)
+    prefetch = config_int(prefetch, ds.STAGE3_PREFETCH_BUCKET_SIZE)
+    persist = config_int(persist, ds.STAGE3_PARAM_PERSISTENCE_THRESHOLD)
+    if prefetch is not None and persist is not None:
+        out["comm.prefetch_bucket_size"], out["comm.persistence_threshold"] = prefetch, persist
 
     if fold.per_op_s:
         top = max(fold.per_op_s, key=fold.per_op_s.__getitem__)

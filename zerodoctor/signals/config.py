@@ -10,11 +10,13 @@ DeepSpeed validates itself with pydantic (``zero_optimization``, ``fp16``…) ar
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from typing import Any, Iterator
 
 from zerodoctor import deepspeed_defaults as ds
 from zerodoctor.signals.base import Signal, nested
+from zerodoctor.signals.config_values import read_fp16
 from zerodoctor.runview import RunView
 
 # Top-level keys DeepSpeed (0.14-0.19) reads; a misspelt one is ignored without a word.
@@ -66,6 +68,9 @@ SIGNALS = [
     Signal("config.static_scale_over_fp16_max", "bool", f"a static loss_scale above fp16's largest value {FP16_MAX:g}"),
     Signal("config.min_scale_at_initial", "bool", "dynamic scaling with min_loss_scale ≥ 2^initial_scale_power"),
     Signal("config.overflow_prone", "bool", "fp16 loss-scale settings that overflow or abort on the first bad steps"),
+    Signal("config.fp16_unusable", "keys", "fp16 values DeepSpeed refuses, or takes but its loss scaler cannot work "
+           "with: dotted key → why"),
+    Signal("config.fp16_unusable_patch", "patch", "merge patch setting each of them to DeepSpeed's default"),
     Signal("config.scheduler", "name", "scheduler.type ('none' without a scheduler)"),
     Signal("config.warmup_scheduler", "bool", "the scheduler warms up: WarmupLR or WarmupDecayLR"),
     Signal("config.warmup_min_lr", "lr", "learning rate the warm-up starts from (WarmupLR default 0)"),
@@ -103,6 +108,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     out.update(_string_numbers(config, quoted))
     out.update(_precision(config))
+    out.update(_fp16_unusable(config, out))
     out.update(_checkpointing(config))
     out.update(_warmup(config, values, finished=bool(view.events.get("run_end"))))
     out.update(_unknown_keys(config))
@@ -168,7 +174,7 @@ def _precision(config: dict[str, Any]) -> dict[str, Any]:
     if not out["config.fp16_enabled"] or not isinstance(fp16, dict):
         return out
     floor = _number(fp16.get("min_loss_scale", ds.FP16["min_loss_scale"]))
-    if floor is not None:
+    if floor is not None and math.isfinite(floor):  # NaN or inf: refused outright (ZD623), not a rounding matter
         out["config.min_loss_scale"] = floor
         out["config.min_loss_scale_integral"] = float(floor).is_integer()
     static = _number(fp16.get("loss_scale", ds.FP16["loss_scale"])) or 0
@@ -178,9 +184,33 @@ def _precision(config: dict[str, Any]) -> dict[str, Any]:
     # A static scale over fp16's range makes every loss ≥ 1 overflow; a floor at the starting scale
     # leaves the dynamic scaler no room to back off, and DeepSpeed raises at the first overflow.
     out["config.static_scale_over_fp16_max"] = static > FP16_MAX
-    out["config.min_scale_at_initial"] = not static and floor is not None and floor >= 2.0 ** power
+    out["config.min_scale_at_initial"] = not static and floor is not None and floor >= _power_of_two(power)
     out["config.overflow_prone"] = out["config.static_scale_over_fp16_max"] or out["config.min_scale_at_initial"]
     return out
+
+
+def _power_of_two(power: float) -> float:
+    try:
+        return 2.0 ** power
+    except OverflowError:  # a power past float's range: no floor reaches it
+        return math.inf
+
+
+def _fp16_unusable(config: dict[str, Any], precision: dict[str, Any]) -> dict[str, Any]:
+    """What DeepSpeed's fp16 config refuses (``config_values.read_fp16``) or its dynamic scaler cannot work
+    with, and DeepSpeed's defaults in their place."""
+    fp16, found = read_fp16(config)
+    found = {key: f"{why} (refused at initialize)" for key, why in found.items()}
+    if precision.get("config.min_loss_scale_integral") is False:
+        found.pop("fp16.min_loss_scale", None)  # ZD605 says it, with its own fix
+    if fp16 is not None and fp16.enabled and fp16.dynamic and fp16.hysteresis < 1:
+        # update_scale lowers the scale only when the hysteresis counts down to exactly 1
+        found["fp16.hysteresis"] = (f"{fp16.hysteresis} is below 1: DeepSpeed takes it and never lowers the loss "
+                                    "scale, so every overflow skips a step at the same scale")
+    keys = [key.removeprefix("fp16.") for key in found]
+    # "enabled" keeps the user's word: a default there would switch fp16 off; a section that is no object goes
+    patch = None if "fp16" in found else {key: ds.FP16[key] for key in keys if key in ds.FP16}
+    return {"config.fp16_unusable": found, "config.fp16_unusable_patch": {"fp16": patch}}
 
 
 def _checkpointing(config: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from zerodoctor import runview
 from zerodoctor.modelstates import model_state_bytes
 from zerodoctor.runview import RunView, Steps
 from zerodoctor.signals.base import Signal, nested
+from zerodoctor.signals.config_values import config_int
 from zerodoctor.sources.torch import oom_numbers
 from zerodoctor.units import GB
 
@@ -99,8 +100,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["memory.expandable_segments"] = "expandable_segments:true" in conf.replace(" ", "").lower()
     out["memory.alloc_conf"] = conf or "unset"
     bucket = nested(config, "zero_optimization.reduce_bucket_size", ds.REDUCE_BUCKET_SIZE)
-    if isinstance(bucket, (int, float)):
-        out["memory.reduce_bucket_size"] = int(bucket)
+    if (bucket := config_int(bucket, ds.REDUCE_BUCKET_SIZE)) is not None:
+        out["memory.reduce_bucket_size"] = bucket
     # From the steps only: PyTorch frees its cache and retries once before raising any OOM, so the
     # OOM's own count is 1 even on a plainly full GPU (seen on an H200: capacity OOM, retries 0 → 1).
     out["memory.alloc_retries"] = view.fold(__name__).alloc_retries

@@ -16,9 +16,9 @@ from itertools import compress
 from typing import Any
 
 from zerodoctor import runview
-from zerodoctor.deepspeed_defaults import FP16
 from zerodoctor.runview import RunView, Steps
-from zerodoctor.signals.base import Signal, last_known, nested
+from zerodoctor.signals.base import Signal, last_known
+from zerodoctor.signals.config_values import Fp16Config, read_fp16
 
 CLEAN_STREAK = 20  # clean steps in a row that end the calibration phase / make a scale "held"
 RECENT = 100  # steps in the recent-overflow window
@@ -122,8 +122,11 @@ class Fold(runview.Fold):
         self.recent.extend(int(bool(f)) for f in flags[-RECENT:])
         if len(self.recent) > 2 * RECENT:
             del self.recent[:-RECENT]
-        config = view.config
-        replay = _ScalerReplay(config, nested(config, "fp16.min_loss_scale", FP16["min_loss_scale"]), self.replay)
+        fp16, _ = read_fp16(view.config)
+        if fp16 is None:  # DeepSpeed refuses the section (a config finding): there is no scaler to replay
+            replay = None
+        else:
+            replay = _ScalerReplay(fp16, self.replay)
         start = 0
         for end in (*overflowed, len(flags)):
             if end > start:
@@ -133,9 +136,10 @@ class Fold(runview.Fold):
             start = end + 1
         if last := last_known(scales, 1):
             self.scale_last = scales[last[0]]
-        self.replay = replay.state()
+        if replay is not None:
+            self.replay = replay.state()
 
-    def _clean(self, scales: list[float | None], start: int, end: int, replay: _ScalerReplay) -> None:
+    def _clean(self, scales: list[float | None], start: int, end: int, replay: _ScalerReplay | None) -> None:
         """Steps ``start:end`` without overflow: the streak grows, the scales past CLEAN_STREAK of it are held."""
         held_from = start + max(CLEAN_STREAK - 1 - self.clean, 0)
         self.clean += end - start
@@ -146,9 +150,10 @@ class Fold(runview.Fold):
                     self.first_held_scale = next((s for s in held if s), held[-1])
                 top = max(held)
                 self.max_held_scale = top if self.max_held_scale is None else max(self.max_held_scale, top)
-        replay.clean(scales[start:end])
+        if replay is not None:
+            replay.clean(scales[start:end])
 
-    def _overflowed(self, step: int, scale: float | None, replay: _ScalerReplay) -> None:
+    def _overflowed(self, step: int, scale: float | None, replay: _ScalerReplay | None) -> None:
         self.clean = 0
         if self.calibrated:
             self.late_overflows += 1
@@ -156,6 +161,8 @@ class Fold(runview.Fold):
                 self.first_late_step = step
         else:
             self.calibration_overflows += 1
+        if replay is None:
+            return
         if scale is not None:
             replay.scale = scale  # the scale this step used, as reported: re-sync
         replay.overflowed()
@@ -183,13 +190,14 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["fp16.enabled"] = fp16
     if not fp16:
         return out
-    static = nested(config, "fp16.loss_scale", FP16["loss_scale"]) or 0
+    fp16_config, _ = read_fp16(config)
+    static = (fp16_config or Fp16Config()).loss_scale
     if not config and not hit_min and not dynamic_seen:
         static = fold.scales_seen[0] if len(fold.scales_seen) == 1 and fold.overflows else 0
     out["fp16.dynamic"] = not (static or static_seen)
     out["fp16.static_scale"] = static or None
-    min_scale = nested(config, "fp16.min_loss_scale", FP16["min_loss_scale"])
-    out["fp16.min_loss_scale"] = min_scale
+    if fp16_config is not None:
+        out["fp16.min_loss_scale"] = fp16_config.min_loss_scale
     if not fold.known:
         return out
     out["fp16.overflow_count"] = fold.overflows
@@ -204,9 +212,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["fp16.max_held_scale"] = fold.max_held_scale
     if fold.first_held_scale:
         out["fp16.calibrated_scale_power"] = int(math.log2(fold.first_held_scale))
-    if out["fp16.dynamic"]:
-        left = 0 if hit_min else _ScalerReplay(config, min_scale, fold.replay).overflows_to_min()
-        out["fp16.overflows_to_min"] = left
+    if out["fp16.dynamic"] and (hit_min or fp16_config is not None):
+        out["fp16.overflows_to_min"] = 0 if hit_min else _ScalerReplay(fp16_config, fold.replay).overflows_to_min()
     if fold.lr_last is not None:
         stable = fold.lr_max_before_late if fold.first_late_step is not None else None
         suggested = stable if stable is not None and stable < 0.95 * fold.lr_last else fold.lr_last / 2
@@ -215,15 +222,17 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
 
 
 class _ScalerReplay:
-    """DeepSpeed's ``DynamicLossScaler.update_scale`` (runtime/fp16/loss_scaler.py), state only."""
+    """DeepSpeed's ``DynamicLossScaler.update_scale`` (runtime/fp16/loss_scaler.py), state only.
 
-    def __init__(self, config: dict, min_scale: float, state: dict[str, Any] | None = None) -> None:
-        self.window = nested(config, "fp16.loss_scale_window", FP16["loss_scale_window"])
-        self.delayed_shift = nested(config, "fp16.hysteresis", FP16["hysteresis"])
-        self.consecutive = nested(config, "fp16.consecutive_hysteresis", FP16["consecutive_hysteresis"])
-        self.min_scale = min_scale
+    The scale is a float (DeepSpeed's starts as the int 2^initial_scale_power and becomes a float
+    at its first halving): a run of doublings can then never grow an integer without bound.
+    """
+
+    def __init__(self, fp16: Fp16Config, state: dict[str, Any] | None = None) -> None:
+        self.window, self.delayed_shift = fp16.loss_scale_window, fp16.hysteresis
+        self.consecutive, self.min_scale = fp16.consecutive_hysteresis, _as_float(fp16.min_loss_scale)
         if state is None:
-            self.scale = 2.0 ** nested(config, "fp16.initial_scale_power", FP16["initial_scale_power"])
+            self.scale = fp16.initial_scale
             self.hysteresis, self.it, self.last_overflow = self.delayed_shift, 0, -1
         else:
             self.scale, self.hysteresis, self.it, self.last_overflow = (
@@ -258,12 +267,31 @@ class _ScalerReplay:
         self.it += 1
         return True
 
-    def overflows_to_min(self) -> int:
-        """Consecutive overflows from here until DeepSpeed raises (this replay is consumed)."""
-        left = 1
-        while self.overflowed():
-            left += 1
-        return left
+    def overflows_to_min(self) -> int | None:
+        """Consecutive overflows from here until DeepSpeed raises, counted, not replayed one by one; None
+        where no number of them gets there: a hysteresis below 1 counts down past 1 and never lowers the
+        scale, and a NaN or infinite scale never comes down to the floor."""
+        left = 1  # the overflow DeepSpeed raises at
+        if self.delayed_shift != 1 and self.hysteresis != 1:
+            if self.hysteresis < 1:
+                return None
+            left += self.hysteresis - 1  # overflows that only count the hysteresis down to 1
+        scale = self.scale
+        for halvings in range(_MAX_HALVINGS):
+            if scale == self.min_scale:
+                return left + halvings
+            scale = max(scale / 2, self.min_scale)
+        return None
+
+
+_MAX_HALVINGS = 1100  # a finite float scale comes down to any floor ≥ 1 (min_loss_scale is) within 1025 halvings
+
+
+def _as_float(number: int) -> float:
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf
 
 
 def _multiples(window: float, low: int, high: int) -> int:
@@ -276,11 +304,9 @@ def _multiples(window: float, low: int, high: int) -> int:
 
 
 def _doubled(scale: float, times: int) -> float:
-    """``scale`` doubled ``times`` times, as repeated ``*= 2`` gives it (an int stays an int, a float overflows to inf)."""
+    """``scale`` doubled ``times`` times, as repeated ``*= 2`` gives it (past float's range: inf)."""
     if not times:
         return scale
-    if isinstance(scale, int):
-        return scale * 2 ** times
     try:
         return math.ldexp(scale, times)
     except OverflowError:

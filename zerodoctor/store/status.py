@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from zerodoctor.store import files as stored_files
+from zerodoctor.store import setaside
 from zerodoctor.store.findings import for_run
 from zerodoctor.store.schema import events, quarantine, runs
 from zerodoctor.store.steps import runs_of_files
@@ -38,14 +39,16 @@ class RunStatus:
     files: list[FileStatus] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
     last_event_t: float | None = None
+    set_aside: str | None = None  # why the run is not judged (``store/setaside.py``)
 
 
 def collect(conn: Connection, reasons: int = FIRST_REASONS) -> list[RunStatus]:
     """Every run in the store with its files and findings, in the order runs were first seen."""
     by_name: dict[str, RunStatus] = {}
     run_ids: dict[int, str] = {}
+    aside = setaside.reasons(conn)
     for rid, name, last in conn.execute(select(runs.c.id, runs.c.name, runs.c.last_event_t).order_by(runs.c.id)):
-        by_name[name] = RunStatus(name, findings=for_run(conn, rid), last_event_t=last)
+        by_name[name] = RunStatus(name, findings=for_run(conn, rid), last_event_t=last, set_aside=aside.get(rid))
         run_ids[rid] = name
 
     stored = {fid: FileStatus(path, n, q, off, node=node)

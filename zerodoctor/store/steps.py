@@ -199,14 +199,15 @@ def merged_steps(conn: Connection, run_id: int, fields: dict[str, str], *, after
     lo = after if after is not None else first - 1
     end = last if upto is None else min(last, upto)
     width = max(1, -(-(end - lo) * _WINDOW_ROWS // rows))  # equal step ranges of about _WINDOW_ROWS rows
+    below = after  # the window's lower bound; a whole run's first is open below (first - 1 is past int64 at -2**63)
     while lo < end:
         hi = min(lo + width, end)
-        cols = rows_of(conn, run_id, lo=lo, hi=hi)
+        cols = rows_of(conn, run_id, lo=below, hi=hi)
         if cols is not None:
             merged = merge(cols, fields)
             for start in range(0, len(merged["step"]), block):
                 yield Steps({k: v[start:start + block] for k, v in merged.items()})
-        lo = hi
+        lo = below = hi
 
 
 _WINDOW_ROWS = 1 << 18  # ~50 MB of decoded columns

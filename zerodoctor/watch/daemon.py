@@ -234,6 +234,9 @@ class Watcher:
 
     def _judge_run(self, name: str) -> None:
         judged = self.pipeline.judge(name, now=time.time())
+        if judged.set_aside is not None:  # the pipeline said why, once; nothing to announce or to re-check
+            self._in_progress.discard(name)
+            return
         if self.on_judged is not None:
             self.on_judged(judged)
         found, config, run_id = judged.findings, judged.config, self.pipeline.view(name).run_id
