@@ -48,7 +48,8 @@ FAMILIES: tuple[Family, ...] = (
     _family("cuda_oom", r"CUDA out of memory\.|OutOfMemoryError: CUDA|CUDA error: out of memory"),
     _family("host_alloc_failed",
             r"(?:^|\b)MemoryError\b|std::bad_alloc|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
-            r"|\[Errno 12\] Cannot allocate memory|Unable to allocate [\d.]+ [KMGT]i?B for an array"),
+            r"|\[Errno 12\] Cannot allocate memory|Unable to allocate [\d.]+ [KMGT]i?B for an array"
+            r"|posix_memalign\([^)]*\) == 0\. 12 vs 0"),
     _family("host_oom_kill",
             r"Out of memory: Kill(?:ed)? process|oom-kill event|invoked oom-killer|Memory cgroup out of memory"
             r"|oom_kill_process|OOM killer|killed by the OOM|Killed process \d+ \(\S+\) total-vm"),
@@ -67,7 +68,7 @@ FAMILIES: tuple[Family, ...] = (
             r"CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cuDNN error|no kernel image is available for execution"
             r"|CUDA driver version is insufficient|unspecified launch failure|uncorrectable ECC error"
             r"|CUDA error: [a-z]|cudaError\w+|CUDA-capable device\(s\) is/are busy or unavailable"
-            r"|Found no NVIDIA driver|nvcc fatal\s*:"),
+            r"|Found no NVIDIA driver|nvcc fatal\s*:|cublas runtime error|cuda runtime error \(\d+\)"),
     # A native crash is a cause (the others' NCCL errors and timeouts follow it); SIGABRT is most often an effect
     # (NCCL's watchdog, c10::Error thrown in a destructor) and is read apart, below.
     _family("native_crash",

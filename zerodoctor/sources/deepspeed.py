@@ -31,7 +31,7 @@ _OVERFLOW = re.compile(
 _GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:? (\d+)")
 _REDUCING = re.compile(rf"Reducing dynamic loss scale from ({NUM}) to ({NUM})")
 _STATIC = re.compile(rf"Using static loss scale of: ({NUM})")
-_DETECTED = re.compile(rf"(?:Overflow detected\.|fp16 dynamic loss scale overflow!)(?: Skipping step\.)?"
+_DETECTED = re.compile(rf"(?:Overflow detected\.|fp16 dynamic loss scale overflow!)(?: Rank \d+)?(?: Skipping step\.)?"
                        rf"(?: Attempted loss scale: ({NUM}))?")
 _PROGRESS = re.compile(rf"step=(\d+), skipped=(\d+), lr=\[\s*({NUM})?")
 _TIMERS = re.compile(r"time \(ms\) \|")
@@ -46,9 +46,9 @@ _NONPOSITIVE = re.compile(r"(Train batch size|Micro batch size per gpu|Gradient 
                           r"(-?\d+) has to be greater than 0")
 # Matched on whitespace-free text so hard wraps, rich boxes and the pre-2022 form (no space
 # after "world_size") all read the same.
-_BATCH = re.compile(r"train_batch_sizeisnotequaltomicro_batch_per_gpu\*gradient_acc_step\*world_size"
+_BATCH = re.compile(r"[Tt]rain_batch_sizeisnotequaltomicro_batch_per_gpu\*gradient_acc_step\*world_size"
                     r"(\d+)!=(\d+)\*(\d+)\*(\d+)")
-_BATCH_START = "train_batch_sizeisnotequaltomicro_batch_per_gpu"
+_BATCH_START = "rain_batch_sizeisnotequaltomicro_batch_per_gpu"  # 0.1 capitalised the T
 _MIN_SCALE = "lossscalealreadyatminimum"
 # runtime/config.py _set_batch_related_parameters, 0.3 to today: the config gives no batch size at all.
 _NO_BATCH = "Either train_batch_size or micro_batch_per_gpu needs to be provided"

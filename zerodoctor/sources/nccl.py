@@ -5,7 +5,8 @@ WorkNCCL(SeqNum=S, OpType=OP, [NumelIn=…, NumelOut=…,] Timeout(ms)=T) ran fo
 before timing out.`` New form (torch 2.2+): the same message behind ``[rankR]:[E… ProcessGroupNCCL.cpp:N]``
 and a ``[PG ID 0 PG GUID 0(default_pg) Rank R]`` (or ``[PG 0 (default_pg) Rank R]``) tag. The
 watchdog repeats the message when it tears the process down, so each (rank, SeqNum) counts once.
-A message a terminal hard-wrapped (``Timeout(ms)=`` / ``600000) ran for …``) is joined with its next line.
+A message a terminal wrapped (``Watchdog caught`` / `` collective operation …`` / ``…Timeout(ms)=18000``) is read
+whole from up to ``MAX_WRAPPED_LINES`` lines.
 The other wordings of the same fault, each read as a ``collective_timeout`` with what it names:
 ``Work WorkNCCL(SeqNum=S, OpType=OP, …) timed out in blocking wait`` (``TORCH_NCCL_BLOCKING_WAIT=1``, 1.x–2.x),
 ``ProcessGroupNCCL's watchdog got stuck for N seconds`` (2.2+: a CUDA or NCCL call hung the watchdog itself),
@@ -18,49 +19,63 @@ from __future__ import annotations
 import re
 
 from zerodoctor.events import Event
-from zerodoctor.sources.text import Context, Line
+from zerodoctor.sources.text import Context, Line, joined
 
 _TIMEOUT = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
-    r"(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\)(?: ran for (\d+) milliseconds)?")
+    r"(?:Watchdog c|C)aught collective operation timeout: WorkNCCL\((?:SeqNum=(\d+), )?OpType=(\w+)"
+    r"(?:, TensorShape=\[[^\]]*\])?(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\)"
+    r"(?: ran for (\d+) milliseconds)?")
 _BLOCKING = re.compile(
     r"Work WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\)"
     r"() timed out in blocking wait")
 _STUCK = re.compile(r"ProcessGroupNCCL's watchdog got stuck for (\d+) seconds")
 _GLOO = re.compile(r"Timed out waiting (\d+) ?ms for (send|recv) operation to complete")
 _FAILED = "Some NCCL operations have failed or timed out"
+# 1.3-1.7: a blocking wait (NCCL_BLOCKING_WAIT=1) raised this, naming nothing else
+_BLOCKING_1X = "RuntimeError: Operation timed out!"
 _RANK_TAG = re.compile(r"\bRank (\d+)\]")
+_OPENERS = ("Watchdog caught", "aught collective operation timeout", "Work WorkNCCL(", "ProcessGroupNCCL's watchdog")
+MAX_WRAPPED_LINES = 4
+
+
+def _work(text: str) -> re.Match | None:
+    return _TIMEOUT.search(text) or _BLOCKING.search(text)
+
+
 _RANK = re.compile(r"Rank (\d+)\]\s*(?:Process group watchdog[^:]*: \[Rank \d+\] )?Watchdog caught")
 
 
 class NcclDialect:
     name = "nccl"
-    keywords = (b"Watchdog caught", b"timed out in blocking wait", b"watchdog got stuck", b"Timed out waiting",
+    keywords = (b"Watchdog caught", b"Caught collective", b"ProcessGroupNCCL's watchdog", b"Operation timed out!", b"timed out in blocking wait", b"watchdog got stuck", b"Timed out waiting",
                 b"Some NCCL operations")
 
     def __init__(self, context: Context) -> None:
         self.context = context
         self._seen: set[tuple[int, int]] = set()
-        self._wrapped: str | None = None  # the start of a message whose end is on the next line
+        self._wrapped: list[Line] = []  # the lines of a message whose end is still to come
 
     @property
     def holding(self) -> bool:
-        return self._wrapped is not None
+        return bool(self._wrapped)
 
     def feed(self, line: Line) -> list[Event]:
-        text, self._wrapped = (self._wrapped + line.text.strip() if self._wrapped is not None else line.text), None
-        match = _TIMEOUT.search(text) or _BLOCKING.search(text)
+        lines, self._wrapped = [*self._wrapped, line], []
+        text = joined(lines, _work) if len(lines) > 1 else line.text
+        match = _work(text)
         if not match:
-            if "Watchdog caught" in line.text and "before timing out" not in line.text:
-                self._wrapped = line.text.rstrip()
-            return self._other_wording(line, text)
+            other = self._other_wording(line, text)
+            if not other and any(s in lines[0].text for s in _OPENERS) and len(lines) < MAX_WRAPPED_LINES:
+                self._wrapped = lines  # a terminal wrapped it: the rest is on the next lines
+            return other
         said = _RANK.search(text)
         rank = int(said.group(1)) if said else (line.rank if line.rank is not None else 0)
         seq, op, numel_in, numel_out, timeout_ms, ran_ms = match.groups()
-        if (rank, int(seq)) in self._seen:
+        key = (rank, int(seq) if seq else -1)
+        if key in self._seen:
             return []
-        self._seen.add((rank, int(seq)))
-        data = {"op": op, "seq": int(seq), "timeout_s": int(timeout_ms) / 1000.0,
+        self._seen.add(key)
+        data = {"op": op, "seq": int(seq) if seq else None, "timeout_s": int(timeout_ms) / 1000.0,
                 "ran_s": int(ran_ms) / 1000.0 if ran_ms else None,
                 "numel_in": int(numel_in) if numel_in else None, "numel_out": int(numel_out) if numel_out else None}
         return [self.context.event("log", line, rank=rank, message=match.group(0), source=self.name, level="ERROR",
@@ -68,7 +83,8 @@ class NcclDialect:
                                    step=self.context.step or None)]
 
     def finish(self) -> list[Event]:
-        return []
+        lines, self._wrapped = self._wrapped, []
+        return self._other_wording(lines[-1], joined(lines)) if lines else []
 
     def _other_wording(self, line: Line, text: str) -> list[Event]:
         """A timeout that names no WorkNCCL: a stuck watchdog, gloo's transport, the generic epitaph."""
@@ -77,8 +93,8 @@ class NcclDialect:
             data, said = {"stuck_s": float(stuck.group(1))}, stuck.group(0)
         elif gloo:
             data, said = {"op": gloo.group(2), "timeout_s": int(gloo.group(1)) / 1000.0}, gloo.group(0)
-        elif _FAILED in text:
-            data, said = {}, _FAILED
+        elif _FAILED in text or _BLOCKING_1X in text:
+            data, said = {}, _FAILED if _FAILED in text else _BLOCKING_1X
         else:
             return []
         said_rank = _RANK_TAG.search(text)

@@ -15,7 +15,7 @@ import calendar
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from zerodoctor import events
 from zerodoctor.events import Event
@@ -23,6 +23,8 @@ from zerodoctor.events import Event
 # torchrun's --log-line-prefix-template / --tee ("[rank3]:", "[default3]:") and the launcher's
 # per-rank prefix: the only rank a line carries before its message.
 _RANK_PREFIX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?")
+# Colours and terminal titles a console kept (CSI "ESC[31m", OSC "ESC]0;…BEL"): the dialects read the words.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 _STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 _STAMP_WINDOW = 48  # a log prefix's timestamp sits at the start; never scan a whole line for one
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # a number as C's printf or Python's repr writes it
@@ -40,7 +42,27 @@ class Line:
     number: int
     rank: int | None
     t: float
+    width: int = 0  # characters the console printed on this line, prefix included: a terminal's wrap width shows
 
+
+HARD_WRAP_MIN = 60  # no terminal is narrower; shorter equal lines are a coincidence
+
+
+def joined(lines: list[Line], whole: Callable[[str], object] | None = None) -> str:
+    """The text of a message printed over several lines.
+
+    A terminal that hard-wraps cuts at its width, inside words and numbers ("31.7" / "5 GiB"): every line but
+    the last is exactly that wide, and the pieces join as they are. Lines a program or a person wrapped at
+    spaces join with a space. Equal widths can be a coincidence, so ``whole`` (does this text read as the
+    complete message?) decides where it can: the likelier join first, the other if only it reads whole.
+    """
+    spaced = " ".join(line.text.strip() for line in lines)
+    glued = "".join(line.text for line in lines).strip()
+    widths = {line.width for line in lines[:-1]}
+    order = (glued, spaced) if len(lines) > 1 and len(widths) == 1 and widths.pop() >= HARD_WRAP_MIN else (spaced, glued)
+    if whole is not None:
+        return next((text for text in order if whole(text)), order[0])
+    return order[0]
 
 @dataclass
 class Context:
@@ -135,11 +157,14 @@ class TextParser:
 
     def _line(self, data: bytes) -> Line:
         text = data.decode("utf-8", "replace").rstrip("\r\n")
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+        width = len(text)
         match = _RANK_PREFIX.match(text)
         rank = None
         if match:
             rank, text = int(match.group(1)), text[match.end():]
-        return Line(text, self._number, rank, self.context.stamp(text, self._number))
+        return Line(text, self._number, rank, self.context.stamp(text, self._number), width)
 
 
 def strip_prefix(raw: bytes) -> tuple[int | None, str]:

@@ -13,19 +13,25 @@ over several lines are held per rank until complete; two ranks' glued on one lin
 A memory cap (``torch.cuda.set_per_process_memory_fraction``) adds ``X allowed;``. torchrun's failure
 summary (``torch/distributed/elastic/multiprocessing/errors/__init__.py``, ``_FAILURE_FORMAT_TEMPLATE``),
 its one-line ``failed (exitcode: N) local_rank: R`` (``elastic/multiprocessing/api.py``) and DeepSpeed's
-launcher ``[...] exits with return code = N`` (``launcher/launch.py``) give each failed rank's exit code
+launcher ``[...] exits with return code = N`` (``launcher/launch.py``; 0.3.12-0.5.7 raised ``CalledProcessError:
+… died with <Signals.SIGKILL: 9>`` instead) give each failed rank's exit code
 or signal.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+
 from zerodoctor.events import Event
-from zerodoctor.sources.text import NUM, Context, Line
+from zerodoctor.sources.text import NUM, Context, Line, joined
 from zerodoctor.units import LOGGED
 
 SIZE = rf"({NUM}) ?({'|'.join(sorted(LOGGED, key=len, reverse=True))})"
 _START = re.compile(r"(?:\[rank(\d+)\]:\s?)?(?:[\w.]*OutOfMemoryError: )?CUDA out of memory\.")
+# A log that begins inside the message (a rotated file, a scroll-back) still shows its numbers: the request with
+# the allocator's own parenthesis (1.x) or "GPU N has a total capacity" (2.1+) is no other library's words.
+_HEADLESS = re.compile(rf"Tried to allocate {SIZE}(?: \(GPU \d+;|\. GPU \d+ has a total capac)")
 _FIELDS = {
     "requested_bytes": re.compile(rf"Tried to allocate {SIZE}"),
     "capacity_bytes": re.compile(rf"{SIZE} total capacity|total capaci?ty of {SIZE}"),
@@ -49,18 +55,20 @@ _SUMMARY_END = re.compile(r"^\s*={10,}\s*$")
 MAX_SUMMARY_LINES = 400
 LAUNCHER_LINES = 8  # lines after "Killing subprocess" in which the launcher names the exit code
 # Bounded numbers: an exit code or a rank past int32 is a garbled line, not an event the store refuses.
-_EXITED = re.compile(r"failed \(exitcode: (-?\d{1,9})\) local_rank: (\d{1,9})\b|exits with return code = (-?\d{1,9})\b")
+_EXITED = re.compile(r"failed \(exitcode: (-?\d{1,9})\) local_rank: (\d{1,9})\b|exits with return code = (-?\d{1,9})\b"
+                     r"|died with <Signals\.SIG\w+: (\d{1,2})\b")
 
 
 class TorchDialect:
     name = "torch"
     # DeepSpeed's launcher logs "Killing subprocess N" for each child before "[…] exits with return code = C":
     # that keyword opens a short window instead of a lower-case one that would slow every line's prefilter.
-    keywords = (b"CUDA out of memory", b"Root Cause (first", b"Failures:", b"(exitcode: ", b"Killing subprocess")
+    keywords = (b"CUDA out of memory", b"Tried to allocate", b"Root Cause (first", b"Failures:", b"(exitcode: ", b"Killing subprocess",
+                b"died with <Signals")
 
     def __init__(self, context: Context) -> None:
         self.context = context
-        self._open: dict[int | None, tuple[Line, list[str]]] = {}  # rank → first line, wrapped parts
+        self._open: dict[int | None, list[Line]] = {}  # rank → the lines of its message being read
         self._summary_lines = -1  # -1: not in a failure summary
         self._summary_rank: int | None = None
         self._exited: set[int] = set()
@@ -79,22 +87,23 @@ class TorchDialect:
             return []
         if self._killing:
             self._killing -= 1
-        if line.rank not in self._open and ("exitcode" in text or "return code" in text):
+        if line.rank not in self._open and ("exitcode" in text or "return code" in text or "died with <" in text):
             return self._exited_line(line, text)
         out: list[Event] = []
+        starts = "CUDA out of memory" in text or _HEADLESS.search(text) is not None
         if line.rank in self._open:
-            first, parts = self._open[line.rank]
-            if "CUDA out of memory" in text:  # a new message starts before the last one completed
+            lines = self._open[line.rank]
+            if starts:  # a new message starts before the last one completed
                 out += self._emit(line.rank)
             else:
-                parts.append(text)
-                if _END.search(text) or len(parts) >= MAX_WRAPPED_LINES:
+                lines.append(line)
+                if _END.search(joined(lines, _END.search)) or len(lines) >= MAX_WRAPPED_LINES:
                     out += self._emit(line.rank)
                 return out
-        if "CUDA out of memory" not in text:
+        if not starts:
             return out
         for rank, message in _split(text, line.rank):
-            self._open[rank] = (line, [message])
+            self._open[rank] = [replace(line, text=message)]
             if _END.search(message):
                 out += self._emit(rank)
         return out
@@ -107,9 +116,9 @@ class TorchDialect:
         return out
 
     def _emit(self, rank: int | None) -> list[Event]:
-        line, parts = self._open.pop(rank)
-        message = re.sub(r"\s+", " ", " ".join(p.strip() for p in parts))[:MAX_MESSAGE]
-        return [self.context.event("oom", line, rank=rank, message=message, step=self.context.step or None,
+        lines = self._open.pop(rank)
+        message = re.sub(r"\s+", " ", joined(lines, _END.search))[:MAX_MESSAGE]
+        return [self.context.event("oom", lines[0], rank=rank, message=message, step=self.context.step or None,
                                    **oom_numbers(message))]
 
     def _summary(self, line: Line, text: str) -> list[Event]:
@@ -132,7 +141,9 @@ class TorchDialect:
         match = _EXITED.search(text)
         if not match:
             return []
-        code, local_rank, launcher_code = match.groups()
+        code, local_rank, launcher_code, signal = match.groups()
+        if signal is not None:  # DeepSpeed's launcher 0.3.12-0.5.7: subprocess's CalledProcessError
+            launcher_code = f"-{signal}"
         if launcher_code is not None:  # the launcher names the command, not the rank
             return self._ended(line, line.rank if line.rank is not None else 0, int(launcher_code))
         return self._ended(line, int(local_rank), int(code))
@@ -172,6 +183,8 @@ def oom_numbers(message: str) -> dict[str, int]:
 def _split(text: str, rank: int | None) -> list[tuple[int | None, str]]:
     """Each OOM message on the line with its rank: two ranks' messages are often glued together."""
     starts = list(_START.finditer(text))
+    if not starts:  # a message whose start the log lost: its numbers from the request on
+        return [(rank, text[_HEADLESS.search(text).start():])]
     out = []
     for i, match in enumerate(starts):
         end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
