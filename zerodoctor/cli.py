@@ -63,7 +63,9 @@ class FailOn(str, Enum):
 
 def fail(message: str) -> typer.Exit:
     """Print a one-line error to stderr; the caller raises the returned exit (code 2)."""
-    typer.echo(f"zerodoctor: error: {message}", err=True)
+    from zerodoctor.report.terminal import plain
+
+    typer.echo(f"zerodoctor: error: {plain(message)}", err=True)  # it may quote a path or a name of the input's
     return typer.Exit(2)
 
 
@@ -266,7 +268,11 @@ def watch(
             html.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise fail(f"{html}: cannot keep pages there: {exc.strerror}") from None
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="zerodoctor: %(message)s")
+    from zerodoctor.report.terminal import PlainFormatter
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(PlainFormatter("zerodoctor: %(message)s"))
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, handlers=[handler])
     loaded = _load_rules(rules)
     url = url_for(db or dirs[0] / DEFAULT_DB_NAME)
     if problem := network_store_error(url):

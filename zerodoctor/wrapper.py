@@ -127,6 +127,8 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
     from zerodoctor.probe.bootstrap import write_site
 
     run_id = name or new_run_id()
+    if problem := _bad_name(run_id):
+        raise RunError(f"--name {run_id!r}: {problem}")
     run_dir = (runs_dir / run_id).resolve()
     if not append and next(run_dir.glob("rank-*.jsonl"), None) is not None:
         raise RunError(f"{run_dir}: already holds the rank files of an earlier run; choose another --name "
@@ -223,6 +225,23 @@ def _loads(line: bytes) -> dict:
 
 class RunError(RuntimeError):
     """The command could not be started; the message names it."""
+
+
+MAX_NAME = 200  # a run id is a directory name (255 bytes on most filesystems) and is shown in every report
+
+
+def _bad_name(name: str) -> str | None:
+    """Why ``name`` cannot be a run id, or None: it names one directory under --runs-dir and is printed
+    in reports and written into the generated ``sitecustomize.py``, so it is one plain path component."""
+    if name in (".", ".."):
+        return "not a directory name"
+    if "/" in name:
+        return "holds a path separator; a run id is one directory name"
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in name):
+        return "holds a control character (a newline, an escape…)"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME:
+        return f"longer than {MAX_NAME} bytes"
+    return None
 
 
 def _forward_signals(pgid: int) -> dict[int, object]:

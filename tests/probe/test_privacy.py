@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,58 @@ def test_a_mode_that_locks_you_out_is_a_usage_error(tmp_path):
     assert done.stderr.strip() == ("zerodoctor: error: --mode 644: give octal permissions that let you read and "
                                    "write the run, e.g. 700 or 750")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_run_name_is_never_code_in_the_generated_sitecustomize(tmp_path):
+    """A newline in --name used to close the generated file's comment line and run what followed
+    in every Python process of the job; such a name is refused, and any name taken is a literal."""
+    runs = tmp_path / "runs"
+    injected = "x\nopen('ran', 'w')\n#"  # run from tmp_path: the code would create tmp_path/ran
+    done = zd_run_named(runs, injected, "pass")
+    assert done.returncode == 2, done.stderr
+    assert "holds a control character" in done.stderr
+    assert not (tmp_path / "ran").exists() and not runs.exists()
+
+    quoted = "a'b\"c; open('ran', 'w') #"  # quotes and code, no newline: taken, and only ever data
+    done = zd_run_named(runs, quoted, "import os; print(os.environ['ZERODOCTOR_RUN_ID'])")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == quoted and not (tmp_path / "ran").exists()
+
+
+def test_names_that_are_no_single_directory_are_refused(tmp_path):
+    for name in ["../escape", "a/b", "..", ".", "evil\x1b]0;title\x07", "x" * 201]:
+        done = zd_run_named(tmp_path, name, "pass")
+        assert done.returncode == 2, (name, done.stderr)
+        assert done.stderr.startswith("zerodoctor: error: --name "), done.stderr
+    assert not list(tmp_path.iterdir()) and not (tmp_path.parent / "escape").exists()
+
+
+def zd_run_named(runs: Path, name: str, code: str) -> subprocess.CompletedProcess:
+    """``zerodoctor run --name NAME -- python -c CODE``, from the directory above ``runs``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # zerodoctor importable from anywhere
+    return subprocess.run([sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(runs), "--name", name, "--",
+                           sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=runs.parent,
+                          env=env)
+
+
+GH_TOKEN = "ghp_" + "Zq8" * 12  # shaped like a GitHub token, not one
+HF_TOKEN = "hf_" + "Yx7" * 12
+
+
+def test_secrets_found_by_pattern_anywhere_in_argv_stay_out_of_meta_json(tmp_path):
+    command = [sys.executable, "-c", "pass",
+               "bash -c 'HF_TOKEN=env-5 WANDB_API_KEY=\"k e y\" python train.py --hf_token tok-6 --epochs 3'",
+               "--db", "postgresql://u:pw-7@db.example:5432/zd?sslmode=require&password=pw-8",
+               "--auth", "auth-9", "--passphrase=phrase-10", "--password", "1234", "--pat", GH_TOKEN, HF_TOKEN,
+               "--openai=Bearer sk-" + "w" * 40, *KEPT]
+    done = zd_run(tmp_path, "--", *command)
+    assert done.returncode == 0, done.stderr
+    written = (tmp_path / "r" / "meta.json").read_text()
+    for secret in ["env-5", "k e y", "tok-6", "pw-7", "pw-8", "auth-9", "phrase-10", "1234", GH_TOKEN, HF_TOKEN,
+                   "w" * 40]:
+        assert secret not in written, secret
+    argv = json.loads(written)["argv"]
+    assert argv[3] == ("bash -c 'HF_TOKEN=<redacted> WANDB_API_KEY=\"<redacted>\" python train.py "
+                       "--hf_token <redacted> --epochs 3'")
+    assert argv[5] == "postgresql://u:<redacted>@db.example:5432/zd?sslmode=require&password=<redacted>"
+    assert argv[-len(KEPT):] == KEPT  # counts and names are no secrets

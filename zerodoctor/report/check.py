@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 
 from zerodoctor import __version__
 from zerodoctor.config.memory_plan import ASSUMPTION
 from zerodoctor.config.static import CheckReport
+from zerodoctor.report.terminal import escape
 from zerodoctor.report.text import finding_block
 
 

@@ -6,11 +6,11 @@ import json
 from html import escape
 from typing import Any
 
-from rich.markup import escape as mescape
 
 from zerodoctor.report import html
 from zerodoctor.report.compare import ABSENT, Comparison, OnlyIn, Side
 from zerodoctor.report.model import Report
+from zerodoctor.report.terminal import escape as mescape
 from zerodoctor.report.text import STYLE
 from zerodoctor.report.units import quantity
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from zerodoctor.report.coverage import not_judged_line, unrecognised
 from zerodoctor.report.fixview import fix_lines
 from zerodoctor.report.model import Report
+from zerodoctor.report.terminal import plain
 from zerodoctor.report.units import evidence_items
 
 
@@ -32,4 +33,4 @@ def to_markdown(report: Report, *, explain: bool = False) -> str:
         out.append("")
     if report.rejected:
         out += ["## Quarantined lines", ""] + [f"- `{r}`" for r in report.rejected[:20]] + [""]
-    return "\n".join(out)
+    return plain("\n".join(out))  # printed to a terminal as often as pasted

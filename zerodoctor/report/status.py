@@ -7,9 +7,9 @@ from collections import Counter
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from zerodoctor.report.terminal import escape
 from zerodoctor.report.text import finding_line
 from zerodoctor.store.status import RunStatus
 

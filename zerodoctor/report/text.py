@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import Counter
 
 from rich.console import Console
-from rich.markup import escape
 
 from zerodoctor.report.coverage import not_judged_line, unrecognised
 from zerodoctor.report.fixview import fix_lines
 from zerodoctor.report.model import Report
+from zerodoctor.report.terminal import escape
 from zerodoctor.report.units import evidence_items
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 

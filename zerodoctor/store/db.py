@@ -11,10 +11,13 @@ deferred one that read first could not write once another connection (watch's no
 thread) had committed, and SQLite fails that at once, without waiting. A ``read_only``
 engine (``status``) begins plain read transactions and never holds up a writer.
 PostgreSQL (``postgresql://``, through psycopg 3) is the store many nodes share.
+A new SQLite store is created 0600, and SQLite gives its -wal and -shm files the database's
+mode: what the runs say is the user's, like the 0700 run directories beside it.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, Insert, Table, create_engine, event
@@ -22,6 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
+from zerodoctor.probe.privacy import secret_name
 from zerodoctor.store import migrate
 
 DEFAULT_DB_NAME = "zerodoctor.db"
@@ -43,9 +47,12 @@ def url_for(db: str | Path | URL) -> str:
 
 
 def shown(url: str | URL) -> str:
-    """The URL as messages show it: the password masked."""
+    """The URL as messages show it: the password masked, in its user part and in its query (``?password=``)."""
     try:
-        return (url if isinstance(url, URL) else make_url(url)).render_as_string(hide_password=True)
+        parsed = url if isinstance(url, URL) else make_url(url)
+        masked = {key: "***" if secret_name(key) else value for key, value in parsed.query.items()}
+        text = parsed.set(query=masked).render_as_string(hide_password=True)
+        return text.replace("%2A%2A%2A", "***")  # the query's mask comes URL-encoded
     except (ArgumentError, ValueError):
         return "<unparseable URL>"
 
@@ -55,8 +62,9 @@ def describe(exc: BaseException, url: str | URL | None = None) -> str:
     inner = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     lines = [line.strip() for line in str(inner).splitlines() if line.strip()]
     message = f"{type(inner).__name__}: {' '.join(lines[:2])}"[:400]
-    password = _password(url)
-    return message.replace(password, "***") if password else message
+    for password in _passwords(url):
+        message = message.replace(password, "***")
+    return message
 
 
 def storable_text(value: str) -> str:
@@ -84,6 +92,8 @@ def open_engine(db: str | Path | URL, *, scratch: bool = False, read_only: bool 
     url = url_for(db)
     try:
         engine = create_engine(url, **_engine_options(make_url(url)))
+        if engine.dialect.name == "sqlite" and not read_only:
+            _create_private(engine.url.database)
     except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
         raise StoreError(f"--db {shown(url)}: not a store URL or path ({' '.join(str(exc).split())[:200]})") from None
     except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
@@ -125,10 +135,26 @@ def _sqlite_transactions(engine: Engine, *, scratch: bool, read_only: bool) -> N
         conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
 
 
-def _password(url: str | URL | None) -> str | None:
-    if url is None:
-        return None
+def _create_private(database: str | None) -> None:
+    """Create the SQLite file 0600 before SQLite does (with the umask's 0644); an existing store keeps its mode."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
     try:
-        return (url if isinstance(url, URL) else make_url(url)).password or None
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    except OSError:
+        return  # no such directory, no permission…: SQLite's own error says it when the store is opened
+
+
+def _passwords(url: str | URL | None) -> list[str]:
+    """The secrets a message about ``url`` must not show: its password and its secret query values."""
+    if url is None:
+        return []
+    try:
+        parsed = url if isinstance(url, URL) else make_url(url)
     except (ArgumentError, ValueError):
-        return None
+        return []
+    values = [parsed.password] + [v for key, value in parsed.query.items() if secret_name(key)
+                                   for v in ([value] if isinstance(value, str) else value)]
+    return [v for v in values if v]
