@@ -91,13 +91,24 @@ def test_an_oom_is_judged_by_its_stranded_share_of_usable_memory(
         assert word in finding.message, finding.message
 
 
-def test_a_message_cut_where_it_names_the_capacity_is_still_judged(tmp_path: Path) -> None:
-    """A terminal 100 columns wide cuts "total capacity" in two: reserved + free stand in for the capacity."""
+def test_a_message_a_terminal_cut_inside_total_capacity_reads_whole(tmp_path: Path) -> None:
+    """A terminal 100 columns wide cuts "total capacity" in two; every line but the last is exactly as wide, so
+    the lines are joined as printed and the capacity is read, not estimated."""
     thread, message, _, rule, _ = CASES[4]  # Lightning-AI/pytorch-lightning#18134, 1.3 % stranded, 31.75 GiB
     cut = [message[i:i + 100] for i in range(0, len(message), 100)]
     assert "total capacity" not in " ".join(cut)
     log = tmp_path / "console.log"
     log.write_text("\n".join(cut) + "\n")
+    findings = {f.rule: f for f in diagnose([log], rules=RULES).findings}
+    assert {"ZD401", "ZD402"} & set(findings) == {rule}, thread
+    assert findings[rule].evidence["memory.oom_limit_bytes"] == pytest.approx(31.75 * 2**30, rel=1e-3)
+
+
+def test_a_message_that_lost_its_capacity_is_still_judged(tmp_path: Path) -> None:
+    """A paste without the capacity (cut out, or garbled past reading): reserved + free stand in for it."""
+    thread, message, _, rule, _ = CASES[4]
+    log = tmp_path / "console.log"
+    log.write_text(message.replace("31.75 GiB total capacity; ", "") + "\n")
     findings = {f.rule: f for f in diagnose([log], rules=RULES).findings}
     assert {"ZD401", "ZD402"} & set(findings) == {rule}, thread
     assert findings[rule].evidence["memory.oom_limit_bytes"] == pytest.approx((30.67 * 2**30 + 62.19 * 2**20), rel=1e-3)

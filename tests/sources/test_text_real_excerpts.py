@@ -9,7 +9,7 @@ from zerodoctor.diagnosis import diagnose
 from zerodoctor.pipeline import Pipeline, rules_from
 from zerodoctor.store.db import open_engine
 from zerodoctor.sources import make_parser, read_batches
-from zerodoctor.sources.torch import oom_numbers
+from zerodoctor.messages.oom import oom_numbers
 from tests.conftest import parsed
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"

@@ -38,10 +38,11 @@ def oom_fields(exc: BaseException) -> dict[str, Any]:
     The message's numbers, read as a text log's are, stand where the live counters cannot be
     read; the counters win where they can.
     """
-    # the text-log reader (and its plugin machinery) loads only when a rank actually runs out of memory
+    # torch loads only when a rank actually runs out of memory; the allocator's grammar is messages/' (no
+    # pydantic, no plugin machinery on a crash path)
     import torch
 
-    from zerodoctor.sources.torch import oom_numbers
+    from zerodoctor.messages.oom import oom_numbers
 
     message = str(exc)
     fields: dict[str, Any] = {"message": message, **oom_numbers(message),

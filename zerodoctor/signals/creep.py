@@ -17,7 +17,7 @@ from typing import Any
 from zerodoctor import runview
 from zerodoctor.runview import RunView, Steps
 from zerodoctor.signals.base import Signal, last_known
-from zerodoctor.sources.torch import oom_numbers
+from zerodoctor.messages.oom import oom_numbers
 
 POINTS = 128  # the fit's window: recent enough to see a leak start, long enough to see through noise
 

@@ -27,7 +27,7 @@ from zerodoctor.modelstates import model_state_bytes
 from zerodoctor.runview import RunView, Steps
 from zerodoctor.signals.base import Signal, nested
 from zerodoctor.signals.config_values import config_int
-from zerodoctor.sources.torch import oom_numbers
+from zerodoctor.messages.oom import oom_numbers
 from zerodoctor.units import GB
 
 HEADROOM = 0.7  # share of device memory model states may take; the rest is activations and buffers

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 
 from zerodoctor.events import Event
-from zerodoctor.sources.text import NUM, Context, Line
+from zerodoctor.messages.numbers import NUM
+from zerodoctor.sources.text import Context, Line
 
 _FORMS = (
     ("apex", re.compile(rf"Gradient overflow\.\s+Skipping step,(?: loss scaler \d+)? reducing loss scale to ({NUM})")),

@@ -34,7 +34,8 @@ import re
 from typing import Any, Callable
 
 from zerodoctor.events import Event
-from zerodoctor.sources.text import NUM, Context, Line, strip_prefix
+from zerodoctor.messages.numbers import NUM
+from zerodoctor.sources.text import Context, Line, strip_prefix
 
 _QUOTED_NUMBER = re.compile(rf"'({NUM})'")
 

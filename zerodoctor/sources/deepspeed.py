@@ -21,7 +21,8 @@ from zerodoctor.deepspeed_defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, T
 from zerodoctor.events import Event
 from zerodoctor.sources.dsblocks import CommsTable, ConfigDump
 from zerodoctor.sources.stepclock import StepClock
-from zerodoctor.sources.text import NUM, Context, Line, strip_prefix
+from zerodoctor.messages.numbers import NUM
+from zerodoctor.sources.text import Context, Line, strip_prefix
 from zerodoctor.units import LOGGED
 
 MIN_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."

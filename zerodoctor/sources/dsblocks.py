@@ -16,7 +16,8 @@ from typing import Any
 
 from zerodoctor.deepspeed_defaults import BATCH_KEYS
 from zerodoctor.events import Event
-from zerodoctor.sources.text import NUM, Context, Line
+from zerodoctor.messages.numbers import NUM
+from zerodoctor.sources.text import Context, Line
 from zerodoctor.units import LOGGED  # the comms logger's KB/MB are powers of 1024 (convert_size)
 
 MAX_BLOCK_LINES = 2000  # a dump that never closes (a truncated log) is let go, not held forever

@@ -17,7 +17,8 @@ from typing import Any
 
 from zerodoctor.deepspeed_defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.events import Event
-from zerodoctor.sources.text import NUM, Context, Line
+from zerodoctor.messages.numbers import NUM
+from zerodoctor.sources.text import Context, Line
 
 _PAIR = re.compile(rf"'(\w+)': (nan|-?inf|{NUM})")
 _TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")

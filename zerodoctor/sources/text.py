@@ -27,7 +27,6 @@ _RANK_PREFIX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?")
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 _STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 _STAMP_WINDOW = 48  # a log prefix's timestamp sits at the start; never scan a whole line for one
-NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # a number as C's printf or Python's repr writes it
 HISTORY = 8  # raw lines kept for messages whose start a later line reveals (hard-wrapped text)
 # Most steps a log's silence may stand for: a resumed run's first line or a garbled number must
 # not expand into millions of invented steps.

@@ -24,25 +24,13 @@ import re
 from dataclasses import replace
 
 from zerodoctor.events import Event
-from zerodoctor.sources.text import NUM, Context, Line, joined
-from zerodoctor.units import LOGGED
+from zerodoctor.messages.oom import SIZE, oom_numbers
+from zerodoctor.sources.text import Context, Line, joined
 
-SIZE = rf"({NUM}) ?({'|'.join(sorted(LOGGED, key=len, reverse=True))})"
 _START = re.compile(r"(?:\[rank(\d+)\]:\s?)?(?:[\w.]*OutOfMemoryError: )?CUDA out of memory\.")
 # A log that begins inside the message (a rotated file, a scroll-back) still shows its numbers: the request with
 # the allocator's own parenthesis (1.x) or "GPU N has a total capacity" (2.1+) is no other library's words.
 _HEADLESS = re.compile(rf"Tried to allocate {SIZE}(?: \(GPU \d+;|\. GPU \d+ has a total capac)")
-_FIELDS = {
-    "requested_bytes": re.compile(rf"Tried to allocate {SIZE}"),
-    "capacity_bytes": re.compile(rf"{SIZE} total capacity|total capaci?ty of {SIZE}"),
-    "free_bytes": re.compile(rf"{SIZE} free\b|of which {SIZE} is free"),
-    "allocated_bytes": re.compile(rf"{SIZE} already allocated|Of the allocated memory {SIZE} is allocated by PyTorch"),
-    "reserved_bytes": re.compile(rf"{SIZE} reserved in total by PyTorch"),
-    "allowed_bytes": re.compile(rf"{SIZE} allowed;"),
-    # reserved but unallocated: 2.2+ says so; up to 1.3 "cached" printed amount_cached - amount_allocated
-    "_unallocated": re.compile(rf"and {SIZE} is reserved by PyTorch but unallocated|{SIZE} cached\b"),
-}
-_DEVICE = re.compile(r"\(GPU (\d+);|GPU (\d+) has a total")
 # Where each generation's numbers end: past these the message is complete.
 _END = re.compile(r"reserved in total by PyTorch\)|is reserved by PyTorch but unallocated|cached\)|inactive\)")
 MAX_WRAPPED_LINES = 8
@@ -155,29 +143,6 @@ class TorchDialect:
         # A negative exitcode is the signal that killed the rank (-6: SIGABRT from the NCCL watchdog).
         return [self.context.event("run_end", line, rank=rank, exit_code=code,
                                    signal=-code if code < 0 else None)]
-
-
-def oom_numbers(message: str) -> dict[str, int]:
-    """The ``oom`` fields an allocator message gives: its sizes in bytes and the GPU index.
-
-    One reading for the text logs and the probe: PyTorch's ``format_size`` prints binary units
-    (MiB, GiB), and the older "MB"/"GB" spellings meant the same. A size no int64 holds is left out.
-    """
-    fields: dict[str, int] = {}
-    for name, pattern in _FIELDS.items():
-        match = pattern.search(message)
-        if match:
-            number, unit = [g for g in match.groups() if g is not None][:2]
-            size = float(number) * LOGGED[unit]
-            if size < 2**63:  # past int64 no allocator printed it: a mangled line, the size is unknown
-                fields[name] = int(size)
-    unallocated = fields.pop("_unallocated", None)
-    if unallocated is not None and "allocated_bytes" in fields:
-        fields["reserved_bytes"] = fields["allocated_bytes"] + unallocated
-    device = _DEVICE.search(message)
-    if device:
-        fields["device"] = int(device.group(1) or device.group(2))
-    return fields
 
 
 def _split(text: str, rank: int | None) -> list[tuple[int | None, str]]:
