@@ -80,3 +80,13 @@ def test_output_file_for_any_format(tmp_path: Path) -> None:
         assert f"wrote {out}" in proc.stderr
         assert out.stat().st_size > 100
     assert json.loads((tmp_path / "report.json").read_text())["findings"] == []
+
+
+def test_a_log_showing_no_precision_and_no_scaler_says_overflow_status_is_unknown() -> None:
+    """Since DeepSpeed 0.17.6 the OVERFLOW lines are INFO: a log without them says so, with the switch; a log
+    that shows overflows (the fp16 sample) makes no such claim."""
+    oom_only = run_cli("diagnose", str(ROOT / "tests/corpus/ds-3208-oom-1x-near-capacity/console.log")).stdout
+    assert 'overflow status unknown from this log (DeepSpeed 0.17.6+ prints its OVERFLOW lines only with ' \
+           '"log_level": "info")' in oom_only
+    with_overflows = run_cli("diagnose", str(ROOT / "samples/fp16-min-scale/console.log")).stdout
+    assert "overflow status unknown" not in with_overflows

@@ -38,5 +38,9 @@ def not_judged_line(report: Report) -> str:
     why = [f"{source} has no {' or '.join(lacks)}"] if lacks else []
     if other:
         why.append("needs " + ", ".join(other[:SHOW_OTHER]) + (" …" if len(other) > SHOW_OTHER else ""))
+    if source == "this log" and "fp16.enabled" in missing:
+        # no precision, no scaler line: a DeepSpeed since 0.17.6 logs OVERFLOW and step lines at INFO only
+        why.append('overflow status unknown from this log (DeepSpeed 0.17.6+ prints its OVERFLOW lines only with '
+                   '"log_level": "info")')
     rules = len({(u.run, u.rule) for u in report.unevaluated})
     return f"{rules} rule{'s' if rules != 1 else ''} not judged: {'; '.join(why)}; `--explain` lists them"
