@@ -28,10 +28,23 @@ def main() -> None:
           f"{score.precision:>9.2%} {score.recall:>7.2%}")
     print(f"\n{len(score.cases)} cases ({len(negatives)} negatives); right: {score.right_share:.1%}; "
           f"false errors on negatives: {len(score.false_errors_on_negatives())}")
+    _right_by(score, "group", "set")
+    _right_by(score, "family", "family (cases that name one)")
     for case in score.cases:
         if not case.right:
             print(f"  WRONG {case.name}: missed {sorted(case.missed) or '-'}, false {sorted(case.false) or '-'}, "
                   f"missed rules {sorted(case.missed_rules) or '-'}")
+
+
+def _right_by(score, attr: str, title: str) -> None:  # noqa: ANN001 - a tests.corpus.score.Score
+    """Cases right per value of ``attr`` (the held-out set's is the honest figure)."""
+    rows: dict[str, list[bool]] = {}
+    for case in score.cases:
+        if getattr(case, attr):
+            rows.setdefault(getattr(case, attr), []).append(case.right)
+    print(f"\n{title:<28} {'right':>9}")
+    for key, right in sorted(rows.items()):
+        print(f"{key:<28} {sum(right):>4}/{len(right):<4} {sum(right) / len(right):>6.0%}")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ class CaseResult:
     errors: set[str]  # categories found at severity error
     rules_expected: set[str]
     rules_found: set[str]
+    family: str = ""  # the fault family its expectation names (cases written from 2026-12 on)
+    group: str = ""  # held-out (heldout2-*: never read by whoever wrote the rules), expectation-first, earlier
 
     @property
     def missed(self) -> set[str]:
@@ -96,7 +98,16 @@ def score_case(case: Path, rules=None) -> CaseResult:
     return CaseResult(
         name=case.name, must=set(expected["must"]), must_not=set(expected["must_not"]),
         found={f.category for f in claims}, errors={f.category for f in claims if f.severity == "error"},
-        rules_expected=set(expected.get("rules", [])), rules_found={f.rule for f in claims})
+        rules_expected=set(expected.get("rules", [])), rules_found={f.rule for f in claims},
+        family=expected.get("family", ""), group=group_of(case.name, expected))
+
+
+def group_of(name: str, expected: dict) -> str:
+    """Which set a case belongs to, for scores that can be trusted: a held-out case was collected and its
+    expectation written by someone who never read the rules nor ran the tool on it."""
+    if name.startswith("heldout2-"):
+        return "held-out"
+    return "expectation-first" if expected.get("expectation_first") else "earlier"
 
 
 def score_corpus() -> Score:

@@ -45,6 +45,13 @@ KNOWN_WRONG: dict[str, str] = {
     "ds-1635-cpu-adam-step-dominates": "the excerpt never shows that the optimizer is offloaded (only the user's "
                                        "config, pasted as prose, says so): an optimizer step of 95% alone is not "
                                        "called offload",
+    "ds-735-cpu-adam-timers": "as ds-1635: the timers show a step 43x the forward, but only the thread's prose says "
+                              "the optimizer is offloaded",
+    "ds-4367-progress-stops-epoch-end": "the log ends at the bar (1128/3384): a stall the thread reports, the excerpt "
+                                        "cannot show (no later line, no timestamp); a paste cut mid-run looks the same",
+    "ds-examples-108-megatron-batch-size-none": "Megatron's `args.batch_size * dp * gas` with --batch-size unset raises "
+                                                "a TypeError about NoneType; reading it as a missing batch size would "
+                                                "take the source line of the failing frame, which the reader keeps not",
     "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
                                                  "actor; the excerpt alone does not confirm host memory",
 }

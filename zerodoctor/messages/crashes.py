@@ -49,10 +49,13 @@ FAMILIES: tuple[Family, ...] = (
     _family("host_alloc_failed",
             r"(?:^|\b)MemoryError\b|std::bad_alloc|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
             r"|\[Errno 12\] Cannot allocate memory|Unable to allocate [\d.]+ [KMGT]i?B for an array"
-            r"|posix_memalign\([^)]*\) == 0\. 12 vs 0"),
+            r"|posix_memalign\([^)]*\) == 0\. 12 vs 0"
+            r"|memory allocation of \d+ bytes failed"),  # Rust's global allocator (tokenizers, safetensors)
+    # the kernel's and the scheduler's own words; Ray's list of *possible* causes of a dead actor ("killed by
+    # SIGKILL by OOM killer due to high memory usage" among others) is no evidence (ZD405's doc)
     _family("host_oom_kill",
             r"Out of memory: Kill(?:ed)? process|oom-kill event|invoked oom-killer|Memory cgroup out of memory"
-            r"|oom_kill_process|OOM killer|killed by the OOM|Killed process \d+ \(\S+\) total-vm"),
+            r"|oom_kill_process|Killed process \d+ \(\S+\) total-vm"),
     # op_builder/async_io.py: DeepSpeed's NVMe op needs libaio (headers to build, the .so to load)
     _family("async_io_unavailable", r"Unable to (?:pre-compile|JIT load) (?:the )?async_io|libaio\.so[\w.]*: cannot open"),
     _family("nvcc_arch_unsupported", r"nvcc fatal\s*: Unsupported gpu architecture"),
@@ -62,7 +65,7 @@ FAMILIES: tuple[Family, ...] = (
     _family("missing_module", r"ModuleNotFoundError: No module named|ImportError: No module named"
             r"|ImportError: cannot import name|No module named '[\w.]+'"),
     _family("nonfinite_loss",
-            r"Loss became infinite or NaN|(?i:(?<![a-z])loss\b['\"]?(?:\s+is)?\s*[:=]?\s*['\"]?(?:nan|[-+]?inf)\b)"
+            r"Loss became infinite or NaN|(?i:(?<![a-z])loss\b['\"\]]?(?:\s+is)?\s*[:=]?\s*['\"]?(?:nan|[-+]?inf)\b)"
             r"|(?i:\bnan loss\b|non-finite loss|loss is not finite)"),
     _family("cuda_error",
             r"CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cuDNN error|no kernel image is available for execution"
@@ -70,10 +73,13 @@ FAMILIES: tuple[Family, ...] = (
             r"|CUDA error: [a-z]|cudaError\w+|CUDA-capable device\(s\) is/are busy or unavailable"
             r"|Found no NVIDIA driver|nvcc fatal\s*:|cublas runtime error|cuda runtime error \(\d+\)"),
     # A native crash is a cause (the others' NCCL errors and timeouts follow it); SIGABRT is most often an effect
-    # (NCCL's watchdog, c10::Error thrown in a destructor) and is read apart, below.
+    # (NCCL's watchdog, c10::Error thrown in a destructor) and is read apart, below. A signal's bare name is prose
+    # (Ray lists "killed by SIGSEGV or other unexpected errors" among possible causes): only the words of the
+    # process that died, or of the launcher reporting it ("Signal 11 (SIGSEGV) received by PID"), count.
     _family("native_crash",
-            r"Segmentation fault|SIGSEGV|Bus error|SIGBUS|Floating[ -]point exception|SIGFPE|Illegal instruction"
-            r"|SIGILL|Fatal Python error: (?:Segmentation|Bus|Floating|Illegal)"),
+            r"Segmentation fault|\(SIGSEGV\)|SIGSEGV received|received signal SIGSEGV|Bus error|\(SIGBUS\)"
+            r"|Floating[ -]point exception|\(SIGFPE\)|Illegal instruction|\(SIGILL\)"
+            r"|Fatal Python error: (?:Segmentation|Bus|Floating|Illegal)"),
     _family("collective_timeout",
             r"Watchdog caught collective operation timeout|timed out in blocking wait|watchdog got stuck"
             r"|Some NCCL operations have failed or timed out|Timed out waiting \d+ ?ms for|Gloo.{0,80}[Tt]imed out"
@@ -83,7 +89,8 @@ FAMILIES: tuple[Family, ...] = (
             r"|unhandled (?:system|cuda) error, NCCL version|NCCL communicator was aborted|DistBackendError"
             r"|Connection (?:reset|closed) by (?:peer|remote)", root=False),
     _family("process_aborted",
-            r"SIGABRT|Aborted \(core dumped\)|Fatal Python error: Aborted|terminate called (?:without|after)", root=False),
+            r"\(SIGABRT\)|SIGABRT received|received signal SIGABRT|Aborted \(core dumped\)|Fatal Python error: Aborted"
+            r"|terminate called (?:without|after)", root=False),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
 UNKNOWN = "unknown"

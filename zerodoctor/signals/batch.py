@@ -29,8 +29,7 @@ SIGNALS = [
     Signal("batch.effective_ratio", "ratio", "effective batch / configured train_batch_size"),
     Signal("batch.mismatched_ranks", "ranks", "ranks whose fed samples per micro-batch differ from the config"),
     Signal("batch.nonpositive", "values", "batch values DeepSpeed refused as not > 0"),
-    Signal("batch.missing", "ranks", "ranks whose DeepSpeed refused a config giving neither train_batch_size nor "
-           "train_micro_batch_size_per_gpu"),
+    Signal("batch.missing", "ranks", "ranks whose DeepSpeed refused a config giving no batch size at all"),
     Signal("batch.nonpositive_key", "name", "the batch value DeepSpeed refused as not > 0 (written or derived)"),
     Signal("batch.nonpositive_value", "samples", "its value"),
 ]

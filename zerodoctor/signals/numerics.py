@@ -37,6 +37,7 @@ SIGNALS = [
     Signal("fp16.late_overflows", "steps", "overflows after calibration"),
     Signal("fp16.first_late_overflow_step", "step", "first overflow after calibration"),
     Signal("fp16.loss_scale_last", "scale", "loss scale of the last recorded step"),
+    Signal("fp16.scale_below_one", "bool", "the last recorded scale is below 1: the gradients overflow fp16 unscaled"),
     Signal("fp16.max_held_scale", "scale", f"largest scale that ran {CLEAN_STREAK} steps without overflow"),
     Signal("fp16.overflows_to_min", "overflows", "consecutive overflows left before DeepSpeed aborts at min scale"),
     Signal("fp16.calibrated_scale_power", "log2", "log2 of the first scale that held: an initial_scale_power that skips calibration"),
@@ -195,6 +196,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if not config and not hit_min and not dynamic_seen:
         static = fold.scales_seen[0] if len(fold.scales_seen) == 1 and fold.overflows else 0
     out["fp16.dynamic"] = not (static or static_seen)
+    out["fp16.scale_below_one"] = fold.scale_last is not None and fold.scale_last < 1
     out["fp16.static_scale"] = static or None
     if fp16_config is not None:
         out["fp16.min_loss_scale"] = fp16_config.min_loss_scale

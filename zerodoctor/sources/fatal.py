@@ -65,6 +65,7 @@ class FatalDialect:
                 b"core dumped", b"Killed", b"oom-kill", b"Out of memory", b"oom_kill", b"bad_alloc",
                 b"DefaultCPUAllocator", b"NCCL error", b"CUDA error", b"CUBLAS_STATUS", b"CUDNN_STATUS",
                 b"Assertion", b"nan", b"NaN", b"Bus error", b"Floating point exception", b"undefined symbol", b"nvcc fatal",
+                b"illegal memory access", b"device-side assert", b"THCudaCheck", b"memory allocation of",
                 b"shared object file")
 
     def __init__(self, context: Context) -> None:
