@@ -93,6 +93,8 @@ FAMILIES: tuple[Family, ...] = (
             r"|terminate called (?:without|after)", root=False),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
+# A traceback's frame as Python prints it: the probe's events and a console log's both keep frames in this form.
+FRAME = r'File "([^"]+)", line (\d+), in (\S+)'
 UNKNOWN = "unknown"
 
 # Signals by number as torchrun and the launchers report them (a negative exit code, or 128 + N from a shell).

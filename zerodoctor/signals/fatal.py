@@ -19,7 +19,7 @@ from zerodoctor.runview import RunView
 from zerodoctor.signals.base import Signal
 
 NONE = "none"
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_FRAME = re.compile(crashes.FRAME)
 # Where a library's code lives: the frame past which a user's call went into torch, DeepSpeed, HF.
 _LIBRARIES = ("torch", "deepspeed", "transformers", "accelerate", "peft", "trl", "apex", "megatron", "lightning",
               "pytorch_lightning", "fairseq", "colossalai", "bitsandbytes", "flash_attn", "triton", "vllm")

@@ -21,16 +21,15 @@ from zerodoctor.messages import crashes
 from zerodoctor.sources.text import Context, Line
 
 _TRACEBACK = "Traceback (most recent call last)"
-_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+_FRAME = re.compile(rf"^\s*{crashes.FRAME}")
 _RICH_FRAME = re.compile(r"^\s*│\s*(\S+\.py):(\d+) in (\S+)")
 # An exception line: a dotted class name that reads as an error, then its message. Python prints it at
 # column 0; consoles add prefixes (ranks, timestamps, pytest's "E   "), so any leading text up to a space.
-_EXCEPTION = re.compile(r"(?:^|\s|\]:?)((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Failure|Exit))"
-                        r"(?::\s?(.*))?$")
+_ERROR_CLASS = r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Failure|Exit))"
+_EXCEPTION = re.compile(rf"(?:^|\s|\]:?){_ERROR_CLASS}(?::\s?(.*))?$")
 # Inside a traceback an indented line is the frame's source, unless it starts with the exception's name (pip and
 # other wrappers indent the whole traceback): "    AssertionError: …" but never "    except ValueError:".
-_INDENTED_EXCEPTION = re.compile(r"^\s+((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Failure|Exit))"
-                                 r"(?::\s(.*))?$")
+_INDENTED_EXCEPTION = re.compile(rf"^\s+{_ERROR_CLASS}(?::\s(.*))?$")
 _RICH_EDGE = re.compile(r"^\s*[│╭╰─]")
 _NOT_MESSAGE = re.compile(r"^\s*(?:$|Traceback|File \"|\[?\d{4}-\d\d-\d\d|During handling|The above exception"
                           r"|[│╭╰])")
