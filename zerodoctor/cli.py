@@ -37,6 +37,8 @@ class Format(str, Enum):
     json = "json"
     markdown = "markdown"
     html = "html"
+    concise = "concise"  # one line per finding, for CI logs
+    github = "github"  # GitHub Actions annotations
 
 
 class Output(str, Enum):
@@ -107,11 +109,17 @@ def _root(
 
 @app.command()
 def diagnose(
-    paths: List[Path] = typer.Argument(..., help="Run directories (runs/<id>/) or events JSONL files."),
+    paths: List[Path] = typer.Argument(..., help="Run directories (runs/<id>/), events JSONL files or console logs; "
+                                       "'-' reads a log from standard input."),
     db: Optional[str] = typer.Option(None, help="Store to use (SQLAlchemy URL or SQLite path); default: a scratch file."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
-    fmt: Format = typer.Option(Format.text, "--format", help="Output format (html: one self-contained page with plots)."),
+    fmt: Format = typer.Option(Format.text, "--format", help="Output format (html: one self-contained page with plots; "
+                               "concise: one line per finding; github: GitHub Actions annotations)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
+    select: Optional[str] = typer.Option(None, "--select", help="Report only these rules: comma-separated codes or "
+                                         "prefixes (ZD2,ZD401); default: [tool.zerodoctor] select, else all."),
+    ignore: Optional[str] = typer.Option(None, "--ignore", help="Do not report these rules: codes or prefixes, "
+                                         "comma-separated; default: [tool.zerodoctor] ignore."),
     explain: bool = typer.Option(False, "--explain", help="List every rule not judged and what would show it."),
     fail_on: FailOn = typer.Option(FailOn.error, help="Exit 1 when a finding is at or above this severity."),
     input_format: Optional[str] = typer.Option(None, help="Force the input format instead of detecting it."),
@@ -122,14 +130,21 @@ def diagnose(
     from zerodoctor.diagnosis import diagnose as run_diagnosis
     from zerodoctor.pipeline import InputError
     from zerodoctor.report.progress import ingest_progress
+    from zerodoctor.report.selection import SelectionError, apply, resolve
 
     loaded = _load_rules(rules)
+    try:
+        selection = resolve(select, ignore, Path.cwd())
+        selection.check(r.code for r in loaded)
+    except SelectionError as exc:
+        raise fail(str(exc)) from None
     try:
         with ingest_progress() as on_progress:
             report = run_diagnosis(paths, db=db, rules=loaded, input_format=input_format, on_progress=on_progress,
                                    plots=fmt is Format.html, jobs=jobs)
     except (InputError, OSError) as exc:
         raise fail(str(exc)) from None
+    apply(report, selection)
     if fmt is Format.text:
         _write_text(report, output, explain)
     else:
@@ -146,6 +161,10 @@ def _rendered(report, fmt: Format, explain: bool) -> str:  # noqa: ANN001 - a re
         from zerodoctor.report.markdown import to_markdown
 
         return to_markdown(report, explain=explain)
+    if fmt in (Format.concise, Format.github):
+        from zerodoctor.report import ci
+
+        return ci.concise(report) if fmt is Format.concise else ci.github(report)
     from zerodoctor.report.html import to_html
 
     return to_html(report)

@@ -1,15 +1,18 @@
 """Diagnose: input paths → one ``Report`` (the pipeline, run once over a scratch store or ``--db``).
 
 ``diagnose`` is ``watch`` that stops at end of file: the same ``Pipeline`` reads the files
-and judges every run they touched.
+and judges every run they touched. The path ``-`` is standard input, spooled to a scratch file
+first: the sources read files (format sniffing, byte offsets), never streams.
 """
 
 from __future__ import annotations
 
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-from zerodoctor.pipeline import Pipeline, Progress, expand_inputs
+from zerodoctor.pipeline import InputError, Pipeline, Progress, expand_inputs
 from zerodoctor.report.model import InputSummary, Report
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.store.db import open_engine
@@ -21,18 +24,23 @@ def diagnose(paths: list[Path], *, db: str | None = None, rules: list[Rule], inp
              on_progress: Progress | None = None, plots: bool = False, jobs: int | None = None) -> Report:
     """``plots``: also read each run's plot series (``Report.series``), which only the HTML page draws;
     ``jobs``: processes parsing large JSONL files (``Pipeline.ingest``)."""
-    inputs = expand_inputs(paths, input_format)
     with tempfile.TemporaryDirectory(prefix="zerodoctor-") as scratch:
+        spooled = Path(scratch) / "stdin.log"
+        inputs = expand_inputs(_spool_stdin(paths, spooled), input_format)
+        shown = {path: STDIN_NAME if path == spooled else str(path) for path, _ in inputs}
         engine = open_engine(db or Path(scratch) / "diagnose.db", scratch=db is None)
         try:
             pipeline = Pipeline(engine, rules, save_views=db is not None)
             rows = pipeline.ingest(inputs, on_progress, jobs=jobs)
-            report = Report(inputs=[InputSummary(str(path), fmt, row["events"], row["quarantined"], row["lines"])
+            report = Report(inputs=[InputSummary(shown[path], fmt, row["events"], row["quarantined"], row["lines"])
                                     for (path, fmt), row in zip(inputs, rows)])
             file_ids = [row["id"] for row in rows]
             with engine.connect() as conn:
-                report.rejected = kept_aside(conn, {row["id"]: str(path) for (path, _), row in zip(inputs, rows)})
+                report.rejected = kept_aside(conn, {row["id"]: shown[path] for (path, _), row in zip(inputs, rows)})
                 touched = list_runs(conn, file_ids)
+                for (path, _), row in zip(inputs, rows):
+                    for _, name in list_runs(conn, [row["id"]]):
+                        report.paths.setdefault(name, []).append(shown[path])
             for _, name in touched:
                 report.add(pipeline.judge(name))
                 if plots:
@@ -40,3 +48,18 @@ def diagnose(paths: list[Path], *, db: str | None = None, rules: list[Rule], inp
             return report
         finally:
             engine.dispose()
+
+
+STDIN = "-"
+STDIN_NAME = "<stdin>"  # how reports name the input read from standard input
+
+
+def _spool_stdin(paths: list[Path], spooled: Path) -> list[Path]:
+    """``paths`` with ``-`` read into ``spooled`` and replaced by it; a terminal there is refused, not waited on."""
+    if all(str(p) != STDIN for p in paths):
+        return paths
+    if sys.stdin.isatty():
+        raise InputError("-: standard input is a terminal; pipe a log in (zerodoctor diagnose - < train.log)")
+    with spooled.open("wb") as out:
+        shutil.copyfileobj(sys.stdin.buffer, out)
+    return [spooled if str(p) == STDIN else p for p in paths]

@@ -32,6 +32,8 @@ class Report:
     world_sizes: dict[str, int | None] = field(default_factory=dict)  # as each run stated it; never guessed
     series: dict[str, RunSeries] = field(default_factory=dict)  # what the HTML page plots, per run
     set_aside: dict[str, str] = field(default_factory=dict)  # runs not judged: their view failed, and why
+    paths: dict[str, list[str]] = field(default_factory=dict)  # per run, the inputs its events came from
+    ignored: int = 0  # findings hidden by --select/--ignore (report/selection.py)
 
     def add(self, judgement: Judgement) -> None:
         if judgement.set_aside is not None:

@@ -78,10 +78,17 @@ def render(report: Report, console: Console, *, explain: bool = False) -> None:
             _explain(report.unevaluated, console)
         else:
             console.print(f"[dim]{escape(not_judged_line(report))}[/]")
+    console.print(summary_line(report, markup=True))
+
+
+def summary_line(report: Report, *, markup: bool = False) -> str:
+    """Findings by severity, what they came from, and how many ``--select``/``--ignore`` hid."""
     counts = Counter(f.severity for f in report.findings)
     events = sum(i.events for i in report.inputs)
     summary = ", ".join(f"{counts[s]} {s}" for s in ("error", "warning", "info") if counts[s]) or "no findings"
-    console.print(f"[bold]{summary}[/] from {events} events in {len(report.inputs)} file(s)")
+    ignored = f"; {report.ignored} finding(s) ignored (--select/--ignore)" if report.ignored else ""
+    return ((f"[bold]{summary}[/]" if markup else summary)
+            + f" from {events} events in {len(report.inputs)} file(s){ignored}")
 
 
 def _explain(unevaluated: list[Unevaluated], console: Console) -> None:
