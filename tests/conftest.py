@@ -53,11 +53,12 @@ def step_rows(conn) -> list[dict]:  # noqa: ANN001 - an SQLAlchemy Connection
     return out
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``python -m zerodoctor ARGS`` as a user would, capturing output."""
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120,
+            stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m zerodoctor ARGS`` as a user would, capturing output; ``stdin`` is piped in."""
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "zerodoctor", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=env)
+                          timeout=timeout, cwd=cwd, env=env, input=stdin)
 
 
 def diagnose_json(*paths: str | Path, extra: tuple[str, ...] = ()) -> dict:

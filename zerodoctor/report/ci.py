@@ -24,7 +24,7 @@ def concise(report: Report) -> str:
 def github(report: Report) -> str:
     return "\n".join(
         f"::{GITHUB_LEVEL[f.severity]} title={_property(f'{f.rule} {f.name}')}::"
-        f"{_data(f'{f.message} (run {f.run}, input {_where(report, f)})')}" for f in report.findings)
+        f"{_data(f'{f.message} ({_where(report, f)})')}" for f in report.findings)
 
 
 def _where(report: Report, f: Finding) -> str:
