@@ -12,12 +12,14 @@ SQL stores it NULL); an int column that lacks a value somewhere carries a validi
 from __future__ import annotations
 
 import operator
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
-import numpy as np
 
 from zerodoctor.events import STEP_FLOATS, STEP_INTS, StepRecord
+
+if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run without steps never needs it
+    import numpy as np
 
 FLOATS = ("t", *STEP_FLOATS)
 INTS = ("step", "rank", "line", "nonfinite", *STEP_INTS)
@@ -45,6 +47,8 @@ class Columns:
         column holding a larger one is taken again from the records as Python ints. Every row
         has ``step``, ``rank`` and ``t``; other fields may be missing anywhere.
         """
+        import numpy as np
+
         n = len(records)
         # numpy converts twice as fast without a None in the rows: the fields the first record has
         # go through the matrix, the others (a probe on CPU has no memory stats) a column apiece,
@@ -113,6 +117,8 @@ class Columns:
 
     def split(self, by: str) -> Iterator[tuple[int, Columns]]:
         """``(value, rows)`` for each value of an integer column, rows in their order."""
+        import numpy as np
+
         keys = self.values[by]
         if (keys == keys[0]).all():
             yield int(keys[0]), self
@@ -125,6 +131,8 @@ class Columns:
 
     @classmethod
     def concat(cls, parts: list[Columns]) -> Columns:
+        import numpy as np
+
         if len(parts) == 1:
             return parts[0]
         names = set().union(*(p.values for p in parts))
@@ -148,6 +156,8 @@ class Columns:
 
     def mask(self, name: str) -> np.ndarray | None:
         """Where ``name`` has a value (None: everywhere), NaN counted as missing for floats."""
+        import numpy as np
+
         if name in _NONFINITE:
             return None
         if name not in self.values:
@@ -176,6 +186,8 @@ class Columns:
         """One blob: per column its little-endian bytes, or one value when every row holds it (a
         learning rate, a batch size, a reserved-memory plateau: half the columns of most chunks),
         and a packed validity mask where some row has none."""
+        import numpy as np
+
         blob: dict[str, bytes] = {}
         for name, column in self.values.items():
             little = column.astype(column.dtype.newbyteorder("<"), copy=False)
@@ -190,6 +202,8 @@ class Columns:
 
     @classmethod
     def decode(cls, n: int, data: bytes) -> Columns:
+        import numpy as np
+
         blob = msgspec.msgpack.decode(data)
         values, valid = {}, {}
         for key, raw in blob.items():
@@ -205,10 +219,14 @@ class Columns:
 
 
 def _missing(name: str, n: int) -> np.ndarray:
+    import numpy as np
+
     return np.full(n, np.nan) if name in FLOATS else np.zeros(n, dtype=np.int64)
 
 
 def _mask(part: Columns, name: str) -> np.ndarray:
+    import numpy as np
+
     if name not in part.values:
         return np.zeros(part.n, dtype=bool)
     mask = part.valid.get(name)

@@ -21,7 +21,6 @@ import os
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, Insert, Table, create_engine, event
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
@@ -74,10 +73,17 @@ def storable_text(value: str) -> str:
 
 
 def insert_new(conn: Connection, table: Table) -> Insert:
-    """An INSERT that does nothing where a unique key already holds the row (another writer's race)."""
+    """An INSERT that does nothing where a unique key already holds the row (another writer's race).
+
+    Each dialect's module is imported here, by name: importing SQLAlchemy's PostgreSQL dialect
+    costs about 50 ms, which a SQLite run never needs (the engine loads its own dialect)."""
     if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
         return postgresql.insert(table).on_conflict_do_nothing()
     if conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
         return sqlite.insert(table).on_conflict_do_nothing()
     return table.insert()
 

@@ -11,14 +11,16 @@ collectives vs step time) make a straggler visible. What comes back is bounded b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from sqlalchemy import Connection
 
 from zerodoctor.store import steps
 from zerodoctor.store.runs import run_events
 from zerodoctor.events import STEP_INTS
+
+if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run without steps never needs it
+    import numpy as np
 
 POINTS = 800
 
@@ -56,6 +58,8 @@ class RunSeries:
 
 def read_series(conn: Connection, run_id: int, points: int = POINTS) -> RunSeries:
     """The downsampled series, the marks and the per-rank totals of one run (one streamed read of its steps)."""
+    import numpy as np
+
     out = RunSeries()
     first, last = steps.step_range(conn, run_id)
     if first is not None:
@@ -82,6 +86,8 @@ class _Buckets:
     the min, max, sum and count of the values present."""
 
     def __init__(self, count: int) -> None:
+        import numpy as np
+
         self.count = count
         self.lo = np.full(count, np.iinfo(np.int64).max)
         self.hi = np.full(count, np.iinfo(np.int64).min)
@@ -90,6 +96,8 @@ class _Buckets:
                       for name in COLUMNS}
 
     def add(self, bucket: np.ndarray, numbers: np.ndarray, columns: dict[str, list[Any]]) -> None:
+        import numpy as np
+
         np.minimum.at(self.lo, bucket, numbers)
         np.maximum.at(self.hi, bucket, numbers)
         np.add.at(self.n, bucket, 1)

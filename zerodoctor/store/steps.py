@@ -17,14 +17,16 @@ its rows are already in the view's totals, so an incremental scan skips it.
 from __future__ import annotations
 
 import operator
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import msgspec
-import numpy as np
 from sqlalchemy import Connection, delete, func, insert, select
 
 from zerodoctor.stepcolumns import Columns
 from zerodoctor.store.schema import step_chunks
+
+if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run without steps never needs it
+    import numpy as np
 
 COMPACT_EVERY = 64  # small chunks of one rank that make one chunk a level up
 _SMALL_ROWS = 4096  # a chunk at least this long is never compacted
@@ -126,6 +128,8 @@ def _overlapping(run_id: int, lo: int | None, hi: int | None) -> Any:
 
 def rows_of(conn: Connection, run_id: int, *, lo: int | None = None, hi: int | None = None) -> Columns | None:
     """The run's step rows with ``lo < step ≤ hi``, each with its rank (``values["rank"]``), or None."""
+    import numpy as np
+
     parts = []
     for meta, cols in _chunks(conn, _overlapping(run_id, lo, hi)):
         cols.values["rank"], cols.valid["rank"] = np.full(cols.n, meta["rank"], dtype=np.int64), None
@@ -144,6 +148,8 @@ def merge(cols: Columns, fields: dict[str, str]) -> dict[str, list[Any]]:
 
     A merge over ranks none of which reported the field is None.
     """
+    import numpy as np
+
     order = np.argsort(cols.values["step"], kind="stable")
     steps = cols.values["step"][order]
     starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
@@ -160,6 +166,8 @@ def _ordered(mask: np.ndarray | None, order: np.ndarray) -> np.ndarray | None:
 
 def _reduce(values: np.ndarray, mask: np.ndarray | None, starts: np.ndarray, how: str) -> list[Any]:
     """``how`` of each group of ``values`` (groups begin at ``starts``), None where the mask has no value."""
+    import numpy as np
+
     if values.dtype == bool:
         values = values.astype(np.int64)
     floating = values.dtype == np.float64
