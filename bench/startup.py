@@ -1,0 +1,126 @@
+"""Benchmark: start-up of every command on a tiny input, the whole process timed from outside.
+
+Each command runs ``--runs`` times (after one warm-up run that compiles the bytecode), each run
+paired with a ``python -c pass`` run right after it, so the ratio is taken against the
+interpreter's own start-up on the machine as it was at that moment. The inputs are one line
+each, taken from the samples (never made up): an OOM line of a console log, and the
+``run_start`` line of an events file. Prints a table: median, min and max wall seconds, and
+the median of the pairwise ratios to ``python -c pass``.
+
+``PYTHONDONTWRITEBYTECODE`` is dropped from the commands' environment: an installed package
+has its bytecode, and a run that recompiles every module measures the compiler.
+
+    python bench/startup.py [--runs 10] [--only diagnose] [--tree DIR]
+
+``--tree DIR`` times the zerodoctor of another checkout (``python -m zerodoctor`` run in DIR), e.g. a ``git worktree`` of an earlier commit, for before/after figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OOM_LOG = ROOT / "samples" / "fragmentation-oom" / "console.log"
+EVENTS = ROOT / "samples" / "healthy-zero2" / "rank-0.jsonl"
+CONFIG = ROOT / "samples" / "healthy-zero2" / "ds_config.json"
+
+
+def _first_line(path: Path, containing: str) -> str:
+    return next(line for line in path.read_text().splitlines(keepends=True) if containing in line)
+
+
+def _inputs(tmp: Path) -> dict[str, str]:
+    """The one-line files and a store holding the one-line log, for the commands to read."""
+    log, events, store = tmp / "one.log", tmp / "one.jsonl", tmp / "one.db"
+    log.write_text(_first_line(OOM_LOG, "CUDA out of memory"))
+    events.write_text(_first_line(EVENTS, '"run_start"'))
+    _run([*_zerodoctor(), "diagnose", "--db", str(store), str(log)])
+    return {"log": str(log), "events": str(events), "store": str(store), "config": str(CONFIG)}
+
+
+TREE: Path | None = None  # --tree
+
+
+def _zerodoctor() -> list[str]:
+    """The console script beside this interpreter (what a user runs), else ``python -m zerodoctor``."""
+    if TREE is not None:
+        return [sys.executable, "-m", "zerodoctor"]
+    script = Path(sys.executable).with_name("zerodoctor")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "zerodoctor"]
+
+
+def commands(inputs: dict[str, str]) -> dict[str, list[str]]:
+    zd = _zerodoctor()
+    return {
+        "--help": [*zd, "--help"],
+        "--version": [*zd, "--version"],
+        "diagnose <one-line log>": [*zd, "diagnose", inputs["log"]],
+        "diagnose <one-line events>": [*zd, "diagnose", inputs["events"]],
+        "compare <log> <log>": [*zd, "compare", inputs["log"], inputs["log"]],
+        "status --db <store>": [*zd, "status", "--db", inputs["store"]],
+        "check <ds_config>": [*zd, "check", inputs["config"]],
+        "rules list": [*zd, "rules", "list"],
+        "plugins list": [*zd, "plugins", "list"],
+    }
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _run(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=_env(), cwd=TREE, check=False)
+    return time.perf_counter() - start
+
+
+def measure(argv: list[str], runs: int) -> tuple[list[float], list[float]]:
+    """Wall seconds of ``argv``, and of ``python -c pass`` run right after each."""
+    baseline = [sys.executable, "-c", "pass"]
+    _run(argv)
+    walls, bases = [], []
+    for _ in range(runs):
+        walls.append(_run(argv))
+        bases.append(_run(baseline))
+    return walls, bases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--only", help="only the commands whose name contains this")
+    parser.add_argument("--tree", type=Path, help="the checkout whose zerodoctor to time (default: the installed one)")
+    args = parser.parse_args()
+    global TREE
+    TREE = args.tree.resolve() if args.tree else None
+    all_bases: list[float] = []
+    tmp = Path(tempfile.mkdtemp(prefix="zerodoctor-startup-"))
+    try:
+        table = commands(_inputs(tmp))
+        print(f"{'command':<28} {'median s':>9} {'min s':>7} {'max s':>7} {'x python -c pass':>17}")
+        for name, argv in table.items():
+            if args.only and args.only not in name:
+                continue
+            walls, bases = measure(argv, args.runs)
+            all_bases += bases
+            ratio = statistics.median(w / b for w, b in zip(walls, bases))
+            print(f"{name:<28} {statistics.median(walls):9.3f} {min(walls):7.3f} {max(walls):7.3f} {ratio:17.1f}",
+                  flush=True)
+        print(f"{'python -c pass':<28} {statistics.median(all_bases):9.3f} {min(all_bases):7.3f} {max(all_bases):7.3f}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
