@@ -10,16 +10,10 @@ retry, and ``watch`` keeps the finding pending for a later pass. A webhook URL i
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.client
 import json
-import socket
-import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Callable
 
 STYLES = ("json", "slack")
@@ -41,6 +35,12 @@ class WebhookNotifier:
 
     def send(self, finding: dict[str, Any]) -> None:
         """POST the finding; DeliveryError when no attempt got a 2xx within ``deadline_s`` in all."""
+        import http.client
+        import urllib.error
+        import urllib.request
+
+        from zerodoctor_webhook.transport import Deadline
+
         body = json.dumps(slack_message(finding) if self.style == "slack" else finding).encode()
         request = urllib.request.Request(self.url, data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
@@ -54,7 +54,7 @@ class WebhookNotifier:
                 last = f"no answer within the {self.deadline_s:g} s deadline"
                 break
             try:
-                with _Deadline(left) as watch, watch.opener().open(request, timeout=min(self.timeout_s, left)) as answer:
+                with Deadline(left) as watch, watch.opener().open(request, timeout=min(self.timeout_s, left)) as answer:
                     if 200 <= answer.status < 300:
                         return
                     last = f"HTTP {answer.status}"
@@ -68,81 +68,6 @@ class WebhookNotifier:
                     last = f"no answer within the {self.deadline_s:g} s deadline ({last})"
                     break
         raise DeliveryError(f"{self.where}: {last} after {attempt + 1} attempt(s)")
-
-
-class _Deadline:
-    """Shuts down the sockets of one request when ``seconds`` have passed, ending any read blocked on them."""
-
-    def __init__(self, seconds: float) -> None:
-        self._sockets: list[socket.socket] = []
-        self._expired = False
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Deadline:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-    def opener(self) -> urllib.request.OpenerDirector:
-        """urllib as usual (proxies from the environment included), through connections this deadline watches."""
-        return urllib.request.build_opener(_HTTPHandler(self), _HTTPSHandler(self))
-
-    def watch(self, sock: socket.socket) -> None:
-        with self._lock:
-            if self._expired:
-                raise TimeoutError("the delivery deadline passed")
-            self._sockets.append(sock)
-
-    def _expire(self) -> None:
-        with self._lock:
-            self._expired = True
-            for sock in self._sockets:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass  # already closed
-
-
-class _Watched:
-    """An ``http.client`` connection whose socket, once connected, is handed to a ``_Deadline``."""
-
-    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._deadline = deadline
-
-    def connect(self) -> None:
-        super().connect()
-        self._deadline.watch(self.sock)
-
-
-class _HTTPConnection(_Watched, http.client.HTTPConnection):
-    pass
-
-
-class _HTTPSConnection(_Watched, http.client.HTTPSConnection):
-    pass
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self._deadline = deadline
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_HTTPConnection, deadline=self._deadline), req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self._deadline = deadline
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_HTTPSConnection, deadline=self._deadline), req, context=self._context)
 
 
 def redacted(url: str) -> str:
