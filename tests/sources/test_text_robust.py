@@ -104,3 +104,17 @@ def test_a_garbled_step_number_neither_crashes_nor_invents_unbounded_steps(tmp_p
     steps, rejected = _read(path)
     assert [(r.line, r.reason) for r in rejected] == [(3, f"step number {'9' * 25} is past {2**63 - 1}: a garbled line")]
     assert len(steps) == 10 + MAX_INTERVAL + 1 and steps[-1]["step"] == 10**15
+
+
+def test_the_keyword_trie_finds_exactly_what_the_keywords_do() -> None:
+    """The prefilter's trie regex hits a line if and only if one of the keywords is in it (prefixes of one another
+    included: 'SIG' and 'SIGSEGV', 'Error' and 'Errors')."""
+    import re
+
+    from zerodoctor.sources.text import trie_pattern
+
+    words = [b"SIG", b"SIGSEGV", b"Error", b"Errors", b"(core dumped)", b"=nan", b"{'", b"a.b", b"a*b"]
+    hit = re.compile(trie_pattern(words)).search
+    for line in [b"got SIGSEGV", b"SIG", b"Errors here", b"an Erro r", b"Aborted (core dumped)", b"loss=nan",
+                 b"loss = nan", b"{'loss': 1}", b"axb", b"a.b", b"aab", b"a*b", b"", b"S I G"]:
+        assert (hit(line) is not None) == any(w in line for w in words), line

@@ -27,7 +27,7 @@ _DLE_RANK = re.compile(r"Rank (\d+) :: Gradient overflow")
 
 class AmpScalerDialect:
     name = "amp"
-    keywords = (b"Gradient overflow.", b"OVERFLOW! Skipping", b"overflow detected, setting", b"Minimum loss scale")
+    keywords = (b"Gradient overflow.", b"OVERFLOW! Skipping", b"WARNING: overflow detected", b"NOTE: overflow detected", b"Minimum loss scale")
     holding = False
 
     def __init__(self, context: Context) -> None:

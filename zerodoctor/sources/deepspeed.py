@@ -73,7 +73,7 @@ class DeepSpeedDialect:
     name = "deepspeed"
     keywords = (b"OVERFLOW!", b"Grad overflow", b"Overflow detected", b"Reducing dynamic loss", b"Using static loss",
                 b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size", b"Micro batch size per gpu",
-                b"Gradient accumulation steps", b"needs to be provided", b", skipped=", b"(ms) |",
+                b"Gradient accumulation steps", b"Either train_batch", b", skipped=", b"(ms) |",
                 b"SamplesPerSec", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ", b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords)
 
     def __init__(self, context: Context) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from zerodoctor.events import Event
-from zerodoctor.sources.text import Context, Line, joined
+from zerodoctor.sources.text import Context, Line, joined, trie_pattern
 
 _TIMEOUT = re.compile(
     r"(?:Watchdog c|C)aught collective operation timeout: WorkNCCL\((?:SeqNum=(\d+), )?OpType=(\w+)"
@@ -47,11 +47,12 @@ _RANK = re.compile(r"Rank (\d+)\]\s*(?:Process group watchdog[^:]*: \[Rank \d+\]
 
 class NcclDialect:
     name = "nccl"
-    keywords = (b"Watchdog caught", b"Caught collective", b"ProcessGroupNCCL's watchdog", b"Operation timed out!", b"timed out in blocking wait", b"watchdog got stuck", b"Timed out waiting",
-                b"Some NCCL operations")
+    keywords = (b"Watchdog caught", b"Caught collective", b"ProcessGroupNCCL's watchdog", b"Operation timed out!",
+                b"Work WorkNCCL(", b"Timed out waiting", b"Some NCCL operations")
 
     def __init__(self, context: Context) -> None:
         self.context = context
+        self._mine = re.compile(trie_pattern(self.keywords).decode()).search
         self._seen: set[tuple[int, int]] = set()
         self._wrapped: list[Line] = []  # the lines of a message whose end is still to come
 
@@ -60,6 +61,8 @@ class NcclDialect:
         return bool(self._wrapped)
 
     def feed(self, line: Line) -> list[Event]:
+        if not self._wrapped and self._mine(line.text) is None:  # another dialect's line
+            return []
         lines, self._wrapped = [*self._wrapped, line], []
         text = joined(lines, _work) if len(lines) > 1 else line.text
         match = _work(text)

@@ -52,7 +52,7 @@ class TorchDialect:
     # DeepSpeed's launcher logs "Killing subprocess N" for each child before "[…] exits with return code = C":
     # that keyword opens a short window instead of a lower-case one that would slow every line's prefilter.
     keywords = (b"CUDA out of memory", b"Tried to allocate", b"Root Cause (first", b"Failures:", b"(exitcode: ", b"Killing subprocess",
-                b"died with <Signals")
+                b"<Signals.")
 
     def __init__(self, context: Context) -> None:
         self.context = context
