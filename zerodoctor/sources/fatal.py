@@ -60,13 +60,13 @@ class _Traceback:
 
 class FatalDialect:
     name = "fatal"
-    # Each keyword starts with a capital or a symbol: the prefilter's cost grows with every common first letter
+    # Keywords start with a capital or a symbol where they can: the prefilter's cost grows with every common first letter
     # (sources/text.py), so "illegal memory access" is found through "CUDA error" / "THCudaCheck" / "Error", a NaN
     # loss through "=nan" / ": nan" / "] nan", and so on.
     keywords = (b"Traceback (most", b"Error", b"Exception", b"Segmentation fault", b"Fatal Python error", b"SIG",
                 b"(core dumped)", b"Killed", b"Detected ", b"Memory cgroup", b"Out of memory", b"::bad_alloc",
                 b"DefaultCPUAllocator", b"NCCL error", b"CUDA error", b"CUBLAS_STATUS", b"CUDNN_STATUS", b"Assertion",
-                b"=nan", b"= nan", b": nan", b"] nan", b"| loss nan", b": loss nan", b"NaN", b"Bus error", b"Floating point exception",
+                b"=nan", b"= nan", b": nan", b"] nan", b"loss nan", b"NaN", b"Bus error", b"Floating point exception",
                 b": undefined symbol", b"Unsupported gpu", b"THCudaCheck", b"IllegalAddress", b": cannot open shared",
                 b"bytes failed")
 
