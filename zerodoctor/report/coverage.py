@@ -6,13 +6,11 @@ Shared by text and Markdown, so neither says "no findings" where nothing was vis
 from __future__ import annotations
 
 from zerodoctor.report.model import InputSummary, Report
+from zerodoctor.rulebook.hints import needs
 
 SHOW_OTHER = 4
-# signal families a console log shows only through per-step lines (or zerodoctor run's events)
-_PER_STEP = ("fp16.", "numerics.", "comm.", "offload.", "batch.", "run.", "memory.alloc", "straggler.",
-             "creep.device")
-# what only the probe's heartbeats show (a rank's phase, its host memory): no console log has them
-_HEARTBEATS = ("hang.kind", "hang.recovered", "creep.host")
+# an input as a person calls it in a console log, and in a run the probe recorded
+_WORDS = {"config": ("config dump", "config"), "steps": ("per-step lines", "steps")}
 
 
 def known_formats() -> str:
@@ -28,19 +26,29 @@ def unrecognised(i: InputSummary) -> str:
 
 
 def not_judged_line(report: Report) -> str:
-    """"12 rules not judged: this log has no config dump or per-step lines; `--explain` lists them"."""
-    missing = dict.fromkeys(m for u in report.unevaluated for m in u.missing)
-    lacks = (["config dump"] if any(m.startswith("config.") for m in missing) else []) + (
-        ["per-step lines"] if any(m.startswith(_PER_STEP) for m in missing) else []) + (
-        ["heartbeats"] if any(m.startswith(_HEARTBEATS) for m in missing) else [])
-    other = [m for m in missing if not m.startswith(("config.", *_PER_STEP, *_HEARTBEATS))]
-    source = "this log" if all(i.format != "jsonl" for i in report.inputs) else "this run"
-    why = [f"{source} has no {' or '.join(lacks)}"] if lacks else []
+    """"12 rules not judged: this log has no config dump or per-step lines; `--explain` lists them".
+
+    Only inputs the run lacks are named (``Unevaluated.lacks``, from what the run held); a signal
+    missing for another reason (too few steps, a value its lines do not print) is named as needed.
+    """
+    console = all(u.console_log for u in report.unevaluated)
+    lacks = list(dict.fromkeys(w for u in report.unevaluated for w in u.lacks))
+    other = list(dict.fromkeys(m for u in report.unevaluated for m in u.missing
+                               if not set(needs(m)) & set(u.lacks)))
+    source = "this log" if console else "this run"
+    named = [_WORDS.get(w, (w, w))[0 if console else 1] for w in lacks]
+    why = [f"{source} has no {_or(named)}"] if named else []
     if other:
         why.append("needs " + ", ".join(other[:SHOW_OTHER]) + (" …" if len(other) > SHOW_OTHER else ""))
-    if source == "this log" and "fp16.enabled" in missing:
+    missing = {m for u in report.unevaluated for m in u.missing}
+    if console and {"fp16.enabled", "numerics.unscaled_skips"} <= missing:
         # no precision, no scaler line: a DeepSpeed since 0.17.6 logs OVERFLOW and step lines at INFO only
+        # (its bf16 and static-scale skips print at WARNING since 0.19.6, and then the status is known)
         why.append('overflow status unknown from this log (DeepSpeed 0.17.6+ prints its OVERFLOW lines only with '
                    '"log_level": "info")')
     rules = len({(u.run, u.rule) for u in report.unevaluated})
     return f"{rules} rule{'s' if rules != 1 else ''} not judged: {'; '.join(why)}; `--explain` lists them"
+
+
+def _or(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from zerodoctor.rulebook.expr import Condition, MissingSignal
 from zerodoctor.rulebook.finding import Finding, Fix, Unevaluated
-from zerodoctor.rulebook.hints import hint_for
+from zerodoctor.rulebook.hints import RunInputs, hint_for
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.rulebook.strength import evidence_strength
 from zerodoctor.rulebook.template import fill, plain
@@ -24,6 +24,7 @@ def evaluate(rules: list[Rule], values: dict[str, Any], run: str, ranks: list[in
     findings: list[Finding] = []
     unevaluated: list[Unevaluated] = []
     summary = _resolver(values, None)
+    inputs = RunInputs.of(values)
     for rule in rules:
         try:
             if rule.spec.hold:
@@ -39,7 +40,8 @@ def evaluate(rules: list[Rule], values: dict[str, Any], run: str, ranks: list[in
         except MissingSignal:
             missing = tuple(s for s in rule.condition.signals if s not in values)
             missing = missing or (rule.condition.signals[0],)
-            unevaluated.append(Unevaluated(rule.code, run, missing, hint_for(missing)))
+            unevaluated.append(Unevaluated(rule.code, run, missing, hint_for(missing, inputs), inputs.lacks(missing),
+                                           not inputs.probe))
             continue
         findings.append(finding)
     return _without_needless_fallbacks(findings, {r.code for r in rules if r.spec.fallback}), unevaluated

@@ -48,9 +48,13 @@ class Unevaluated:
     run: str
     missing: tuple[str, ...]
     hint: str | None = None  # the switch that would show the missing signals
+    lacks: tuple[str, ...] = ()  # the inputs the run lacks that the missing signals come from (rulebook/hints.py)
+    console_log: bool = False  # the run was read from console logs only: what the report calls its inputs
 
     def to_json(self) -> dict[str, Any]:
-        body = {"rule": self.rule, "run": self.run, "missing": list(self.missing)}
+        body: dict[str, Any] = {"rule": self.rule, "run": self.run, "missing": list(self.missing)}
+        if self.lacks:
+            body["lacks"] = list(self.lacks)
         if self.hint:
             body["hint"] = self.hint
         return body
