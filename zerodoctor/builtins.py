@@ -14,7 +14,7 @@ from zerodoctor.hookspecs import hookimpl
 @hookimpl
 def register_sources() -> list[tuple[str, str]]:
     # Events written by the probe are the better evidence; the console is the fallback.
-    # A flight recorder dump beside them is read as well (``pipeline.expand_inputs``).
+    # A flight recorder dump or a profiler trace beside them is read as well (``pipeline.expand_inputs``).
     from zerodoctor.sources.flight_recorder import DUMP_PATTERN
 
     return [("rank-*.jsonl", "jsonl"), ("console.log", "text"), (DUMP_PATTERN, "flight-recorder")]
@@ -24,9 +24,11 @@ def register_sources() -> list[tuple[str, str]]:
 def register_parsers() -> dict:
     from zerodoctor.sources.flight_recorder import FlightRecorderParser
     from zerodoctor.sources.jsonl import JsonlParser
+    from zerodoctor.sources.profiler_trace import ProfilerTraceParser
     from zerodoctor.sources.text import TextParser
 
-    return {"jsonl": JsonlParser, "text": TextParser, "flight-recorder": FlightRecorderParser}
+    return {"jsonl": JsonlParser, "text": TextParser, "flight-recorder": FlightRecorderParser,
+            "chrome-trace": ProfilerTraceParser}
 
 
 @hookimpl

@@ -153,7 +153,48 @@ class RunEnd(_Envelope):
     duration_s: float | None = Field(None, description="wall time of the process")
 
 
-MODELS: tuple[type[_Envelope], ...] = (RunStart, Step, Comm, Heartbeat, Oom, ExceptionEvent, Log, RunEnd)
+class TraceCollective(TypedDict, total=False):
+    count: Int64
+    total_s: float
+    exposed_s: float
+    bytes: Int64
+
+
+class TraceExposed(TypedDict, total=False):
+    op: str
+    bytes: Int64
+    dur_s: float
+    exposed_s: float
+    at_s: float
+
+
+class Trace(_Envelope):
+    """One profiled step of one rank, as its torch.profiler trace shows it (``sources/profiler_trace.py``)."""
+
+    kind: Literal["trace"]
+    step: Int64 | None = Field(None, description="the trace's ProfilerStep#N; absent when the trace marks no step")
+    timeline: Literal["device", "host"] | None = Field(
+        None, description="device: GPU kernels on streams were measured; host: a CPU-only trace's threads")
+    file: str | None = Field(None, description="the trace file's name")
+    window_s: float | None = Field(None, description="length of the step on the measured timeline")
+    compute_s: float | None = Field(
+        None, description="time some compute runs (kernels, or innermost operators on the host), overlaps once")
+    comm_s: float | None = Field(None, description="time some collective runs")
+    exposed_comm_s: float | None = Field(None, description="time a collective runs while no compute does, on any stream")
+    copy_s: float | None = Field(None, description="time a memcpy/memset runs on the device")
+    idle_s: float | None = Field(None, description="time nothing runs on the measured timeline")
+    idle_dataloader_s: float | None = Field(None, description="idle time while the host is in the DataLoader")
+    idle_optimizer_s: float | None = Field(None, description="idle time while the host is in Optimizer.step")
+    dataloader_s: float | None = Field(None, description="time in enumerate(DataLoader) on the step's CPU range")
+    optimizer_s: float | None = Field(None, description="time in Optimizer.step on the step's CPU range")
+    host_gap_s: float | None = Field(
+        None, description="time of the step's CPU range where no operator runs on any thread")
+    collectives: dict[str, TraceCollective] | None = Field(
+        None, description="per collective op: count, time, exposed time, bytes")
+    exposed_top: list[TraceExposed] | None = Field(None, description="the longest exposed collectives, longest first")
+
+
+MODELS: tuple[type[_Envelope], ...] = (RunStart, Step, Comm, Heartbeat, Oom, ExceptionEvent, Log, RunEnd, Trace)
 EVENT_MODELS: dict[str, type[_Envelope]] = {m.model_fields["kind"].annotation.__args__[0]: m for m in MODELS}  # type: ignore[union-attr]
 
 

@@ -27,6 +27,7 @@ from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.rulebook.loader import Rule, load_rules
 from zerodoctor.runview import Reads, RunView
 from zerodoctor.sources import Batch, UnsupportedFormat, detect_format, run_files, source_patterns
+from zerodoctor.sources.chrome_trace import traces_in
 from zerodoctor.sources.flight_recorder import dumps_in
 from zerodoctor.sources.readahead import Pool
 from zerodoctor.store import findings as stored_findings
@@ -76,6 +77,8 @@ def expand_inputs(paths: list[Path], input_format: str | None = None) -> list[tu
             out += [(f, input_format or fmt) for f, fmt in files]
             # beside the rank files: what the flight recorder dumped when the job hung
             out += [(f, "flight-recorder") for f in dumps_in(path) if (f, "flight-recorder") not in out]
+            # and the profiler's traces (``zerodoctor run --profile``, or the user's own)
+            out += [(f, "chrome-trace") for f in traces_in(path) if (f, "chrome-trace") not in out]
         elif path.exists() or path.is_symlink():  # a FIFO or a symlink loop is refused by name, not "missing"
             out.append((path, input_format or detect_format(path)))
         else:

@@ -19,8 +19,9 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Protocol
 from zerodoctor import plugins
 from zerodoctor.events import Event, StepRecord, step_record
 from zerodoctor.stepcolumns import Columns
+from zerodoctor.sources.chrome_trace import is_trace_file, looks_like_trace, traces_in
 from zerodoctor.sources.flight_recorder import dumps_in, is_dump_file
-from zerodoctor.sources.lines import MAX_LINE_BYTES, Block, read_blocks
+from zerodoctor.sources.lines import CHUNK, MAX_LINE_BYTES, Block, read_blocks
 from zerodoctor.sources.readable import open_log
 from zerodoctor.sources.rejects import BadLine, Rejected
 
@@ -62,7 +63,10 @@ def run_files(directory: Path) -> list[tuple[Path, str]]:
         if found and fmt in known:
             return [(path, fmt) for path in found]
     if "flight-recorder" in known:  # dumps under any TORCH_FR_DUMP_TEMP_FILE prefix: known by their first bytes
-        return [(path, "flight-recorder") for path in dumps_in(directory)]
+        if dumps := dumps_in(directory):
+            return [(path, "flight-recorder") for path in dumps]
+    if "chrome-trace" in known:  # a folder of profiler traces (TensorBoard's plugin folder): known by content
+        return [(path, "chrome-trace") for path in traces_in(directory)]
     return []
 
 
@@ -74,9 +78,10 @@ def source_patterns() -> list[tuple[str, str]]:
 def run_id_for(path: Path) -> str:
     """A run directory's file belongs to the run the directory names; a loose file names its own.
 
-    A flight recorder dump, whatever its prefix, is one rank's file of the run its directory holds.
+    A flight recorder dump, whatever its prefix, or a profiler trace is one rank's file of the run its
+    directory holds.
     """
-    in_run = any(fnmatch(path.name, p) for p, _ in source_patterns()) or is_dump_file(path)
+    in_run = any(fnmatch(path.name, p) for p, _ in source_patterns()) or is_dump_file(path) or is_trace_file(path)
     return path.parent.name if in_run else path.stem
 
 
@@ -159,6 +164,8 @@ def detect_format(path: Path) -> str:
         head = f.read(SNIFF_BYTES)
     if head.startswith(b"\x80\x02"):  # a pickle: PyTorch's flight recorder dump, the one binary input
         return "flight-recorder"
+    if looks_like_trace(head):  # torch.profiler's Chrome trace: one JSON object, spread over lines
+        return "chrome-trace"
     for line in head.splitlines():
         stripped = line.strip()
         if stripped:
@@ -200,6 +207,12 @@ def read_batches(
     those ``open_log`` gives: gzip and UTF-16/32 decoded.
     """
     name = str(path)
+    if getattr(parser, "reads_whole_file", False):
+        # read once its writer is done with it, whole: from a later offset there is nothing new to read
+        if final:
+            yield (_read_whole(name, path, parser, first_line=first_line, stream=stream) if not start
+                   else Batch(end=start, last_line=first_line - 1))
+        return
     batch = Batch(end=start, last_line=first_line - 1)
     room = batch_lines
     with nullcontext(stream) if stream is not None else open_log(path)[0] as f:
@@ -225,6 +238,31 @@ def read_batches(
         except Exception as exc:  # noqa: BLE001 - what the parser held is lost, the read is not
             batch.rejected.append(Rejected(name, batch.last_line, f"{_parser_error(exc)} at end of input", b"", 0))
     yield batch
+
+
+def _read_whole(name: str, path: Path, parser: Parser, *, first_line: int, stream: BinaryIO | None) -> Batch:
+    """A whole-file format in one batch: its bytes fed to the parser in chunks, never split into lines
+    (a trace may hold no newline at all), and what went wrong with it as one rejected entry each."""
+    batch = Batch(end=0, last_line=first_line - 1)
+    with nullcontext(stream) if stream is not None else open_log(path)[0] as f:
+        f.seek(0)
+        feed: Callable[[bytes], object] | None = parser.feed
+        while data := f.read(CHUNK):
+            batch.end += len(data)
+            try:
+                if feed is not None:
+                    feed(data)
+            except Exception as exc:  # noqa: BLE001 - what was read before the fault still counts
+                batch.rejected.append(Rejected(name, first_line, str(exc) if isinstance(exc, ValueError)
+                                               else _parser_error(exc), b"", 0))
+                feed = None  # the rest is read to its end (the offset) but no longer parsed
+    try:
+        batch.add(parser.finish(), first_line)
+    except Exception as exc:  # noqa: BLE001 - the parser's own fault costs its events, not the read
+        batch.rejected.append(Rejected(name, first_line, f"{_parser_error(exc)} at end of input", b"", 0))
+    batch.rejected += [Rejected(name, first_line, reason, b"", 0) for reason in getattr(parser, "problems", ())]
+    batch.last_line = first_line
+    return batch
 
 
 def _add_lines(batch: Batch, parser: Parser, name: str, block: Block) -> None:
