@@ -48,6 +48,10 @@ SIGNALS = [
     Signal("numerics.nonfinite_loss_steps", "steps", "steps whose loss was NaN or inf"),
     Signal("numerics.nonfinite_grad_steps", "steps", "applied (not skipped) steps whose grad norm was NaN or inf"),
     Signal("numerics.first_nonfinite_step", "step", "first step with a non-finite loss or applied grad norm"),
+    Signal("numerics.unscaled_skips", "steps", "steps skipped for non-finite gradients with no loss scale to lower "
+                                               "(bf16, or a precision the log does not name)"),
+    Signal("numerics.unscaled_skip_rate", "ratio", "those skipped steps / steps"),
+    Signal("numerics.skip_precision", "name", "bf16 | unknown: the precision those skips ran in"),
 ]
 
 
@@ -181,14 +185,19 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
                     "numerics.nonfinite_grad_steps": fold.nonfinite_grad_steps,
                     "numerics.first_nonfinite_step": fold.first_nonfinite_step})
     precision = values.get("run.precision")
-    # Only DeepSpeed's static LossScaler prints "Gradients are non-finite", and only its dynamic one
-    # lowers the scale ("reducing to", hysteresis): the messages say which scaler ran (sources/deepspeed.py).
+    # Only the dynamic scaler lowers the scale ("reducing to", hysteresis) and only fp16 prints a scale.
+    # "Gradients are non-finite, weights were not updated" is LossScalerBase's (DeepSpeed >= 0.19.6): the
+    # static fp16 scaler prints it, and so does bf16, whose gradients DeepSpeed checks by default since
+    # 0.19.3 (bf16.check_grad_overflow); without a precision it names neither (sources/deepspeed.py).
     logged = {e.get("what") for e in view.events.get("log", [])}
     static_seen = "static_loss_scaler" in logged
     dynamic_seen = "dynamic_loss_scaler" in logged
-    scaled = hit_min or static_seen or bool(fold.scales_seen)
+    scaled = hit_min or dynamic_seen or bool(fold.scales_seen)
     fp16 = precision == "fp16" if precision else (True if scaled else None)
     out["fp16.enabled"] = fp16
+    if fold.known and not fp16 and (precision == "bf16" or static_seen):
+        out.update({"numerics.unscaled_skips": fold.overflows, "numerics.unscaled_skip_rate": fold.overflows / fold.known,
+                    "numerics.skip_precision": precision or "unknown"})
     if not fp16:
         return out
     fp16_config, _ = read_fp16(config)

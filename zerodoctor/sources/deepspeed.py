@@ -1,7 +1,7 @@
 """Sources, text: DeepSpeed's console messages, every generation → step, log and exception events.
 
 Message templates (DeepSpeed 0.19.8 unless said): ``runtime/fp16/loss_scaler.py`` (OVERFLOW
-lines, the static scaler's "Gradients are non-finite", "Current loss scale already at
+lines, the static scaler's "Gradients are non-finite" — bf16's too, 0.19.6+ —, "Current loss scale already at
 minimum"), ``runtime/fp16/fused_optimizer.py`` / ``unfused_optimizer.py`` ("Grad overflow on
 iteration", "Reducing dynamic loss scale", older "Overflow detected" and "fp16 dynamic loss
 scale overflow!"), pre-0.4 ZeRO's ``[deepscale] OVERFLOW!``, ``runtime/config.py`` (batch
@@ -141,7 +141,8 @@ class DeepSpeedDialect:
             out = self.clock.add(line, rank, "overflow", {"overflow": True, "loss_scale": scale},
                                  step=_bar_step(text, match.start()))
             if "Gradients are non-finite" in text and self._once(("static",)):
-                # loss_scaler.py LossScaler: the static scaler's own message, whatever the config says
+                # loss_scaler.py LossScaler (0.19.6+): the static scaler's own message, which bf16 runs print
+                # too (CreateLossScaler gives them a LossScaler of scale 1): it says no scale was lowered
                 out.append(self.context.event("log", line, rank=rank, message=match.group(0), source=self.name,
                                               level="WARNING", what="static_loss_scaler"))
             elif "reducing to" in text or "Reducing hysteresis" in text:
