@@ -39,8 +39,8 @@ def test_live_page_and_index_follow_the_run(tmp_path: Path) -> None:
         assert "fp16-min-scale.html" in index.read_text()
 
         _append(run_dir, slice(HEALTHY_LINES, None))  # the overflows, then DeepSpeed's abort
-        wait_for(lambda: "ZD201" in page.read_text(), timeout=60)
-        assert "fp16-loss-scale-collapse" in index.read_text()
+        # the page, then the index: each written whole, one after the other
+        wait_for(lambda: "ZD201" in page.read_text() and "fp16-loss-scale-collapse" in index.read_text(), timeout=60)
         assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # os.replace left no temporary file
 
         # nothing new, nothing written: a page is written only after a judgement

@@ -39,6 +39,8 @@ from zerodoctor.sources.readable import UnreadableFile
 from zerodoctor.store import files as stored_files
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store.db import describe, shown
+from zerodoctor.watch import budget
+from zerodoctor.watch.budget import Interrupts, Stopping
 from zerodoctor.watch.lock import WriterLock, busy_dir
 from zerodoctor.watch.notify import Deliveries, Notifier
 from zerodoctor.tail import FileTail
@@ -50,6 +52,7 @@ _WAKING = [FileModifiedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent
            DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
 COMMIT_EVENTS = 50_000
 NOTIFY_JOIN_S = 60.0  # a webhook's retries take ~23.5 s at most; a stuck notifier is left behind
+STOP_JOIN_S = 5.0  # once stopped by a signal: a send in flight stays pending (delivered at least once)
 
 Announce = Callable[[Finding, dict], None]
 _Stamp = tuple[int | None, ...]
@@ -67,14 +70,17 @@ class Watcher:
         rescan_s: the periodic look for new run directories and files.
         recheck_s: how often a run still in progress is judged again with no new events: a
             rank that hangs, or dies, writes nothing, and silence is what the hang rules judge.
+        judge_budget_s: the most one judgement of one run may take (default ``budget.JUDGE_BUDGET_S``);
+            past it the run is set aside with that reason and every other run goes on (``watch/budget.py``).
     """
 
     def __init__(self, engine: Engine, roots: list[Path], rules: list[Rule], announce: Announce, *,
                  notifiers: list[Notifier] | None = None, on_judged: Callable[[Judgement], None] | None = None,
                  judge_every_s: float = 0.2, tick_s: float = 1.0,
                  rescan_s: float = 5.0, notify_retry_s: float = 30.0, lock: WriterLock | None = None,
-                 recheck_s: float = 2.0) -> None:
+                 recheck_s: float = 2.0, judge_budget_s: float | None = None) -> None:
         self.engine, self.roots, self.rules, self.announce = engine, roots, rules, announce
+        self.judge_budget_s = budget.JUDGE_BUDGET_S if judge_budget_s is None else judge_budget_s
         self.on_judged = on_judged
         self.lock = lock
         self._scanned = False
@@ -86,6 +92,7 @@ class Watcher:
         self.stop = threading.Event()
         self.deliveries = Deliveries(engine, notifiers or [], self.stop, notify_retry_s)
         self.wake = threading.Event()
+        self.interrupts = Interrupts(self.stop, self.wake)
         self.rescan = threading.Event()
         self._changed: set[str] = set()  # runs with events not judged yet
         self._judged_at: dict[str, float] = {}
@@ -233,12 +240,11 @@ class Watcher:
         return wait
 
     def _judge_run(self, name: str) -> None:
-        judged = self.pipeline.judge(name, now=time.time())
+        with self.interrupts.judging(f"judging run {name}", self.judge_budget_s):
+            judged = self.pipeline.judge(name, now=time.time())
         if judged.set_aside is not None:  # the pipeline said why, once; nothing to announce or to re-check
             self._in_progress.discard(name)
             return
-        if self.on_judged is not None:
-            self.on_judged(judged)
         found, config, run_id = judged.findings, judged.config, self.pipeline.view(name).run_id
         # heartbeats, a rank not ended, and not the whole job gone quiet: judged on the timer too
         if "hang.stalled_s" in judged.values and judged.values.get("hang.kind") != "gone":
@@ -252,6 +258,13 @@ class Watcher:
             for finding in fresh:
                 self.announce(finding, config)
             stored_findings.mark_announced(conn, [unannounced[f.rule] for f in fresh])
+        if self.on_judged is not None:  # after the announcements: a page that fails costs no finding its line
+            try:
+                with self.interrupts.judging(f"the page of run {name}", self.judge_budget_s):
+                    self.on_judged(judged)
+            except Exception as exc:  # noqa: BLE001 - a page is a view of the findings, never their gate
+                log.error("run %s: its page was not written (its findings are announced and stored): %s",
+                          name, describe(exc, self.engine.url), exc_info=bool(os.environ.get("ZERODOCTOR_DEBUG")))
 
     def notify(self, *, force: bool = False) -> None:
         """Hand pending findings to the notifiers on their thread; after a failure, wait ``notify_retry_s``."""
@@ -267,12 +280,16 @@ class Watcher:
 
     def once(self) -> None:
         """Ingest every complete line there is now, judge what changed, and return."""
-        self.discover()
-        while self.ingest() and not self.stop.is_set():
-            pass
-        self.judge(force=True)
-        self.notify(force=True)
-        self.close()
+        try:
+            self.discover()
+            while self.ingest() and not self.stop.is_set():
+                pass
+            self.judge(force=True)
+            self.notify(force=True)
+        except Stopping:
+            pass  # a judgement abandoned; everything read is committed
+        finally:
+            self.close()
 
     def serve(self, *, polling: bool = False, every_tick: Callable[[], None] | None = None) -> None:
         """Run until ``stop`` is set (SIGINT/SIGTERM via ``stop_on_signals``); every commit is whole.
@@ -305,6 +322,8 @@ class Watcher:
                     every_tick()
                     next_tick = time.monotonic() + self.tick_s
                 self.wake.wait(min(self.tick_s, wait if wait is not None else self.tick_s))
+        except Stopping:
+            pass  # a judgement abandoned; everything read is committed
         finally:
             observer.stop()
             observer.join(timeout=5)
@@ -312,7 +331,7 @@ class Watcher:
         log.info("stopped; everything read is committed")
 
     def close(self) -> None:
-        self.deliveries.join(timeout=NOTIFY_JOIN_S)
+        self.deliveries.join(timeout=STOP_JOIN_S if self.stop.is_set() else NOTIFY_JOIN_S)
         for tail in self.tails.values():
             tail.close()
         self.tails.clear()
@@ -357,12 +376,11 @@ class _Wakeup(FileSystemEventHandler):
 
 
 def stop_on_signals(watcher: Watcher) -> None:
-    """SIGINT and SIGTERM end the loop after the transaction in flight commits."""
+    """SIGINT and SIGTERM end the loop after the transaction in flight commits, or abandon a judgement."""
 
-    def _stop(signum: int, _frame: object) -> None:
+    def _stop(signum: int, frame: object) -> None:
         log.info("%s received; finishing the current pass", signal.Signals(signum).name)
-        watcher.stop.set()
-        watcher.wake.set()
+        watcher.interrupts.stop_signal(signum, frame)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _stop)
