@@ -28,7 +28,10 @@ def parse_args() -> argparse.Namespace:
                    help="samples the loader feeds per micro-batch (default: the engine's micro-batch)")
     p.add_argument("--loss", choices=("mean", "sum"), default="mean", help="reduction of the squared error")
     p.add_argument("--loss-mult", type=float, default=1.0, help="fault: multiply the loss by this ...")
-    p.add_argument("--loss-mult-from", type=int, default=0, help="... from this optimizer step on")
+    p.add_argument("--loss-mult-from", type=int, default=0, help="... from this optimizer step on ...")
+    p.add_argument("--loss-mult-above-lr", type=float, default=None,
+                   help="... only while the engine's lr is above this: the divergence a too-high lr causes, made "
+                        "deterministic on CPU (a lower lr, in effect, cures it)")
     p.add_argument("--cpu-fp16-shim", action="store_true", help="let DeepSpeed's CPU accelerator do fp16")
     p.add_argument("--hub_token", help="unused: as HF scripts take one to push to the Hub (the probe must redact it)")
     p.add_argument("--loader", action="store_true", help="feed batches through a torch DataLoader")
@@ -42,6 +45,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--save-every", type=int, default=0, help="every N optimizer steps, save a checkpoint ...")
     p.add_argument("--save-s", type=float, default=0.0, help="... on storage this many seconds slow per file")
     p.add_argument("--save-dir", default=None, help="where checkpoints go")
+    p.add_argument("--load-dir", default=None, help="resume: load_checkpoint from this directory ...")
+    p.add_argument("--load-tag", default=None, help="... this tag (default: the one its 'latest' file names)")
     p.add_argument("--leak-bytes", type=int, default=0, help="fault: keep this many bytes alive per step")
     p.add_argument("--host-work-s", type=float, default=0.0, help="every rank's host work per step (a soak's pace)")
     p.add_argument("--crash", choices=sorted(CRASHES), default=None, help="fault: this rank dies of this crash ...")
@@ -136,6 +141,10 @@ def main() -> None:
     torch.manual_seed(0)
     model = build_model(args.width, args.layers)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=args.config)
+    if args.load_dir:
+        path, _ = engine.load_checkpoint(args.load_dir, args.load_tag)
+        if engine.global_rank == 0:
+            print(f"resumed from {path} at step {engine.global_steps}", flush=True)
     dtype = torch.float16 if engine.fp16_enabled() else torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
     feed = args.feed or engine.train_micro_batch_size_per_gpu()
     generator = torch.Generator().manual_seed(1 + engine.global_rank)
@@ -160,7 +169,8 @@ def main() -> None:
             target = torch.randn(feed, args.width, generator=generator)
         err = (engine(x).float() - target) ** 2
         loss = err.sum() if args.loss == "sum" else err.mean()
-        if engine.global_steps >= args.loss_mult_from:
+        if engine.global_steps >= args.loss_mult_from and (
+                args.loss_mult_above_lr is None or engine.get_lr()[0] > args.loss_mult_above_lr):
             loss = loss * args.loss_mult
         before = engine.global_steps
         engine.backward(loss)

@@ -239,9 +239,37 @@ def run(
     append: bool = typer.Option(False, "--append", help="Join a run directory other nodes of the same job write to."),
     mode: str = typer.Option("700", "--mode", help="Permissions of a new run directory, in octal (files get them "
                              "without x): 700 keeps the run to you, 750 shares it with your group."),
+    fix_and_resume: Optional[str] = typer.Option(
+        None, "--fix-and-resume", flag_value="safe", metavar="[=safe|unsafe-ok]",
+        help="When the job fails, relaunch it from its last good checkpoint with the fix of its error finding: "
+             "only safe fixes, or also unsafe-ok ones (lr, loss scale, bf16). See docs/run.md."),
+    max_restarts: int = typer.Option(2, "--max-restarts", min=0, help="With --fix-and-resume: relaunches at most."),
+    on: Optional[str] = typer.Option(None, "--on", help="With --fix-and-resume: act only on these rules "
+                                     "(comma-separated codes or prefixes, e.g. ZD201,ZD4)."),
+    resume_arg: Optional[str] = typer.Option(
+        None, "--resume-arg", help="With --fix-and-resume: the arguments that make the job resume, appended on a "
+        "relaunch; {ckpt} the checkpoint's directory, {dir} its save_dir, {tag} its tag, {step} its step."),
+    config_arg: Optional[str] = typer.Option(
+        None, "--config-arg", help="With --fix-and-resume: the flag that takes the DeepSpeed config, when not "
+        "--deepspeed or --deepspeed_config."),
+    allow_scratch: bool = typer.Option(False, "--allow-restart-from-scratch",
+                                       help="With --fix-and-resume: relaunch from step 0 when no checkpoint was saved "
+                                       "before the fault."),
+    profile: Optional[str] = typer.Option(
+        None, "--profile", metavar="STEPS", help="Profile these optimizer steps (e.g. 10-12) with torch.profiler on "
+        "every rank: one trace per rank in the run directory, read back by diagnose."),
 ) -> None:
     """Run a training command with the probe injected; exit with the command's own status."""
     from zerodoctor.wrapper import RunError, run as run_command
+
+    if profile is not None:
+        from zerodoctor.probe.profile import PROFILE_ENV, parse_steps
+
+        try:
+            parse_steps(profile)
+        except ValueError as exc:
+            raise fail(f"--profile {exc}") from None
+        os.environ[PROFILE_ENV] = profile  # the job's environment is built from ours
 
     try:
         bits = int(mode, 8)
@@ -250,10 +278,28 @@ def run(
     if not 0o700 <= bits <= 0o777:  # the owner must keep rwx: the probe writes there
         raise fail(f"--mode {mode}: give octal permissions that let you read and write the run, e.g. 700 or 750")
     try:
-        code = run_command(list(command), runs_dir, name, append=append, mode=bits)
+        if fix_and_resume is None:
+            code = run_command(list(command), runs_dir, name, append=append, mode=bits)
+        else:
+            code = _fix_and_resume(list(command), runs_dir, name, fix_and_resume, append=append, mode=bits,
+                                   max_restarts=max_restarts, on=on, resume_arg=resume_arg, config_arg=config_arg,
+                                   allow_scratch=allow_scratch)
     except RunError as exc:
         raise fail(str(exc)) from None
     raise typer.Exit(code)
+
+
+def _fix_and_resume(command: list[str], runs_dir: Path, name: Optional[str], policy: str, *, append: bool,
+                    mode: int, max_restarts: int, on: Optional[str], resume_arg: Optional[str],
+                    config_arg: Optional[str], allow_scratch: bool) -> int:
+    from zerodoctor.resume.loop import Options, fix_and_resume
+    from zerodoctor.resume.policy import POLICIES, Policy
+
+    if policy not in POLICIES:
+        raise fail(f"--fix-and-resume={policy}: choose one of {', '.join(POLICIES)}")
+    only = tuple(code.strip().upper() for code in (on or "").split(",") if code.strip())
+    options = Options(Policy(policy, only), max_restarts, resume_arg, config_arg, allow_scratch)
+    return fix_and_resume(command, runs_dir, name, options, append=append, mode=mode)
 
 
 @app.command()

@@ -153,6 +153,27 @@ class RunEnd(_Envelope):
     duration_s: float | None = Field(None, description="wall time of the process")
 
 
+class Checkpoint(_Envelope):
+    kind: Literal["checkpoint"]
+    op: Literal["save", "load"] = Field(description="save_checkpoint or load_checkpoint, recorded once it returned")
+    step: Int64 | None = Field(None, description="the engine's global step after the call (a save holds the "
+                               "weights after this step; a load continues from it)")
+    dir: str | None = Field(None, description="the directory passed (save_dir / load_dir)")
+    tag: str | None = Field(None, description="the checkpoint's tag (DeepSpeed's default: global_step<N>)")
+    path: str | None = Field(None, description="the checkpoint's own directory, <dir>/<tag>")
+    reapplied: list[str] | None = Field(
+        None, description="load under fix-and-resume: the patched values put back after the load restored the "
+        "checkpoint's (lr, loss_scaler)")
+
+
+class FixCheck(_Envelope):
+    kind: Literal["fix_check"]
+    step: Int64 | None = Field(None, description="the first optimizer step after a resume")
+    expected: dict[str, Any] | None = Field(None, description="what the patched config sets (lr, loss scaling)")
+    observed: dict[str, Any] | None = Field(None, description="what the engine ran that step with")
+    in_effect: bool | None = Field(None, description="observed matches expected")
+
+
 class TraceCollective(TypedDict, total=False):
     count: Int64
     total_s: float
@@ -194,7 +215,8 @@ class Trace(_Envelope):
     exposed_top: list[TraceExposed] | None = Field(None, description="the longest exposed collectives, longest first")
 
 
-MODELS: tuple[type[_Envelope], ...] = (RunStart, Step, Comm, Heartbeat, Oom, ExceptionEvent, Log, RunEnd, Trace)
+MODELS: tuple[type[_Envelope], ...] = (RunStart, Step, Comm, Heartbeat, Oom, ExceptionEvent, Log, RunEnd,
+                                        Checkpoint, FixCheck, Trace)
 EVENT_MODELS: dict[str, type[_Envelope]] = {m.model_fields["kind"].annotation.__args__[0]: m for m in MODELS}  # type: ignore[union-attr]
 
 

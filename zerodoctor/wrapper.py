@@ -100,8 +100,8 @@ def _write_json(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-def child_env(run_dir: Path, run_id: str, site_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
+def child_env(run_dir: Path, run_id: str, site_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
     # PYTHONPATH is the one channel DeepSpeed's multi-node runner forwards (EXPORT_ENVS has
     # 'PYTHON'), and the generated sitecustomize carries the run dir itself.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site_dir), env.get("PYTHONPATH")) if p)
@@ -114,7 +114,8 @@ def child_env(run_dir: Path, run_id: str, site_dir: Path) -> dict[str, str]:
 
 
 def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: bool = False,
-        mode: int = RUN_DIR_MODE) -> int:
+        mode: int = RUN_DIR_MODE, directory: Path | None = None, env: dict[str, str] | None = None,
+        forwarded: list[int] | None = None) -> int:
     """Run ``command`` with the probe injected; return its exit status (128+N for signal N).
 
     ``append`` lets the wrappers of one multi-node job share a run directory: each node's
@@ -122,6 +123,9 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
     files is an earlier attempt, whose events the probe would otherwise append to.
     A new run directory gets ``mode`` (0700: only you can read the run), its files the same
     bits without execute; the command's own files keep the umask it always had.
+    ``directory`` puts the run elsewhere than ``runs_dir/name`` (an attempt of fix-and-resume), ``env``
+    is the environment to start from (default ours), and each signal forwarded to the job is appended
+    to ``forwarded``.
     """
     from zerodoctor import __version__
     from zerodoctor.probe.bootstrap import write_site
@@ -129,7 +133,7 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
     run_id = name or new_run_id()
     if problem := _bad_name(run_id):
         raise RunError(f"--name {run_id!r}: {problem}")
-    run_dir = (runs_dir / run_id).resolve()
+    run_dir = (directory or runs_dir / run_id).resolve()
     if not append and next(run_dir.glob("rank-*.jsonl"), None) is not None:
         raise RunError(f"{run_dir}: already holds the rank files of an earlier run; choose another --name "
                        "(or pass --append on every node of one multi-node job)")
@@ -148,7 +152,7 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
         tees = [_Tee(sys.stdout.fileno(), log, lock), _Tee(sys.stderr.fileno(), log, lock)]
         try:
             proc = subprocess.Popen(command, stdout=tees[0].child_fd, stderr=tees[1].child_fd,
-                                    env=child_env(run_dir, run_id, site_dir), process_group=0)
+                                    env=child_env(run_dir, run_id, site_dir, env), process_group=0)
         except OSError as exc:
             for tee in tees:
                 os.close(tee.child_fd)
@@ -156,7 +160,7 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
             raise RunError(f"{command[0]}: {exc.strerror}") from None
         for tee in tees:
             tee.start()
-        previous = _forward_signals(proc.pid)
+        previous = _forward_signals(proc.pid, forwarded)
         try:
             returncode = _wait(proc)
         finally:
@@ -244,8 +248,10 @@ def _bad_name(name: str) -> str | None:
     return None
 
 
-def _forward_signals(pgid: int) -> dict[int, object]:
+def _forward_signals(pgid: int, forwarded: list[int] | None = None) -> dict[int, object]:
     def forward(signum: int, frame: object) -> None:
+        if forwarded is not None:
+            forwarded.append(signum)
         try:
             os.killpg(pgid, signum)
         except ProcessLookupError:

@@ -54,7 +54,7 @@ def apply_fixes(config: dict[str, Any], findings: list[Finding], *, unsafe: bool
                 result.skipped.append((finding.rule, "its config fixes are unsafe (pass --unsafe)"))
             continue
         fix = allowed[0]
-        paths = list(_paths(fix.config_patch))
+        paths = list(patch_paths(fix.config_patch))
         clash = next(((p, q) for p in paths for q in owner if p[:len(q)] == q or q[:len(p)] == p), None)
         if clash:
             result.skipped.append((finding.rule, f"changes {'.'.join(clash[0])}, already changed by {owner[clash[1]]}"))
@@ -71,11 +71,11 @@ def apply_fixes(config: dict[str, Any], findings: list[Finding], *, unsafe: bool
     return result
 
 
-def _paths(patch: dict[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+def patch_paths(patch: dict[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
     """Leaf paths a merge patch sets or deletes."""
     for key, value in patch.items():
         if isinstance(value, dict) and value:
-            yield from _paths(value, (*prefix, key))
+            yield from patch_paths(value, (*prefix, key))
         else:
             yield (*prefix, key)
 

@@ -11,8 +11,13 @@ backward, step, save/load_checkpoint, evaluation (a forward in eval mode or with
 and outside the engine in between. The user's memory counters are never reset: the peak of
 a step is reported only when it set a new high, read from the counter as it is.
 
+Checkpoint saves and loads become ``checkpoint`` events (where the job keeps its checkpoints,
+for ``run --fix-and-resume``); on a relaunch with a fix, ``probe.resume`` keeps the patched values
+across the load and checks them on the first step after it.
+
 A probe that raises is switched off after recording the failure once; the call it
-wrapped still runs, so training never notices.
+wrapped still runs, so training never notices. The one exception is a fix that is not in
+effect after a resume: the user asked for the fix, so that attempt stops (``FixNotInEffect``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from zerodoctor.probe import RUN_DIR_ENV, RUN_ID_ENV
 from zerodoctor.probe.comm import CommClock, instrument_backend
 from zerodoctor.probe.crash import CrashRecorder
 from zerodoctor.probe.phase import PHASE, watch_data_loader
+from zerodoctor.probe.resume import FixKeeper, FixNotInEffect, load_patch, observed_values
 from zerodoctor.probe.runinfo import run_start_fields, user_config
 from zerodoctor.probe.writer import EventWriter
 
@@ -37,8 +43,10 @@ _RECORDERS: dict[str, CrashRecorder] = {}  # one writer and crash recorder per p
 
 
 class EngineProbe:
-    def __init__(self, engine: Any, writer: EventWriter, crash: CrashRecorder, comm: CommClock | None) -> None:
-        self.engine, self.writer, self.crash, self.comm = engine, writer, crash, comm
+    def __init__(self, engine: Any, writer: EventWriter, crash: CrashRecorder, comm: CommClock | None,
+                 keeper: FixKeeper | None = None) -> None:
+        self.engine, self.writer, self.crash, self.comm, self.keeper = engine, writer, crash, comm, keeper
+        self.not_in_effect: str | None = None  # set by the first step after a resume whose fix is not in effect
         self.enabled = True
         self.phase = PHASE
         self._cuda = _cuda_memory()
@@ -87,6 +95,9 @@ class EngineProbe:
             out = self._call(step, args, kwargs, "step")
             if before is not None:
                 self._safely(self._after_step, before, start)
+            if self.not_in_effect is not None:
+                self.writer.flush()
+                raise FixNotInEffect(self.not_in_effect)
             return out
 
         # Instance attributes shadow the class methods; nn.Module.__call__ finds forward here too.
@@ -94,22 +105,45 @@ class EngineProbe:
         object.__setattr__(engine, "backward", probed_backward)
         object.__setattr__(engine, "step", probed_step)
         for name in ("save_checkpoint", "load_checkpoint"):
-            self._phase_only(name)
+            self._checkpoint_call(name)
         self.phase.thread = threading.get_ident()
         watch_data_loader(self.phase)
 
-    def _phase_only(self, name: str) -> None:
-        """Wrap an engine method only to name the phase: checkpoints take minutes and all ranks' collectives."""
+    def _checkpoint_call(self, name: str) -> None:
+        """Wrap a checkpoint method: its phase (minutes, and all ranks' collectives), then a ``checkpoint`` event."""
         method = getattr(self.engine, name, None)
         if method is None:
             return
+        load = name == "load_checkpoint"
 
         def probed(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return method(*args, **kwargs)
-            return self._call(method, args, kwargs, name)
+            taken = self._safely(self.keeper.before_load, self.engine) if load and self.keeper else None
+            out = self._call(method, args, kwargs, name)
+            self._safely(self._after_checkpoint, load, args, kwargs, out, taken)
+            return out
 
         object.__setattr__(self.engine, name, probed)
+
+    def _after_checkpoint(self, load: bool, args: tuple, kwargs: dict, out: Any, taken: dict | None) -> None:
+        engine = self.engine
+        directory = args[0] if args else kwargs.get("load_dir" if load else "save_dir")
+        tag = args[1] if len(args) > 1 else kwargs.get("tag")
+        if load:
+            if not (isinstance(out, tuple) and out and out[0]):  # nothing there to load: the run starts afresh
+                return
+            if tag is None:  # DeepSpeed read it from the directory's 'latest' file
+                tag = (Path(directory) / "latest").read_text().strip()
+        elif tag is None:
+            tag = f"global_step{engine.global_steps}"  # DeepSpeed's own default
+        path = os.path.join(str(directory), str(tag))
+        reapplied = self.keeper.after_load(engine, taken) if load and taken else None
+        self.writer.emit("checkpoint", op="load" if load else "save", step=engine.global_steps,
+                         dir=str(directory), tag=str(tag), path=path, reapplied=reapplied)
+        if load:
+            self.phase.last_step = engine.global_steps
+            self.crash.step = engine.global_steps + 1
 
     def _call(self, fn: Any, args: tuple, kwargs: dict, phase: str, after: str = "user") -> Any:
         if self._last_step_t is None:
@@ -190,12 +224,23 @@ class EngineProbe:
         if self._cuda is not None:
             fields.update(self._cuda())
         self.writer.emit("step", **fields)
+        if self.keeper is not None and self.keeper.expected is not None:
+            self._check_fix()
         self.phase.last_step, self.phase.data_s = engine.global_steps, 0.0
         self.crash.step = engine.global_steps + 1  # failures from here on belong to the next step
         self._last_step_t = now
         self._reset()
         if self.comm is not None and now - self._comm_t >= COMM_INTERVAL_S:
             self.flush_comm(now)
+
+    def _check_fix(self) -> None:
+        observed = observed_values(self.engine)
+        expected, ok = self.keeper.check(observed)
+        self.writer.emit("fix_check", step=self.engine.global_steps, expected=expected, observed=observed,
+                         in_effect=ok)
+        if not ok:
+            self.not_in_effect = (f"zerodoctor: fix not in effect after the resume: the patched config sets {expected}, "
+                                  f"the engine runs with {observed}; stopping this attempt")
 
     def flush_comm(self, now: float | None = None) -> None:
         now = perf_counter() if now is None else now
@@ -263,7 +308,9 @@ def attach_engine(engine: Any, run_dir: str | os.PathLike | None, *, config: Any
     crash.writer.emit("run_start", t=time.time(), **run_start_fields(engine, snapshot))
     crash.writer.flush()
     crash.step = engine.global_steps + 1
-    probe = EngineProbe(engine, crash.writer, crash, instrument_backend())
+    patch = load_patch(run_dir)
+    keeper = FixKeeper(patch) if patch is not None else None
+    probe = EngineProbe(engine, crash.writer, crash, instrument_backend(), keeper if keeper and keeper.active else None)
     probe.install()
     if probe.comm is not None:
         import atexit
