@@ -108,8 +108,10 @@ def patch_initialize(deepspeed: Any) -> None:
         result = original(*args, **kwargs)
         try:
             from zerodoctor.probe.engine import attach_engine
+            from zerodoctor.probe.profile import install_from_env
 
-            attach_engine(result[0], None, config=_config_argument(signature, args, kwargs))
+            probe = attach_engine(result[0], None, config=_config_argument(signature, args, kwargs))
+            install_from_env(result[0], probe.writer.path.parent)
         except Exception as exc:  # noqa: BLE001 - the probe failed; training must not
             print(f"zerodoctor: probe not attached, training continues: {type(exc).__name__}: {exc}",
                   file=sys.stderr, flush=True)
