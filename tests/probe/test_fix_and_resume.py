@@ -1,0 +1,100 @@
+"""``zerodoctor run --fix-and-resume``: real 2-rank DeepSpeed runs on CPU (gloo) that fail, are diagnosed and are
+relaunched from a checkpoint with a fix, or are not, as the policy says.
+
+The fp16 fault is ``samples/train.py --loss-mult 1e9 --loss-mult-from 25 --loss-mult-above-lr 6e-4``: from step 26
+on, while the engine's lr is above 6e-4, the gradients overflow fp16 at every scale, as a too-high lr's divergence
+does, but deterministically; the scaler halves to min_loss_scale 1 and DeepSpeed aborts (ZD201). A lower lr *in
+effect* cures it, which only happens if the probe puts the patched lr back after ``load_checkpoint`` restored the
+checkpoint's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+from tests.probe.conftest import TRAIN, run_env
+
+FP16 = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1},
+        "fp16": {"enabled": True, "initial_scale_power": 8, "hysteresis": 2, "min_loss_scale": 1}}
+LR_FAULT = ("--steps", "40", "--width", "16", "--loss-mult", "1e9", "--loss-mult-from", "25",
+            "--loss-mult-above-lr", "6e-4", "--save-every", "5", "--save-dir", "ckpt", "--cpu-fp16-shim")
+RESUME = ("--config-arg", "--config", "--resume-arg", "--load-dir {dir} --load-tag {tag}")
+TIMEOUT_S = 600
+
+
+def fix_and_resume(tmp: Path, policy: str, config: dict, *train_args: str, options: tuple = RESUME,
+                   name: str = "job") -> subprocess.CompletedProcess:
+    (tmp / "ds.json").write_text(json.dumps(config, indent=2))
+    command = [sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp / "runs"), "--name", name,
+               f"--fix-and-resume={policy}", *options, "--",
+               sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(TRAIN), "--config", "ds.json", *train_args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp,
+                          env={**run_env(), "PYTHONPATH": str(ROOT)})
+
+
+def events(attempt: Path, kind: str, rank: int = 0) -> list[dict]:
+    lines = (attempt / f"rank-{rank}.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["kind"] == kind]
+
+
+def trail(tmp: Path, name: str = "job") -> dict:
+    return json.loads((tmp / "runs" / name / "resume.json").read_text())
+
+
+def test_an_lr_collapse_is_resumed_with_a_lower_lr_in_effect_under_unsafe_ok(tmp_path) -> None:
+    done = fix_and_resume(tmp_path, "unsafe-ok", FP16, *LR_FAULT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    audit = trail(tmp_path)
+    first, second, third = audit["attempts"]
+    assert first["exit_code"] != 0 and [f["rule"] for f in first["findings"]] == ["ZD201"]
+    # ZD201's first fix, a fixed loss scale, only turns the abort into skipped steps (ZD203): not helped
+    assert second["fix"]["config_patch"] == {"fp16": {"loss_scale": 256}}
+    assert [f["rule"] for f in second["findings"]] == ["ZD203"]
+    assert "did not help" in done.stderr
+    # the next fix of the same finding: a lower lr, from the checkpoint before the first overflow (step 26)
+    assert third["fix"]["config_patch"] == {"optimizer": {"params": {"lr": 5e-4}}}
+    assert third["resumed_from"]["tag"] == "global_step25"
+    assert audit["outcome"].startswith("fixed") and audit["exit_code"] == 0
+    patched = Path(third["config"])
+    assert patched.parent == tmp_path and json.loads(patched.read_text())["optimizer"]["params"]["lr"] == 5e-4
+    assert json.loads((tmp_path / "ds.json").read_text()) == FP16  # the original is never written over
+    attempt = tmp_path / "runs" / "job" / "attempt-3"
+    for rank in (0, 1):
+        load, = [e for e in events(attempt, "checkpoint", rank) if e["op"] == "load"]
+        assert load["step"] == 25 and load["reapplied"] == ["lr"]
+        check, = events(attempt, "fix_check", rank)
+        assert check["in_effect"] and check["observed"]["lr"] == 5e-4
+        steps = events(attempt, "step", rank)
+        assert [s["step"] for s in steps] == list(range(26, 41))  # continues from the checkpoint, not 0
+        assert not any(s["overflow"] for s in steps) and {s["lr"] for s in steps} == {5e-4}
+    assert "+      \"lr\": 0.0005" in (attempt / "fix.diff").read_text()
+
+
+def test_no_safe_fix_means_no_restart_and_the_jobs_exit_code(tmp_path) -> None:
+    done = fix_and_resume(tmp_path, "safe", FP16, *LR_FAULT)
+    plain = json.loads((tmp_path / "runs" / "job" / "attempt-1" / "meta.json").read_text())["exit_code"]
+    assert done.returncode == plain != 0
+    audit = trail(tmp_path)
+    assert len(audit["attempts"]) == 1 and audit["outcome"].startswith("no safe fix for ZD201")
+    assert not (tmp_path / "runs" / "job" / "attempt-2").exists()
+
+
+def test_a_fix_that_does_not_help_is_not_applied_twice_and_no_fix_left_stops(tmp_path) -> None:
+    """Rank 1 runs out of host memory at step 5 whatever the config says (ZD406): its safe fix is tried once from
+    the checkpoint of step 4, the same fault comes back, and the run stops with the job's exit code."""
+    config = {**FP16, "fp16": {"enabled": False}}
+    done = fix_and_resume(tmp_path, "safe", config, "--steps", "8", "--width", "16", "--crash", "host-memory",
+                          "--crash-at", "5", "--save-every", "2", "--save-dir", "ckpt")
+    audit = trail(tmp_path)
+    first, second = audit["attempts"]
+    assert [f["rule"] for f in first["findings"]] == ["ZD406"]
+    assert second["fix"]["safety"] == "safe" and second["resumed_from"]["step"] == 4
+    assert [f["rule"] for f in second["findings"]] == ["ZD406"]
+    assert audit["outcome"] == "no fix left for ZD406 host-memory-allocation-failed"
+    assert done.returncode == second["exit_code"] != 0
