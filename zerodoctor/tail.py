@@ -9,23 +9,33 @@ recently read tail closes its own and opens it again on its next poll, so 10,000
 cost no more descriptors than 100. Only regular files are opened (``sources.readable``).
 
 Rotation is recognised the way the log shippers do it (Fluent Bit, pygtail):
-- rename+create, delete+recreate: the path names another inode → drain the old handle,
-  then read the new file from 0;
-- copytruncate: same inode, size below the offset → read again from 0;
-- path gone (deleted, renamed away, run directory removed, or no regular file any more) →
-  drain, close, forget.
+- rename+create, delete+recreate: the path names another inode → drain the old handle, read
+  whole any rotated generation newer than it (``.1`` newer than ``.2``, ``-20261203`` newer than
+  ``-20261202``: two rotations between two reads leave one behind), then read the new file from 0;
+- copytruncate, or a ``>`` rewrite: same inode, size below the offset, or first bytes that are no
+  longer those read (checked at every poll that sees the size or mtime change, so a file rewritten
+  and grown past the old offset between two polls is read again from 0, not from the middle);
+- path deleted (the open file has no name left) → drain, close, forget;
+- path away (renamed or moved, its directory too, or a network filesystem's ESTALE/EIO): the file
+  is "missing" and its row keeps identity and offsets for ``MISSING_GRACE_S`` of polls; back at
+  the path it reads on; found at another path under the roots it is the same file
+  (``store/files.register`` moves the row there); after the grace it is "gone" (the row still
+  kept: a file found again later still reads on).
 After a restart (or a closed handle) a renamed-away file is found again by its inode among its
-siblings and drained from the stored offset. A file whose inode is the stored one but whose
-first bytes are not (deleted and recreated while unwatched: ext4 reuses inodes at once) is a
-new file, read from 0.
+siblings and drained from the stored offset, then the generations rotated after it. A file whose
+inode is the stored one but whose first bytes are not (deleted and recreated while unwatched: ext4
+reuses inodes at once) is a new file, read from 0.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import re
 import resource
 import stat
+import time
 from collections import OrderedDict
 from functools import partial
 from pathlib import Path
@@ -45,7 +55,10 @@ Identity = tuple[int, int] | tuple[None, None]
 _DRAINED: Identity = (None, None)
 SHOW_REJECTED = 5
 BATCH_LINES = 20_000
-Polled = Literal["idle", "more", "gone"]
+MISSING_GRACE_S = 30.0  # a file away from its path this long is gone (a run directory moved out of the roots)
+Polled = Literal["idle", "more", "missing", "gone"]
+# A rotated generation's name: the file's, then logrotate's ``.1``/``.2`` or dateext ``-20261202`` (maybe gzipped).
+_ROTATED = re.compile(r"(?:\.(?P<n>\d+)|-(?P<date>\d[\w.:+-]*?))(?:\.gz)?")
 Emit = Callable[[Batch], None]
 
 
@@ -87,11 +100,16 @@ class FileTail:
         # Opened before the row exists (a file that is no log gets none), and kept for the first read.
         self._opened: tuple[BinaryIO, str | None] | None = open_log(path)
         try:
-            row = ingestor.register_file(conn, path, fmt)
+            row = ingestor.register_file(conn, path, fmt, self._opened[0])
+            if "moved_from" in row:
+                log.info("%s is %s moved (the same file: inode and first bytes); reading on from byte %d",
+                         row["path"], row["moved_from"], row["offset"])
             self.file_id: int = row["id"]
             self.name: str = row["path"]
             self.handle: BinaryIO | None = None
             self.decoded: str | None = None
+            self.missing_since: float | None = None
+            self._seen: tuple[int, int] | None = None  # (size, mtime) at the last poll
             self.resync(row)  # UnsupportedFormat for a format no parser reads
         except BaseException:
             self._opened[0].close()
@@ -119,21 +137,60 @@ class FileTail:
         self._ingestor, self._emit = ingestor, emit
         try:
             st = check_regular(self.path)
-        except OSError:  # gone, or a FIFO, a symlink loop…: nothing more to read at this path
-            self._drain_and_close(conn, "is gone")
+        except UnreadableFile:  # a FIFO, a symlink loop…: nothing more to read at this path
+            self._drain_and_close(conn, "is no regular file any more")
             return "gone"
+        except OSError as exc:
+            return self._vanished(conn, exc)
+        if self.missing_since is not None:
+            log.info("%s is back; reading on", self.name)
+            self.missing_since = None
         current = (st.st_dev, st.st_ino)
         if self.handle is not None and _identity(self.handle) != current:
-            self._drain_and_close(conn, "was replaced (rotated)")
+            self._drain_and_close(conn, "was replaced (rotated)", rotated=True)
         if self.handle is None and not self._open(conn):
             return "gone"
         OPEN_FILES.used(self)
+        seen, self._seen = self._seen, (st.st_size, st.st_mtime_ns)
         # A decoded file's offsets count decoded bytes, which its size on disk does not bound.
-        if st.st_size < self.offset and current == self.identity and self.decoded is None:
-            log.info("%s: truncated below offset %d (copytruncate); reading it again from the start",
-                     self.name, self.offset)
-            self._reset(conn, current)
+        if current == self.identity and self.decoded is None and self.offset and seen != self._seen:
+            if st.st_size < self.offset:
+                log.info("%s: truncated below offset %d (copytruncate); reading it again from the start",
+                         self.name, self.offset)
+                self._reset(conn, current)
+            elif self.fingerprint is not None and self._fingerprint(self.handle) != self.fingerprint:
+                log.warning("%s: rewritten in place (its first bytes are not those read: copytruncate or '>' "
+                            "and new lines past byte %d); reading it again from the start", self.name, self.offset)
+                self._reset(conn, current)
         return "more" if self._read(conn, self.handle, final=False, batches=1) else "idle"
+
+    def _vanished(self, conn: Connection, exc: OSError) -> Polled:
+        """No file at the path. Deleted (the open file has no name left): drained and forgotten, "gone".
+        Anywhere else: "missing", the row keeping identity and offsets (see the module's docstring)."""
+        if self.handle is not None:
+            try:
+                deleted = os.fstat(self.handle.fileno()).st_nlink == 0
+            except OSError:
+                deleted = False
+            if deleted:
+                self._drain_and_close(conn, "is gone (deleted)")
+                return "gone"
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):  # moved: what it holds now is still ours to read
+                log.info("%s is missing (renamed or moved?); reading its last lines and waiting %.0f s for it",
+                         self.name, MISSING_GRACE_S)
+                self._read(conn, self.handle, final=False)
+            else:
+                log.warning("%s: %s; taken as missing for up to %.0f s", self.name, exc.strerror or exc,
+                            MISSING_GRACE_S)
+            self.close()
+        now = time.monotonic()
+        if self.missing_since is None:
+            self.missing_since = now
+        if now - self.missing_since < MISSING_GRACE_S:
+            return "missing"
+        log.info("%s is gone (missing for %.0f s): read to byte %d (line %d); found again under the watched roots "
+                 "it reads on from there", self.name, now - self.missing_since, self.offset, self.lines)
+        return "gone"
 
     def finish(self, conn: Connection, ingestor: Ingestor, emit: Emit, *, unterminated: bool = True) -> None:
         """The file is complete (``diagnose``): store what ``poll`` leaves and the parser's held state.
@@ -180,37 +237,85 @@ class FileTail:
         self.handle = handle
         return True
 
-    def _drain_and_close(self, conn: Connection, why: str) -> None:
+    def _drain_and_close(self, conn: Connection, why: str, *, rotated: bool = False) -> None:
         if self.handle is None:
             return
         log.info("%s %s; reading its last lines", self.name, why)
         self._read(conn, self.handle, final=True)
+        drained = os.fstat(self.handle.fileno())
         self.close()
+        if rotated:
+            self._read_rotated_after(conn, drained)
         # Committed with the drained lines: whatever appears at the path next is a new file.
         self._reset(conn, _DRAINED)
 
     def _drain_lost_file(self, conn: Connection) -> None:
-        """The stored inode is no longer at the path: find it among the siblings (renamed) and drain it."""
+        """The stored inode is no longer at the path: find it among the siblings (renamed) and drain it,
+        then the generations rotated after it."""
         device, inode = self.identity
-        try:
-            siblings = list(os.scandir(self.path.parent))
-        except FileNotFoundError:
-            siblings = []
-        for entry in siblings:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if (st.st_dev, st.st_ino) == (device, inode) and stat.S_ISREG(st.st_mode):
+        for entry, st in self._siblings():
+            if (st.st_dev, st.st_ino) == (device, inode):
                 old, _ = open_log(entry.path)
                 with old:
                     if self.fingerprint is not None and self._fingerprint(old) != self.fingerprint:
                         break  # the inode was reused by an unrelated file: the old one is gone
                     log.info("%s was rotated to %s while not watched; reading its last lines", self.name, entry.name)
                     self._read(conn, old, final=True)
+                self._read_rotated_after(conn, st)
                 return
         log.warning("%s was replaced while not watched and the old file is gone; lines written to it after "
-                    "byte %d are lost", self.name, self.offset)
+                    "byte %d (line %d) are lost", self.name, self.offset, self.lines)
+
+    def _siblings(self) -> list[tuple[os.DirEntry, os.stat_result]]:
+        """The regular files beside the path, with their ``stat``."""
+        try:
+            entries = list(os.scandir(self.path.parent))
+        except OSError:
+            return []
+        found = []
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.append((entry, st))
+        return found
+
+    def _read_rotated_after(self, conn: Connection, drained: os.stat_result) -> None:
+        """Read whole the rotated generations newer than the file just drained: two rotations between
+        two reads (or while not watched) put whole files between it and the one at the path.
+
+        A generation's age is its name's (``.2`` older than ``.1``; ``-<date>`` in date order), as
+        logrotate names them; the drained file must be found among them under such a name, or
+        nothing is read and, when generations lie beside it, the warning says how many.
+        """
+        ages: dict[tuple[int, int], tuple] = {}
+        by_identity: dict[tuple[int, int], str] = {}
+        for entry, st in self._siblings():
+            if age := _generation(self.path.name, entry.name):
+                ages[(st.st_dev, st.st_ino)] = age
+                by_identity[(st.st_dev, st.st_ino)] = entry.path
+        own = ages.get((drained.st_dev, drained.st_ino))
+        if own is None:
+            if ages:
+                log.warning("%s: the rotated file read last is not among the %d rotated file(s) beside it; any "
+                            "generation rotated after it is not read", self.name, len(ages))
+            return
+        newer = sorted((age, identity) for identity, age in ages.items() if age[0] == own[0] and age > own)
+        for _, identity in newer:
+            path = by_identity[identity]
+            try:
+                stream, _ = open_log(path)
+            except OSError as exc:
+                log.warning("%s: rotated twice between two reads, and %s cannot be read (%s): its lines are lost",
+                            self.name, path, exc)
+                continue
+            with stream:
+                self._reset(conn, identity)
+                self._read(conn, stream, final=True)
+            log.warning("%s: rotated more than once between two reads; %s read whole too (%d line(s))",
+                        self.name, os.path.basename(path), self.lines)
 
     def _reset(self, conn: Connection, identity: Identity) -> None:
         """Point the row at a new file (a truncated one, or none yet) at offset 0; stored counts stay."""
@@ -255,6 +360,13 @@ class FileTail:
 
     def _fingerprint(self, stream: BinaryIO) -> str:
         return stored_files.fingerprint(stream, self.offset)
+
+
+def _generation(name: str, sibling: str) -> tuple | None:
+    """How recent a rotated ``sibling`` of the file ``name`` is, oldest lowest; None for no rotation of it."""
+    if not sibling.startswith(name) or not (m := _ROTATED.fullmatch(sibling[len(name):])):
+        return None
+    return (0, -int(m["n"])) if m["n"] is not None else (1, m["date"])
 
 
 def _identity(handle: BinaryIO) -> Identity:

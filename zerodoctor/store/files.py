@@ -6,7 +6,8 @@ transaction that stores the rows read up to it (``advance``). A row is found by 
 path: the nodes of one job write the same local path into one store, each its own file
 (``store/nodes.py``), and no node reads or moves another's row. The tail (``tail.py``)
 compares the row's identity with the file at the path, and points the row at another file
-(``point_at``) when a rotation replaced the one it read.
+(``point_at``) when a rotation replaced the one it read. A row follows its file when the file's
+run directory is renamed or moved (``register``): a run is its run id, not its directory's name.
 """
 
 from __future__ import annotations
@@ -24,19 +25,49 @@ from zerodoctor.store.nodes import SHARED, local_node, node_of
 from zerodoctor.store.schema import files
 
 
-def register(conn: Connection, path: Path, fmt: str) -> dict:
-    """The row of the file at ``path`` (resolved) on its node, created at offset 0 with the identity found there."""
+def register(conn: Connection, path: Path, fmt: str, stream: BinaryIO | None = None) -> dict:
+    """The row of the file at ``path`` (resolved) on its node, created at offset 0 with the identity found there.
+
+    A file with no row at this path may be one already read at another: its run directory renamed
+    or moved within the watched roots, live or while no watcher ran. Its row (same node, device,
+    inode and format, no longer at its old path, and the same first bytes in ``stream``, the file
+    opened at ``path``) moves to this path with its offsets, so not one line is read twice; the row
+    returned then says where it was (``moved_from``).
+    """
     key = Path(path).resolve()
     node, name = node_of(key.parent), str(key)
     row = _find(conn, node, name)
     if row is None:
         st = os.stat(key)
+        if moved := _moved(conn, node, name, fmt, st, stream):
+            return moved
         if not _claim(conn, node, name, st):
             # Another writer may create the same row meanwhile: its row wins, none raises.
             conn.execute(insert_new(conn, files).values(node=node, path=name, format=fmt, device=st.st_dev,
                                                         inode=st.st_ino, offset=0, lines=0, events=0, quarantined=0))
         row = _find(conn, node, name)
     return row
+
+
+def _moved(conn: Connection, node: str, path: str, fmt: str, st: os.stat_result,
+           stream: BinaryIO | None) -> dict | None:
+    """The row of this very file stored under another path (renamed or moved), now moved to ``path``."""
+    candidates = conn.execute(select(files).where(
+        files.c.node == node, files.c.device == st.st_dev, files.c.inode == st.st_ino, files.c.format == fmt,
+        files.c.path != path).order_by(files.c.id)).mappings().all()
+    for row in candidates:
+        try:
+            there = os.stat(row["path"])
+            if (there.st_dev, there.st_ino) == (st.st_dev, st.st_ino):
+                continue  # still at its path too (a hard link): that path's row reads it
+        except OSError:
+            pass  # gone from there: the file has moved
+        if row["fingerprint"] is not None and (
+                stream is None or fingerprint(stream, row["offset"]) != row["fingerprint"]):
+            continue  # the inode number reused by another file
+        conn.execute(update(files).where(files.c.id == row["id"]).values(path=path))
+        return {**_find(conn, node, path), "moved_from": row["path"]}
+    return None
 
 
 def _find(conn: Connection, node: str, path: str) -> dict | None:

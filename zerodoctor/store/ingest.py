@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from sqlalchemy import Connection, Float, Table, bindparam, case, delete, insert, select, update
 from sqlalchemy.exc import OperationalError
@@ -41,9 +41,10 @@ class Ingestor:
         self._run_ids: dict[str, int] = {}
         self._event_insert = _BulkInsert(events)
 
-    def register_file(self, conn: Connection, path: Path, fmt: str) -> dict:
-        """The file's row, created at offset 0 (``store/files.py``): the file whose batches ``add`` stores."""
-        return stored_files.register(conn, path, fmt)
+    def register_file(self, conn: Connection, path: Path, fmt: str, stream: BinaryIO | None = None) -> dict:
+        """The file's row, created at offset 0 or taken over from where the file was before it moved
+        (``store/files.py``; ``stream``: the file opened): the file whose batches ``add`` stores."""
+        return stored_files.register(conn, path, fmt, stream)
 
     def forget_file(self, conn: Connection, file_id: int) -> list[int]:
         """Delete the file's rows (steps, events, quarantine) and its row, in ``conn``'s transaction.

@@ -136,6 +136,10 @@ class Watcher:
                     continue
                 self.skipped.pop(path, None)
                 started.append(path)
+                for other, tail in list(self.tails.items()):  # a moved file: its old path's tail is this one now
+                    if tail.file_id == self.tails[path].file_id and other != path:
+                        tail.close()
+                        del self.tails[other]
         for run_dir in sorted({path.parent for path in started}):
             names = [p.name for p in started if p.parent == run_dir]
             log.info("tailing %s: %s", run_dir, ", ".join(names))
