@@ -1,0 +1,91 @@
+"""Fix and resume, the parts that need no training run: the relaunched command, the policy, the checkpoint choice.
+(The loop itself is tested on real 2-rank DeepSpeed runs in tests/probe/test_fix_and_resume.py.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zerodoctor import events
+from zerodoctor.resume.checkpoints import Saved, newest_before, saved_in
+from zerodoctor.resume.policy import Policy, fix_key
+from zerodoctor.resume.relaunch import RelaunchError, config_argument, relaunch_argv
+from zerodoctor.rulebook.finding import Finding, Fix
+
+CKPT = Saved(step=20, dir="out", tag="global_step20", path="out/global_step20")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["deepspeed", "train.py", "--deepspeed", "ds.json", "--lr", "1"],
+     ["deepspeed", "train.py", "--deepspeed", "new.json", "--lr", "1"]),
+    (["torchrun", "train.py", "--deepspeed_config=ds.json"], ["torchrun", "train.py", "--deepspeed_config=new.json"]),
+])
+def test_the_patched_config_goes_where_the_original_was(argv: list[str], expected: list[str]) -> None:
+    assert relaunch_argv(argv, None, "new.json", None, None) == expected
+
+
+def test_config_arg_names_the_flag_and_nothing_else_is_taken_for_it() -> None:
+    argv = ["python", "train.py", "--deepspeed", "other.json", "--config", "ds.json"]
+    assert config_argument(argv, "--config") == (5, "", "ds.json")
+    with pytest.raises(RelaunchError, match="--config-arg"):
+        config_argument(["python", "train.py", "ds.json"])
+
+
+def test_the_resume_template_is_split_and_filled() -> None:
+    argv = relaunch_argv(["python", "t.py", "--deepspeed", "ds.json"], None, "new.json",
+                         "--load '{dir}' --tag={tag} --at {step}", CKPT)
+    assert argv[-5:] == ["--load", "out", "--tag=global_step20", "--at", "20"]
+    with pytest.raises(RelaunchError, match="--resume-arg"):
+        relaunch_argv(["python", "t.py", "--deepspeed", "ds.json"], None, "new.json", None, CKPT)
+    with pytest.raises(RelaunchError, match="{ckpt}"):
+        relaunch_argv(["python", "t.py", "--deepspeed", "ds.json"], None, "new.json", "--from {checkpoint}", CKPT)
+
+
+def finding(rule: str, *fixes: Fix, severity: str = "error") -> Finding:
+    return Finding(rule=rule, name="n", category="memory", severity=severity, message="m", run="r", fixes=list(fixes))
+
+
+UNSAFE = Fix("Lower the learning rate to 5e-4", "unsafe", config_patch={"optimizer": {"params": {"lr": 5e-4}}})
+SAFE = Fix("Shrink buckets", "safe", config_patch={"zero_optimization": {"reduce_bucket_size": 1}})
+ALLOC = Fix("expandable segments", "safe", env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+DEBUG_ONLY = Fix("Rerun with CUDA_LAUNCH_BLOCKING=1", "safe", env={"CUDA_LAUNCH_BLOCKING": "1"})
+ACTION_ONLY = Fix("Fix your data", "safe", action="look at the batch")
+
+
+def test_the_policy_takes_remedies_it_was_given_consent_for() -> None:
+    f = finding("ZD401", UNSAFE, SAFE, ALLOC, DEBUG_ONLY, ACTION_ONLY)
+    assert Policy("safe").remedies(f) == [SAFE, ALLOC]  # a debugging aid or a to-do is no remedy
+    assert Policy("unsafe-ok").remedies(f) == [UNSAFE, SAFE, ALLOC]
+
+
+def test_on_limits_the_rules_and_only_errors_count() -> None:
+    policy = Policy("safe", ("ZD4", "ZD201"))
+    assert policy.covers(finding("ZD401")) and policy.covers(finding("ZD201"))
+    assert not policy.covers(finding("ZD203")) and not policy.covers(finding("ZD401", severity="warning"))
+
+
+def test_a_fix_is_the_same_fix_whatever_numbers_its_title_quotes() -> None:
+    again = Fix("Lower the learning rate to 2.5e-4", "unsafe", config_patch={"optimizer": {"params": {"lr": 2.5e-4}}})
+    assert fix_key("ZD201", UNSAFE) == fix_key("ZD201", again) == "ZD201: optimizer.params.lr"
+    assert fix_key("ZD401", ALLOC) != fix_key("ZD401", SAFE)
+
+
+def test_the_checkpoint_is_the_newest_saved_before_the_fault_and_still_there(tmp_path) -> None:
+    run = tmp_path / "attempt-1"
+    run.mkdir()
+    lines = []
+    for step in (5, 10, 15, 20):
+        if step != 10:  # deleted since (a rotation keeping the last N)
+            (tmp_path / "ckpt" / f"global_step{step}").mkdir(parents=True)
+        lines.append(events.new("checkpoint", t=1.0, run="r", rank=0, op="save", step=step, dir="ckpt",
+                                tag=f"global_step{step}", path=f"ckpt/global_step{step}"))
+    lines.append(events.new("checkpoint", t=2.0, run="r", rank=0, op="load", step=5, dir="ckpt", tag="global_step5",
+                            path="ckpt/global_step5"))
+    (run / "rank-0.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
+    saved = saved_in(run)
+    assert sorted(s.step for s in saved) == [5, 10, 15, 20]  # loads are no saves
+    assert newest_before(saved, 16, tmp_path).step == 15
+    assert newest_before(saved, 15, tmp_path).step == 5  # step 15 holds the fault's first step: not before it
+    assert newest_before(saved, 5, tmp_path) is None
+    assert newest_before(saved, None, tmp_path).step == 20
