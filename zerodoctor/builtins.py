@@ -50,11 +50,11 @@ def register_dialects() -> list[type]:
 @hookimpl
 def register_signals() -> list:
     from zerodoctor.signals import (amp, batch, comms, config, crashes, creep, evidence, fatal, hang, memory,
-                                    numerics, offload, run, stacks, straggler, trainer)
+                                    numerics, offload, run, stacks, straggler, trace, trainer)
 
     # Order matters: a module may read what earlier ones computed; evidence sums up last.
-    return [run, batch, numerics, amp, comms, memory, creep, offload, config, hang, straggler, trainer, crashes, fatal,
-            stacks, evidence]
+    return [run, batch, numerics, amp, comms, trace, memory, creep, offload, config, hang, straggler, trainer, crashes,
+            fatal, stacks, evidence]
 
 
 @hookimpl

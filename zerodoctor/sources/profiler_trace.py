@@ -8,10 +8,12 @@ What each step did with its time, on the timeline that shows the work:
   kernels its CPU step launched (matched by their ``correlation`` id), else its CPU range.
 - **host** (a CPU-only trace, as a ``DS_ACCELERATOR=cpu`` run gives): communication is the process
   group's own ranges (``gloo:all_gather``, on the calling thread or gloo's worker thread); compute is
-  the innermost operators (``aten::mm``, ``aten::copy_``; an operator with operators inside is a
-  frame, not work) on any thread, outside those ranges. A host trace has no streams: a thread that
-  blocks on a collective's result runs no operator, so it shows as communication not hidden, which is
-  what it was, but no kernel overlap can be seen on it.
+  the ATen operators (``aten::mm``, ``aten::copy_``; nested ones counted once) on any thread, outside
+  those ranges. Not compute: autograd and DeepSpeed's Python functions (``PreBackwardFunction…``),
+  whose own time is Python or a wait for a gathered parameter, nor ``c10d::`` calls. A host trace has
+  no streams: a thread that blocks on a collective's result runs no operator, so it shows as
+  communication not hidden, which is what it was, but no kernel overlap can be seen on it. An
+  optimizer that runs outside ATen (DeepSpeed's CPU Adam) shows as idle time in ``Optimizer.step``.
 
 Figures per step: ``compute_s``, ``comm_s``, ``exposed_comm_s`` (communication while no compute runs
 on any stream or thread), ``copy_s``, ``idle_s`` (nothing runs) and what the host was doing then
@@ -21,7 +23,7 @@ exposed collectives. Host side, on the step's CPU range: ``dataloader_s``, ``opt
 ``host_gap_s``, the time no operator runs on any thread (Python, the loader's own code, waits).
 
 Memory: the events are read one at a time (``chrome_trace.TraceReader``); what is kept is the
-ranges, as arrays of 8-byte numbers (about 24 bytes an operator, 33 a kernel), never the events.
+ranges, as arrays of 8-byte numbers (about 25 bytes an operator, 33 a kernel), never the events.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class Timeline:
     def __init__(self) -> None:
         self.dev = (array("d"), array("d"), array("b"))  # start, end, COMPUTE/COMM/COPY
         self.dev_comm: list[tuple[float, float, str, int | None]] = []  # start, end, op, bytes
-        self.host = (array("d"), array("d"), array("q"))  # operators: start, end, thread
+        self.host = (array("d"), array("d"), array("q"), array("b"))  # operators: start, end, thread, is ATen
         self.host_comm: list[tuple[float, float, int, str, int | None]] = []  # start, end, thread, op, bytes
         self.launch = (array("d"), array("q"))  # runtime calls: time, correlation
         self.kernel_corr = array("q")  # per device range: its launch's correlation (-1: none)
@@ -107,6 +109,7 @@ class Timeline:
                                       message_bytes(args)))
         elif cat == "cpu_op":
             self.host[0].append(ts), self.host[1].append(end), self.host[2].append(self._thread(e.get("tid")))
+            self.host[3].append(name.startswith("aten::"))
         elif cat in ("cuda_runtime", "cuda_driver"):
             corr = (e.get("args") or {}).get("correlation")
             if isinstance(corr, int):
@@ -171,14 +174,10 @@ class Timeline:
                 for name, k in (("compute", COMPUTE), ("comm", COMM), ("copy", COPY))}, self.dev_comm
 
     def _host_sets(self) -> tuple[dict[str, intervals.Ranges], list[tuple[float, float, str, int | None]]]:
-        """Host timeline: the innermost operators outside the collectives' ranges are the compute."""
-        s, e = np.frombuffer(self.host[0], dtype=float), np.frombuffer(self.host[1], dtype=float)
-        tid = np.frombuffer(self.host[2], dtype=np.int64)
-        order = np.lexsort((-(e - s), s, tid))  # per thread, by start; an enclosing range before what it holds
-        s, e, tid = s[order], e[order], tid[order]
-        # innermost: the next operator of the same thread starts at or after this one's end
-        leaf = np.ones(len(s), dtype=bool)
-        leaf[:-1] = (tid[1:] != tid[:-1]) | (s[1:] >= e[:-1])
+        """Host timeline: the ATen operators outside the collectives' ranges are the compute."""
+        aten = np.frombuffer(self.host[3], dtype=np.int8).astype(bool)
+        s, e = np.frombuffer(self.host[0], dtype=float)[aten], np.frombuffer(self.host[1], dtype=float)[aten]
+        tid = np.frombuffer(self.host[2], dtype=np.int64)[aten]
         comm_s, comm_e = _arrays([(c[0], c[1]) for c in self.host_comm])
         comm_tid = np.array([c[2] for c in self.host_comm], dtype=np.int64)
         inside = np.zeros(len(s), dtype=bool)
@@ -188,7 +187,7 @@ class Timeline:
             mids = (s[mine] + e[mine]) / 2
             i = np.searchsorted(own[0], mids, side="right") - 1
             inside[mine] = (i >= 0) & (own[1][np.maximum(i, 0)] > mids)
-        compute = intervals.union(s[leaf & ~inside], e[leaf & ~inside])
+        compute = intervals.union(s[~inside], e[~inside])
         comms = [(c[0], c[1], c[3], c[4]) for c in self.host_comm]
         return {"compute": compute, "comm": intervals.union(comm_s, comm_e), "copy": intervals.union(*_arrays([]))}, comms
 
@@ -202,10 +201,7 @@ class Timeline:
             return {None: (min(map(min, starts)), max(map(max, ends)))} if starts else {}
         if not self.on_device:
             return cpu
-        gpu = _by_step(self.gpu_steps)
-        if gpu:
-            return {n: gpu.get(n, w) for n, w in cpu.items()}
-        return {**cpu, **self._launched_spans(cpu)}
+        return {**cpu, **self._launched_spans(cpu), **_by_step(self.gpu_steps)}
 
     def _launched_spans(self, cpu: dict[int | None, tuple[float, float]]) -> dict[int | None, tuple[float, float]]:
         """The span of the kernels each CPU step launched, matched through the launches' correlation ids."""

@@ -1,0 +1,191 @@
+"""Profiler traces: the exposed-time arithmetic on traces built from ops with known overlap, the same figures
+checked against an independent sweep on real traces (HTA's NCCL traces, a real gloo ZeRO-3 CPU run), and
+the reader's streaming: pieces of any size, gzip, a cut-short file, a broken one."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, diagnose_json
+from zerodoctor.sources import detect_format, make_parser, read_batches
+from zerodoctor.sources.chrome_trace import TraceFormatError, TraceReader
+
+HTA = ROOT / "tests" / "fixtures" / "traces" / "hta"
+ZD302 = ROOT / "tests" / "fixtures" / "rules" / "ZD302"
+US = 1e-6
+
+
+def _x(cat: str, name: str, ts: float, dur: float, tid: int | str = 1, pid: int = 1, **args: object) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _write(path: Path, events: list[dict], **meta: object) -> Path:
+    """A trace in Kineto's layout (metadata keys around ``traceEvents``), gzipped when the name says so."""
+    text = json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 3}, **meta, "traceEvents": events,
+                       "traceName": str(path)}, indent=1)
+    path.write_bytes(gzip.compress(text.encode()) if path.suffix == ".gz" else text.encode())
+    return path
+
+
+def _read(path: Path) -> tuple[list[dict], list[str]]:
+    parser = make_parser("chrome-trace", run_id="t", path=path)
+    batches = list(read_batches(path, parser))
+    return [e for b in batches for e in b.events], [r.reason for b in batches for r in b.rejected]
+
+
+def test_two_overlapping_ops_on_two_streams_give_known_exposed_and_idle_time(tmp_path: Path) -> None:
+    events = [
+        _x("user_annotation", "ProfilerStep#1", 0, 1000),
+        _x("gpu_user_annotation", "ProfilerStep#1", 100, 1000, tid=7, pid=0),
+        _x("kernel", "ampere_sgemm_128x64", 100, 200, tid=7, pid=0),  # streams 7 and 8 overlap: counted once
+        _x("kernel", "elementwise_kernel", 250, 150, tid=8, pid=0),
+        _x("kernel", "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 350, 300, tid=20, pid=0,
+           **{"Collective name": "_allgather_base", "In msg nelems": 1000, "Out msg nelems": 2000, "dtype": "Float"}),
+        _x("kernel", "ampere_sgemm_128x64", 600, 100, tid=7, pid=0),
+        _x("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 900, 50, tid=9, pid=0),
+        _x("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 700, 200),
+        _x("user_annotation", "Optimizer.step#AdamW.step", 950, 100),
+    ]
+    (step,), rejected = _read(_write(tmp_path / "rank.json.gz", events, baseTimeNanoseconds=1_700_000_000_000_000_000))
+    assert rejected == []
+    assert step["rank"] == 3 and step["step"] == 1 and step["timeline"] == "device"
+    assert step["t"] == pytest.approx(1_700_000_000 + 100 * US)
+    # window: the GPU's ProfilerStep#1, [100, 1100); compute [100, 400) + [600, 700); comm [350, 650)
+    expected = {"window_s": 1000, "compute_s": 400, "comm_s": 300, "exposed_comm_s": 200, "copy_s": 50,
+                "idle_s": 350, "idle_dataloader_s": 200, "idle_optimizer_s": 100, "dataloader_s": 200,
+                "optimizer_s": 50}
+    assert {k: step[k] for k in expected} == pytest.approx({k: v * US for k, v in expected.items()})
+    assert step["collectives"] == {"all_gather": pytest.approx({"count": 1, "total_s": 300 * US,
+                                                                 "exposed_s": 200 * US, "bytes": 8000})}
+    assert step["exposed_top"] == [pytest.approx({"op": "all_gather", "bytes": 8000, "dur_s": 300 * US,
+                                                  "exposed_s": 200 * US, "at_s": 250 * US})]
+
+
+def test_host_trace_counts_nested_aten_ops_once_and_a_collective_s_own_copies_as_communication(tmp_path: Path) -> None:
+    events = [
+        _x("Trace", "PyTorch Profiler (0)", 0, 400, tid="PyTorch Profiler", pid="Spans"),
+        _x("cpu_op", "aten::linear", 0, 100), _x("cpu_op", "aten::mm", 10, 80),  # nested: 100 µs, not 180
+        _x("cpu_op", "PreBackwardFunctionForModuleBackward", 100, 200),  # Python waiting: not compute
+        _x("user_annotation", "gloo:all_gather", 150, 100, tid=2),  # gloo's worker thread
+        _x("cpu_op", "aten::copy_", 160, 10, tid=2),  # the collective's own copy
+        _x("cpu_op", "aten::add", 200, 20),  # the main thread computes during 20 µs of it
+    ]
+    (step,), _ = _read(_write(tmp_path / "rank-1.json", events))
+    assert "step" not in step and step["timeline"] == "host"
+    expected = {"window_s": 400, "compute_s": 120, "comm_s": 100, "exposed_comm_s": 80, "idle_s": 200,
+                "host_gap_s": 100}  # no operator at all in [300, 400)
+    assert {k: step[k] for k in expected} == pytest.approx({k: v * US for k, v in expected.items()})
+
+
+def test_without_gpu_annotations_a_step_is_the_span_of_the_kernels_its_cpu_range_launched(tmp_path: Path) -> None:
+    events = [
+        _x("user_annotation", "ProfilerStep#3", 0, 500), _x("user_annotation", "ProfilerStep#4", 500, 500),
+        _x("cuda_runtime", "cudaLaunchKernel", 10, 5, correlation=5),
+        _x("cuda_runtime", "cudaLaunchKernel", 400, 5, correlation=6),
+        _x("cuda_runtime", "cudaLaunchKernel", 700, 5, correlation=7),
+        _x("kernel", "gemm", 600, 100, tid=7, pid=0, correlation=5),  # runs after its CPU step ended
+        _x("kernel", "gemm", 800, 100, tid=7, pid=0, correlation=6),
+        _x("kernel", "gemm", 950, 100, tid=7, pid=0, correlation=7),
+    ]
+    steps, _ = _read(_write(tmp_path / "t.json", events))
+    assert [(s["step"], round(s["window_s"] / US), round(s["idle_s"] / US)) for s in steps] == [(3, 300, 100),
+                                                                                               (4, 100, 0)]
+
+
+def _sweep(ranges: dict[str, list[tuple[float, float]]], lo: float, hi: float) -> dict[str, float]:
+    """An independent count of the same figures: walk the boundaries in time order with a counter per kind."""
+    marks = sorted((t, d, kind) for kind, rs in ranges.items() for s, e in rs for t, d in ((s, 1), (e, -1)))
+    count = dict.fromkeys(ranges, 0)
+    out = {"compute": 0.0, "comm": 0.0, "exposed": 0.0, "idle": 0.0}
+    last = lo
+    for t, d, kind in [*marks, (hi, 0, "compute")]:
+        t = min(max(t, lo), hi)
+        span = t - last
+        out["compute"] += span * (count["compute"] > 0)
+        out["comm"] += span * (count["comm"] > 0)
+        out["exposed"] += span * (count["comm"] > 0 and count["compute"] == 0)
+        out["idle"] += span * (not any(count.values()))
+        count[kind] += d
+        last = t
+    return out
+
+
+def test_real_nccl_trace_figures_match_an_independent_sweep() -> None:
+    """HTA's test trace of a 2-rank NCCL job (tests/fixtures/traces/hta, MIT): kernels on 2 streams."""
+    path = HTA / "nccl_data.json.gz"
+    steps, rejected = _read(path)
+    assert rejected == [] and [s["step"] for s in steps] == [4, 5, 6]
+    raw = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    kernels = [e for e in raw if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert len({e["tid"] for e in kernels}) == 2  # compute and NCCL on streams of their own
+    ranges = {"compute": [], "comm": [], "copy": []}
+    for e in kernels:
+        kind = "copy" if e["cat"] != "kernel" else "comm" if e["name"].startswith("nccl") else "compute"
+        ranges[kind].append((e["ts"], e["ts"] + e["dur"]))
+    # no GPU-side step marks in this trace: a step is the span of the kernels its CPU range launched
+    cpu = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in raw
+           if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    launched = {e["args"]["correlation"]: e["ts"] for e in raw if e.get("cat") == "cuda_runtime"}
+    windows = {}
+    for number, (lo, hi) in cpu.items():
+        mine = [e for e in kernels if lo <= launched.get(e["args"].get("correlation"), -1) < hi]
+        windows[number] = (min(e["ts"] for e in mine), max(e["ts"] + e["dur"] for e in mine))
+    for step in steps:
+        want = _sweep(ranges, *windows[step["step"]])
+        got = {"compute": step["compute_s"], "comm": step["comm_s"], "exposed": step["exposed_comm_s"],
+               "idle": step["idle_s"]}
+        assert got == pytest.approx({k: v * US for k, v in want.items()}, rel=1e-9, abs=1e-9)
+        assert 0 < step["exposed_comm_s"] < step["comm_s"]  # partly hidden: the arithmetic is exercised
+
+
+def test_real_gloo_zero3_trace_is_read_the_same_in_any_pieces_and_gzipped_or_not(tmp_path: Path) -> None:
+    """A real 2-rank gloo ZeRO-3 run on CPU, profiled by ``zerodoctor run --profile 5-7``."""
+    path = ZD302 / "fires.run" / "rank-0.pt.trace.json.gz"
+    whole, rejected = _read(path)
+    assert rejected == [] and [s["step"] for s in whole] == [5, 6, 7]
+    assert all(s["timeline"] == "host" and s["collectives"]["all_gather"]["count"] > 0 for s in whole)
+    plain = tmp_path / "rank-0.json"
+    plain.write_bytes(gzip.decompress(path.read_bytes()))
+    assert detect_format(plain) == detect_format(path) == "chrome-trace"
+    assert [{**s, "file": path.name} for s in _read(plain)[0]] == whole
+    parser = make_parser("chrome-trace", run_id="t", path=path)
+    data = plain.read_bytes()
+    for i in range(0, len(data), 7):  # pieces cut inside keys, numbers, strings and multi-byte characters
+        parser.feed(data[i:i + 7])
+    assert parser.finish() == whole
+
+
+def test_a_trace_cut_short_keeps_the_steps_it_holds_and_says_so(tmp_path: Path) -> None:
+    data = gzip.decompress((HTA / "nccl_data.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: len(data) * 9 // 10])
+    steps, rejected = _read(cut)
+    assert steps and len(rejected) == 1 and "cut short" in rejected[0]
+
+
+def test_broken_json_is_one_reason_naming_where_and_no_crash(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"schemaVersion": 1, "traceEvents": [\n{"ph": "X", "cat": "kernel", oops}\n]}')
+    steps, rejected = _read(bad)
+    assert steps == [] and len(rejected) == 1 and "invalid JSON at character" in rejected[0]
+    with pytest.raises(TraceFormatError, match="not a JSON object or array"):
+        TraceReader(lambda e: None).feed(b"hello")
+
+
+def test_the_bare_array_format_is_read_too(tmp_path: Path) -> None:
+    path = tmp_path / "legacy.json"
+    path.write_text(json.dumps([_x("cpu_op", "aten::mm", 0, 10), _x("cpu_op", "aten::mm", 20, 10)]))
+    assert detect_format(path) == "chrome-trace"
+    (step,), rejected = _read(path)
+    assert rejected == [] and step["compute_s"] == pytest.approx(20 * US) and step["window_s"] == pytest.approx(30 * US)
+
+
+def test_diagnose_reads_a_folder_of_traces_alone() -> None:
+    """TensorBoard's plugin folder holds only traces: they are the run, whatever their names."""
+    out = diagnose_json(ROOT / "tests" / "fixtures" / "rules" / "ZD802" / "fires.traces")
+    assert [i["format"] for i in out["inputs"]] == ["chrome-trace", "chrome-trace"]
+    assert sum(i["events"] for i in out["inputs"]) == 4 and not any(i["quarantined"] for i in out["inputs"])
