@@ -89,3 +89,16 @@ def test_the_checkpoint_is_the_newest_saved_before_the_fault_and_still_there(tmp
     assert newest_before(saved, 15, tmp_path).step == 5  # step 15 holds the fault's first step: not before it
     assert newest_before(saved, 5, tmp_path) is None
     assert newest_before(saved, None, tmp_path).step == 20
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run", "--fix-and-resume", "--on", "ZD2", "--", "python", "t.py"],
+     ["run", "--fix-and-resume=safe", "--on", "ZD2", "--", "python", "t.py"]),
+    (["run", "--fix-and-resume", "unsafe-ok", "--", "x"], ["run", "--fix-and-resume=unsafe-ok", "--", "x"]),
+    (["run", "--fix-and-resume=unsafe-ok", "--", "x"], ["run", "--fix-and-resume=unsafe-ok", "--", "x"]),
+    (["run", "--", "python", "t.py", "--fix-and-resume"], ["run", "--", "python", "t.py", "--fix-and-resume"]),
+])
+def test_fix_and_resume_takes_its_policy_or_none(argv: list[str], expected: list[str]) -> None:
+    from zerodoctor.cli import _optional_values
+
+    assert _optional_values(argv) == expected

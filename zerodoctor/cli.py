@@ -240,7 +240,7 @@ def run(
     mode: str = typer.Option("700", "--mode", help="Permissions of a new run directory, in octal (files get them "
                              "without x): 700 keeps the run to you, 750 shares it with your group."),
     fix_and_resume: Optional[str] = typer.Option(
-        None, "--fix-and-resume", flag_value="safe", metavar="[=safe|unsafe-ok]",
+        None, "--fix-and-resume", metavar="[=safe|unsafe-ok]",
         help="When the job fails, relaunch it from its last good checkpoint with the fix of its error finding: "
              "only safe fixes, or also unsafe-ok ones (lr, loss scale, bf16). See docs/run.md."),
     max_restarts: int = typer.Option(2, "--max-restarts", min=0, help="With --fix-and-resume: relaunches at most."),
@@ -587,7 +587,7 @@ def main() -> None:
 
     plugins.hook().register_commands(app=app)
     try:
-        app(prog_name="zerodoctor", standalone_mode=True)
+        app(args=_optional_values(sys.argv[1:]), prog_name="zerodoctor", standalone_mode=True)
     except Exception as exc:  # noqa: BLE001 - the last line of defence; the traceback is one switch away
         from zerodoctor.store.db import describe
 
@@ -599,6 +599,31 @@ def main() -> None:
         typer.echo(f"zerodoctor: internal error: {describe(exc)} "
                    "(a bug: please report it; ZERODOCTOR_DEBUG=1 shows the traceback)", err=True)
         sys.exit(3)
+
+
+OPTIONAL_VALUES = {"--fix-and-resume": ("safe", "unsafe-ok")}  # option: its values, the first when none is given
+
+
+def _optional_values(argv: list[str]) -> list[str]:
+    """``--fix-and-resume`` alone → ``--fix-and-resume=safe`` (``--fix-and-resume unsafe-ok`` → ``=unsafe-ok``).
+
+    Typer has no option whose value may be left out; this spells it out, up to the ``--`` before the
+    training command, whose own arguments are never touched.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return out + argv[i:]
+        if arg in OPTIONAL_VALUES:
+            values = OPTIONAL_VALUES[arg]
+            given = i + 1 < len(argv) and argv[i + 1] in values
+            arg = f"{arg}={argv[i + 1] if given else values[0]}"
+            i += given
+        out.append(arg)
+        i += 1
+    return out
 
 
 # What the machine refuses, not a bug: a full disk or quota, a read-only filesystem, permissions,

@@ -98,3 +98,55 @@ def test_a_fix_that_does_not_help_is_not_applied_twice_and_no_fix_left_stops(tmp
     assert [f["rule"] for f in second["findings"]] == ["ZD406"]
     assert audit["outcome"] == "no fix left for ZD406 host-memory-allocation-failed"
     assert done.returncode == second["exit_code"] != 0
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid``: the wrapper and its job, as a node failure or an OOM kill would."""
+    import os
+    import signal
+
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # after the state, ppid and pgrp: the session id
+            try:
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_wrapper_killed_mid_restart_is_picked_up_with_append(tmp_path) -> None:
+    """SIGKILL the wrapper and its job while attempt 2 runs; ``--append`` relaunches attempt 2 as it was decided."""
+    import time
+
+    config = {**FP16, "fp16": {"enabled": False}}
+    train = ("--steps", "8", "--width", "16", "--crash", "host-memory", "--crash-at", "5", "--save-every", "2",
+             "--save-dir", "ckpt", "--host-work-s", "3")  # each step 3 s longer: the window the kill lands in
+    (tmp_path / "ds.json").write_text(json.dumps(config))
+    command = [sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp_path / "runs"), "--name", "job",
+               "--fix-and-resume", *RESUME, "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "2", str(TRAIN), "--config", "ds.json", *train]
+    env = {**run_env(), "PYTHONPATH": str(ROOT)}
+    wrapper = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    second = tmp_path / "runs" / "job" / "attempt-2" / "rank-0.jsonl"
+    deadline = time.monotonic() + TIMEOUT_S
+    while not (second.exists() and b'"op":"load"' in second.read_bytes()):  # attempt 2 resumed and is training
+        assert wrapper.poll() is None and time.monotonic() < deadline, "attempt 2 never resumed"
+        time.sleep(0.05)
+    _kill_session(wrapper.pid)
+    wrapper.wait(timeout=60)
+    interrupted = trail(tmp_path)
+    assert len(interrupted["attempts"]) == 2 and "exit_code" not in interrupted["attempts"][1]
+    done = subprocess.run([*command[:4], "--append", *command[4:]], capture_output=True, text=True,
+                          timeout=TIMEOUT_S, cwd=tmp_path, env=env)
+    audit = trail(tmp_path)
+    assert "picking up attempt 2" in done.stderr
+    assert len(audit["attempts"]) == 2 and audit["attempts"][1]["resumed_from"]["step"] == 4
+    assert audit["outcome"] == "no fix left for ZD406 host-memory-allocation-failed"
+    assert done.returncode == audit["attempts"][1]["exit_code"] != 0
+    attempt = tmp_path / "runs" / "job" / "attempt-2"
+    assert sorted(p.name for p in attempt.glob("rank-*.interrupted")) == ["rank-0.interrupted", "rank-1.interrupted"]
+    assert [s["step"] for s in events(attempt, "step")] == [5]  # the relaunch's own steps, not the killed start's

@@ -134,7 +134,8 @@ def _decide(run_dir: Path, trail: dict[str, Any], command: list[str], options: O
     def stop(outcome: str) -> None:
         trail["outcome"] = record["decision"] = outcome
         trail["exit_code"] = code
-        say(f"attempt {number} exited {code}: {outcome}")
+        if code or number > 1:  # a first attempt that succeeded goes as it would without the flag: silently
+            say(f"attempt {number} exited {code}: {outcome}")
 
     if forwarded:
         return stop(f"stopped by signal {forwarded[0]} sent to the wrapper: not restarted")
