@@ -120,7 +120,7 @@ def test_bucket_sizes_are_judged_against_the_model(rules) -> None:
 
 
 @pytest.mark.parametrize(("text", "where"), [
-    ('{"train_batch_size": 8,\n "fp16": {enabled: true}}', ":2:11: not valid JSON"),
+    ('{"train_batch_size": 8,\n "fp16": {"enabled": true,,}}', ":2:27: not valid JSON"),
     ('{"train_batch_size": 8, "train_batch_size": 16}', "duplicate key 'train_batch_size'"),
     ("[1, 2]", ":1:1: a DeepSpeed config must be a JSON object"),
 ])

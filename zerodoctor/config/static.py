@@ -8,16 +8,16 @@ marked ``static`` judge it. Rules needing a running job are not asked.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zerodoctor import events, signals
+from zerodoctor import deepspeed_config, events, signals
 from zerodoctor.config import deepspeed_validate
 from zerodoctor.config.deepspeed_validate import Verdict
 from zerodoctor.config.memory_plan import PlanRow, plan, recommend
+from zerodoctor.deepspeed_config import ConfigSyntaxError
 from zerodoctor.rulebook.engine import evaluate
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.rulebook.loader import Rule
@@ -44,31 +44,20 @@ class CheckReport:
 
 
 def load_config(path: Path) -> dict[str, Any]:
-    """The config as a dict in file order; a bad file is a ConfigError saying ``file:line:col: what``."""
+    """The config as DeepSpeed reads it (hjson: comments, trailing commas), a dict in file order;
+    a bad file is a ConfigError saying ``file:line:col: what``."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     try:
-        config = json.loads(text, object_pairs_hook=_no_duplicates)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
-    except ValueError as exc:  # a duplicate key, which DeepSpeed refuses too
-        raise ConfigError(f"{path}: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to be a DeepSpeed config") from None
+        config = deepspeed_config.read(text)
+    except ConfigSyntaxError as exc:
+        where = f":{exc.line}:{exc.column}" if exc.line is not None else ""
+        raise ConfigError(f"{path}{where}: {exc}") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path}:1:1: a DeepSpeed config must be a JSON object, not {type(config).__name__}")
     return config
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key '{key}' (JSON keeps only the last one)")
-        seen[key] = value
-    return seen
 
 
 def static_rules(rules: list[Rule]) -> list[Rule]:

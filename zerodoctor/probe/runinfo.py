@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from zerodoctor import deepspeed_config
 from zerodoctor.deepspeed_defaults import BATCH_KEYS
 from zerodoctor.probe.privacy import redact_argv, redact_config
 
@@ -34,11 +35,17 @@ def allowed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def user_config(config: Any) -> dict[str, Any] | None:
-    """The config as passed to ``deepspeed.initialize``: a dict, or a JSON file's content."""
+    """The config as passed to ``deepspeed.initialize``: a dict, or a config file's content as DeepSpeed
+    reads it (hjson: comments, trailing commas); None where it cannot be read (the caller then takes
+    what the engine read), never an exception: the probe must not detach over a config it cannot parse."""
     if isinstance(config, dict):
         return json.loads(json.dumps(config, default=str))  # a snapshot, JSON-safe
     if isinstance(config, (str, Path)) and Path(config).is_file():
-        return json.loads(Path(config).read_text())
+        try:
+            read = deepspeed_config.read(Path(config).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+        return user_config(read) if isinstance(read, dict) else None
     return None
 
 
