@@ -11,24 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, diagnose_json
+from tests.sources.trace_builder import event as _x
+from tests.sources.trace_builder import write_trace as _write
 from zerodoctor.sources import detect_format, make_parser, read_batches
 from zerodoctor.sources.chrome_trace import TraceFormatError, TraceReader
 
 HTA = ROOT / "tests" / "fixtures" / "traces" / "hta"
 ZD302 = ROOT / "tests" / "fixtures" / "rules" / "ZD302"
 US = 1e-6
-
-
-def _x(cat: str, name: str, ts: float, dur: float, tid: int | str = 1, pid: int = 1, **args: object) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
-
-
-def _write(path: Path, events: list[dict], **meta: object) -> Path:
-    """A trace in Kineto's layout (metadata keys around ``traceEvents``), gzipped when the name says so."""
-    text = json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 3}, **meta, "traceEvents": events,
-                       "traceName": str(path)}, indent=1)
-    path.write_bytes(gzip.compress(text.encode()) if path.suffix == ".gz" else text.encode())
-    return path
 
 
 def _read(path: Path) -> tuple[list[dict], list[str]]:

@@ -17,6 +17,9 @@ ZD_RUN = "run the job under `zerodoctor run`, which records it for every rank an
 
 # the inputs a signal comes from (the keys of RunInputs.lacks)
 CONFIG, STEPS, HEARTBEATS, DEVICE, DUMPS = "config", "steps", "heartbeats", "device memory", "flight-recorder dumps"
+TRACES = "profiler traces"
+PROFILE = ("profile a few steps: `zerodoctor run --profile 10-12`, or hand over torch.profiler traces "
+           "(export_chrome_trace, TensorBoard's plugin folder) with the logs")
 
 # (signal name prefix, the inputs it needs, the switch that shows it in a console log; None: only the probe)
 HINTS: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
@@ -50,6 +53,7 @@ HINTS: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("creep.host", (HEARTBEATS,), None),
     ("creep.device", (STEPS, DEVICE), None),
     ("straggler.", (STEPS,), '"wall_clock_breakdown": true prints the step and allreduce times'),
+    ("trace.", (TRACES,), PROFILE),
 )
 
 # what the probe would have needed, for a run it recorded that still lacks the input
@@ -57,6 +61,7 @@ _PROBE_LACKS = {
     HEARTBEATS: "the probe writes a heartbeat every 5 s while a rank trains (this run recorded none)",
     DEVICE: "a GPU run: the probe records the device's memory there (this run stated none)",
     STEPS: "a run that reaches its first optimizer step (this run recorded none)",
+    TRACES: PROFILE,
 }
 
 
@@ -70,17 +75,18 @@ class RunInputs:
     heartbeats: bool
     device_memory: bool  # the accelerator's memory, as the run stated it
     dumps: bool  # flight-recorder dumps
+    traces: bool = False  # profiler traces
 
     @classmethod
     def of(cls, values: dict[str, Any]) -> RunInputs:
         return cls(probe=not values.get("evidence.console_log"), config=values.get("config.zero_stage") is not None,
                    steps=values.get("run.steps") or 0, heartbeats=values.get("hang.window_s") is not None,
                    device_memory=values.get("run.device_memory_bytes") is not None,
-                   dumps=values.get("hang.fr_behind") is not None)
+                   dumps=values.get("hang.fr_behind") is not None, traces=bool(values.get("trace.present")))
 
     def has(self, what: str) -> bool:
         return {CONFIG: self.config, STEPS: self.steps > 0, HEARTBEATS: self.heartbeats,
-                DEVICE: self.device_memory, DUMPS: self.dumps}[what]
+                DEVICE: self.device_memory, DUMPS: self.dumps, TRACES: self.traces}[what]
 
     def lacks(self, missing: tuple[str, ...]) -> tuple[str, ...]:
         """The inputs this run lacks that ``missing`` signals come from (each once, first need first)."""
@@ -114,7 +120,8 @@ def hint_for(missing: tuple[str, ...], inputs: RunInputs) -> str | None:
     entries = [_entry(name) for name in missing]
     if not any(entries):
         return None
-    # a config dump is whole: a log that has one gains nothing from the switch that prints it (step lines
-    # are not: one that prints lr and loss may still lack the times another switch adds)
-    switches = list(dict.fromkeys(e[2] for e in entries if e and e[2] and not (e[1] == (CONFIG,) and inputs.config)))
+    # a config dump is whole, and so is a trace: a run that has one gains nothing from the switch that gives it
+    # (step lines are not: one that prints lr and loss may still lack the times another switch adds)
+    switches = list(dict.fromkeys(e[2] for e in entries if e and e[2]
+                                  and not (e[1] in ((CONFIG,), (TRACES,)) and inputs.has(e[1][0]))))
     return "; ".join(switches) + f"; or {ZD_RUN}" if switches else ZD_RUN[0].upper() + ZD_RUN[1:]
