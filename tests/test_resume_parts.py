@@ -102,3 +102,19 @@ def test_fix_and_resume_takes_its_policy_or_none(argv: list[str], expected: list
     from zerodoctor.cli import _optional_values
 
     assert _optional_values(argv) == expected
+
+
+def test_a_fix_and_resume_run_directory_reads_as_its_attempts(tmp_path) -> None:
+    """``diagnose runs/<id>`` and ``watch runs/`` read every attempt; each is a run of its own, ``<id>.attempt-K``."""
+    from zerodoctor.sources import run_files, run_id_for
+
+    job = tmp_path / "job"
+    for number, name in ((1, "rank-0.jsonl"), (2, "console.log"), (10, "console.log")):
+        (job / f"attempt-{number}").mkdir(parents=True)
+        (job / f"attempt-{number}" / name).write_text("")
+    (job / "resume.json").write_text("{}")
+    files = run_files(job)
+    assert [p.relative_to(job).as_posix() for p, _ in files] == [
+        "attempt-1/rank-0.jsonl", "attempt-2/console.log", "attempt-10/console.log"]
+    assert run_id_for(job / "attempt-2" / "console.log") == "job.attempt-2"
+    assert run_id_for(tmp_path / "plain" / "console.log") == "plain"

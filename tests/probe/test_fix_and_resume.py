@@ -74,6 +74,11 @@ def test_an_lr_collapse_is_resumed_with_a_lower_lr_in_effect_under_unsafe_ok(tmp
         assert [s["step"] for s in steps] == list(range(26, 41))  # continues from the checkpoint, not 0
         assert not any(s["overflow"] for s in steps) and {s["lr"] for s in steps} == {5e-4}
     assert "+      \"lr\": 0.0005" in (attempt / "fix.diff").read_text()
+    # diagnose reads the run directory as its attempts, each judged on its own
+    report = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never",
+                             str(tmp_path / "runs" / "job")], capture_output=True, text=True, timeout=180, cwd=ROOT)
+    errors = {(f["run"], f["rule"]) for f in json.loads(report.stdout)["findings"] if f["severity"] == "error"}
+    assert errors == {("job.attempt-1", "ZD201"), ("job.attempt-2", "ZD203")}
 
 
 def test_no_safe_fix_means_no_restart_and_the_jobs_exit_code(tmp_path) -> None:

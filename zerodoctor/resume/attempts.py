@@ -22,10 +22,12 @@ TRAIL = "resume.json"
 
 
 def attempt_dir(run_dir: Path, number: int) -> Path:
+    """``attempt-<K>``, the name ``sources.attempt_dirs`` reads back (diagnose and watch read every attempt)."""
     return run_dir / f"attempt-{number}"
 
 
 def attempt_run_id(run_id: str, number: int) -> str:
+    """``<id>.attempt-K``: also what ``sources.run_id_for`` names an attempt's console log."""
     return f"{run_id}.attempt-{number}"
 
 

@@ -55,19 +55,32 @@ def parsers() -> dict[str, Callable[[str | None], Parser]]:
 def run_files(directory: Path) -> list[tuple[Path, str]]:
     """The files of a run directory to read: those of the first source pattern that matches any.
 
-    Rank event files win over ``console.log``: reading both would count every step twice.
+    Rank event files win over ``console.log``: reading both would count every step twice. A
+    fix-and-resume run's directory holds its attempts, each a run directory: their files, each
+    attempt its own run (``<id>.attempt-K``).
     """
     known = parsers()
     for pattern, fmt in source_patterns():
         found = sorted(directory.glob(pattern))
         if found and fmt in known:
             return [(path, fmt) for path in found]
+    if attempts := attempt_dirs(directory):  # one run's attempts, each its own run directory
+        return [file for attempt in attempts for file in run_files(attempt)]
     if "flight-recorder" in known:  # dumps under any TORCH_FR_DUMP_TEMP_FILE prefix: known by their first bytes
         if dumps := dumps_in(directory):
             return [(path, "flight-recorder") for path in dumps]
     if "chrome-trace" in known:  # a folder of profiler traces (TensorBoard's plugin folder): known by content
         return [(path, "chrome-trace") for path in traces_in(directory)]
     return []
+
+
+ATTEMPT_DIRS = "attempt-[0-9]*"  # `run --fix-and-resume` keeps each attempt of a run in one (zerodoctor/resume/)
+
+
+def attempt_dirs(directory: Path) -> list[Path]:
+    """The attempt directories of a fix-and-resume run, in attempt order."""
+    found = [d for d in directory.glob(ATTEMPT_DIRS) if d.is_dir() and d.name.split("-", 1)[1].isdigit()]
+    return sorted(found, key=lambda d: int(d.name.split("-", 1)[1]))
 
 
 def source_patterns() -> list[tuple[str, str]]:
@@ -82,7 +95,11 @@ def run_id_for(path: Path) -> str:
     directory holds.
     """
     in_run = any(fnmatch(path.name, p) for p, _ in source_patterns()) or is_dump_file(path) or is_trace_file(path)
-    return path.parent.name if in_run else path.stem
+    if not in_run:
+        return path.stem
+    if fnmatch(path.parent.name, ATTEMPT_DIRS):  # <id>/attempt-K/: the run id the probe writes, <id>.attempt-K
+        return f"{path.parent.parent.name}.{path.parent.name}"
+    return path.parent.name
 
 
 class UnsupportedFormat(ValueError):
