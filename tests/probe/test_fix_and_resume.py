@@ -155,3 +155,35 @@ def test_a_wrapper_killed_mid_restart_is_picked_up_with_append(tmp_path) -> None
     attempt = tmp_path / "runs" / "job" / "attempt-2"
     assert sorted(p.name for p in attempt.glob("rank-*.interrupted")) == ["rank-0.interrupted", "rank-1.interrupted"]
     assert [s["step"] for s in events(attempt, "step")] == [5]  # the relaunch's own steps, not the killed start's
+
+
+def test_a_hugging_face_trainer_run_is_relaunched_with_deepspeed_and_resume_from_checkpoint(tmp_path) -> None:
+    """The same loop for a Trainer script: the patched config goes to ``--deepspeed``, the checkpoint is Trainer's
+    ``checkpoint-N`` (saved through DeepSpeed's ``save_checkpoint``, so the probe saw it) and the resume argument
+    is Trainer's own."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}))
+    script = Path(__file__).with_name("hf_resume_script.py")
+    command = [sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp_path / "runs"), "--name", "hf",
+               "--fix-and-resume", "--resume-arg", "--resume_from_checkpoint {dir}", "--",
+               sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+               "--deepspeed", "ds.json", "--output_dir", "out", "--max_steps", "8", "--per_device_train_batch_size", "4",
+               "--save_steps", "2", "--report_to", "none", "--crash_at", "5"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path,
+                          env={**run_env(), "PYTHONPATH": str(ROOT)})
+    audit = trail(tmp_path, "hf")
+    first, second = audit["attempts"]
+    assert [f["rule"] for f in first["findings"]] == ["ZD406"]
+    argv = second["argv"]
+    assert argv[argv.index("--deepspeed") + 1] == second["config"] == str(tmp_path / "ds.hf.attempt-2.json")
+    assert argv[-2:] == ["--resume_from_checkpoint", "out/checkpoint-4"]
+    attempt = tmp_path / "runs" / "hf" / "attempt-2"
+    load, = [e for e in events(attempt, "checkpoint") if e["op"] == "load"]
+    assert load["dir"] == "out/checkpoint-4" and load["step"] == 4
+    assert [s["step"] for s in events(attempt, "step")] == [5]  # Trainer resumed at step 5, then the fault again
+    assert audit["outcome"] == "no fix left for ZD406 host-memory-allocation-failed"
+    assert done.returncode == second["exit_code"] != 0
