@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import os
 import time
 from pathlib import Path
@@ -39,7 +40,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--slow-data-s", type=float, default=0.0, help="... by this many seconds per batch")
     p.add_argument("--stall-rank", type=int, default=None, help="fault: this rank stops before its forward ...")
     p.add_argument("--stall-at", type=int, default=0, help="... at this optimizer step ...")
-    p.add_argument("--stall-s", type=float, default=0.0, help="... for this many seconds")
+    p.add_argument("--stall-s", type=float, default=0.0, help="... for this many seconds ...")
+    p.add_argument("--stall-say-every", type=float, default=0.0,
+                   help="... logging a warning every this many seconds meanwhile (a loader that retries)")
     p.add_argument("--eval-every", type=int, default=0, help="every N optimizer steps, all ranks evaluate ...")
     p.add_argument("--eval-s", type=float, default=0.0, help="... for this many seconds (forwards in eval mode)")
     p.add_argument("--save-every", type=int, default=0, help="every N optimizer steps, save a checkpoint ...")
@@ -53,6 +56,19 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--crash-rank", type=int, default=1, help="... on this rank ...")
     p.add_argument("--crash-at", type=int, default=3, help="... after this optimizer step")
     return p.parse_args()
+
+
+def _stall(seconds: float, say_every: float) -> None:
+    """The --stall-rank fault: the rank stops, silently or saying so now and then through Python's logging
+    (with its clock time, as scripts configure it), as a loader that waits for a shard does."""
+    if not say_every:
+        time.sleep(seconds)
+        return
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        logging.getLogger("train").warning("shard not ready, retrying in %.0f s", say_every)
+        time.sleep(min(say_every, left))
 
 
 def _segfault() -> None:
@@ -161,7 +177,7 @@ def main() -> None:
     while engine.global_steps < args.steps:
         if rank == args.stall_rank and engine.global_steps == args.stall_at and not stalled:
             stalled = True
-            time.sleep(args.stall_s)
+            _stall(args.stall_s, args.stall_say_every)
         if batches is not None:
             x, target = next(batches)
         else:

@@ -32,7 +32,9 @@ def _family(name: str, pattern: str, *, root: bool = True) -> Family:
 # Not a fault of the run: the user or the scheduler stopped it, or torchrun reports a child's failure
 # (its own traceback names no cause; the child's does).
 NOT_A_FAULT = re.compile(r"^(?:KeyboardInterrupt|SystemExit|torch\.distributed\.elastic\.multiprocessing\.errors\."
-                         r"ChildFailedError|ChildFailedError|subprocess\.CalledProcessError|CalledProcessError)\b")
+                         r"ChildFailedError|ChildFailedError|subprocess\.CalledProcessError|CalledProcessError|"
+                         # torchrun told to stop (SIGTERM/SIGINT/SIGHUP/SIGQUIT: scancel, Ctrl-C), elastic/multiprocessing/api.py
+                         r"(?:torch\.distributed\.elastic\.multiprocessing\.api\.)?SignalException)\b")
 
 FAMILIES: tuple[Family, ...] = (
     _family("illegal_memory_access",

@@ -23,6 +23,7 @@ from operator import sub
 from typing import Any
 
 from zerodoctor import runview
+from zerodoctor.messages import crashes
 from zerodoctor.runview import RunView, Steps
 from zerodoctor.signals.base import Signal, last_known
 
@@ -77,6 +78,9 @@ SIGNALS = [
     Signal("hang.fr_lags", "records", "per rank behind: rank, group, seq (its last recorded or pg_status's last "
                                       "enqueued collective) and op (where recorded), head (the group's furthest seq) "
                                       "and beat: its last heartbeat's state, when it has one"),
+    Signal("hang.log_stalled_s", "s", "a console log with clock times: seconds it went on after its last step's "
+                                      "line, with no error and no end (0: less than a window)"),
+    Signal("hang.log_last_step", "step", "the last step the log showed before it went on without steps"),
 ]
 
 STEP_FIELDS = {"step_time_s": "max"}
@@ -210,6 +214,7 @@ def _states(states: dict[str, dict[str, Any]], ranks: list[int], now: float) -> 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     out.update(_stall(view))
+    out.update(_log_stall(view))
     out.update(_flight_recorder(view))
     out.update(_timeouts(view, values))
     return out
@@ -243,6 +248,27 @@ def _stall(view: RunView) -> dict[str, Any]:
                 "hang.last_step": fold.last_step, "hang.stuck_states": verdict.get("stuck"),
                 "hang.waiting_states": verdict.get("waiting"), "hang.busy_states": verdict.get("busy")})
     return out
+
+
+def _log_stall(view: RunView) -> dict[str, Any]:
+    """A console log whose lines show the clock: no step for a window while it went on (``log_clock``,
+    sources/text.py), and no error of the run and no end of it closed the log (a stop request from outside,
+    torchrun's SignalException after scancel or Ctrl-C, is how a hung job usually ends: not an error).
+
+    Only lines stamped by the log itself count, at both ends: a step on an unstamped line has no time.
+    A log cut mid-run shows no later clock, so it is never a stall here; a run that crashed after a
+    pause is the crash's (the fatal error names it).
+    """
+    clocks = [e for e in view.events.get("log", []) if e.get("what") == "log_clock"]
+    fold: Fold = view.fold(__name__)
+    if not clocks or fold.runs:  # heartbeats: the probe's own judgement (_stall) holds
+        return {}
+    ended = view.events.get("run_end") or any(e.get("what") == "fatal" for e in view.events.get("log", [])) or any(
+        crashes.is_fault(e.get("type") or "") for e in view.events.get("exception", []))  # a stop request is no end
+    went_on = clocks[-1]
+    stalled = went_on["t"] - went_on["data"]["progress_t"]
+    stalled = 0.0 if ended or stalled < fold.window() else stalled
+    return {"hang.log_stalled_s": stalled, "hang.log_last_step": went_on["data"].get("step")}
 
 
 def _flight_recorder(view: RunView) -> dict[str, Any]:

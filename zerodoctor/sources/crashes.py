@@ -152,4 +152,4 @@ class CrashDialect:
 
     def _deepspeed_nearby(self, text: str) -> bool:
         """DeepSpeed on this line or in the traceback lines just before it."""
-        return "deepspeed" in text or any("deepspeed" in strip_prefix(raw)[1] for raw in self.context.recent)
+        return "deepspeed" in text or any("deepspeed" in strip_prefix(raw)[1] for raw in self.context.lookback())

@@ -178,7 +178,7 @@ class DeepSpeedDialect:
     def _same_rank_window(self, line: Line) -> str:
         """This line and the ones before it from the same rank, without whitespace or box drawing."""
         parts = []
-        for raw in list(self.context.recent)[:-1]:
+        for raw in self.context.lookback()[:-1]:
             rank, text = strip_prefix(raw)
             if rank == line.rank:
                 parts.append(text)

@@ -15,6 +15,7 @@ import calendar
 import re
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Callable, Iterable, Protocol
 
 from zerodoctor import events
@@ -27,7 +28,8 @@ _RANK_PREFIX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?")
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 _STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 _STAMP_WINDOW = 48  # a log prefix's timestamp sits at the start; never scan a whole line for one
-HISTORY = 8  # raw lines kept for messages whose start a later line reveals (hard-wrapped text)
+HISTORY = 8  # raw lines a dialect looks back on, for messages whose start a later line reveals (hard-wrapped text)
+TAIL = 256  # raw lines kept: where a log's last clock time is looked for, past a final traceback
 # Most steps a log's silence may stand for: a resumed run's first line or a garbled number must
 # not expand into millions of invented steps.
 MAX_INTERVAL = 10_000
@@ -42,6 +44,7 @@ class Line:
     rank: int | None
     t: float
     width: int = 0  # characters the console printed on this line, prefix included: a terminal's wrap width shows
+    stamped: bool = False  # ``t`` is the line's own clock time, not one made up from its place in the file
 
 
 HARD_WRAP_MIN = 60  # no terminal is narrower; shorter equal lines are a coincidence
@@ -70,8 +73,9 @@ class Context:
     run: str
     step: int = 0  # last optimizer step assigned, 1-based like the probe's
     anchored: bool = False  # the log shows the run from its start (step 0 is known)
-    recent: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    recent: deque = field(default_factory=lambda: deque(maxlen=TAIL))
     facts: dict[str, Any] = field(default_factory=dict)
+    progress_t: float | None = None  # clock time of the last stamped line that carried a step's facts
     _last_t: float | None = None
 
     def event(self, kind: str, line: Line, rank: int | None = None, **fields: Any) -> Event:
@@ -80,19 +84,51 @@ class Context:
             rank = line.rank if line.rank is not None else 0
         return events.new(kind, t=line.t, run=self.run, rank=rank, **fields)
 
-    def stamp(self, text: str, number: int) -> float:
-        """The line's own timestamp, else a synthetic one just after the last, else the line number."""
-        match = _STAMP.search(text, 0, _STAMP_WINDOW)
-        if match:
-            y, mo, d, h, mi, s, frac = match.groups()
-            t = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s))) + (
-                float("0." + frac) if frac else 0.0)
-        elif self._last_t is not None:
-            t = self._last_t + 1e-6  # keeps order among unstamped lines after a stamped one
-        else:
-            t = float(number)
+    def lookback(self) -> list[bytes]:
+        """The last ``HISTORY`` raw lines, this one included, oldest first."""
+        return list(islice(reversed(self.recent), HISTORY))[::-1]
+
+    def stamp(self, text: str, number: int) -> tuple[float, bool]:
+        """The line's own timestamp, else a synthetic one just after the last, else the line number;
+        and whether it was the line's own."""
+        t = clock(text)
+        stamped = t is not None
+        if t is None:
+            # keeps order among unstamped lines after a stamped one
+            t = self._last_t + 1e-6 if self._last_t is not None else float(number)
         self._last_t = t
-        return t
+        return t, stamped
+
+    def clock_after_progress(self) -> Event | None:
+        """How long the log went on after its last stamped step: a ``log_clock`` event at the last clock
+        time it shows (at the step's own time when nothing came after it: judged, and no stall).
+
+        Only lines a dialect claimed are stamped as they pass (the rest are never decoded), so the
+        log's last clock time is looked for in its last lines, which the context keeps anyway.
+        """
+        if self.progress_t is None:
+            return None
+        last = next((t for t in map(_raw_clock, reversed(self.recent)) if t is not None), None)
+        if last is None:
+            return None
+        last = max(last, self.progress_t)
+        return events.new("log", t=last, run=self.run, rank=0, source="text", what="log_clock",
+                          message=f"the log goes on {last - self.progress_t:.0f} s after its last step",
+                          data={"progress_t": self.progress_t, "step": self.step or None})
+
+
+def clock(text: str) -> float | None:
+    """The clock time a log prefix stamps at the start of ``text`` (UTC seconds; the zone is not printed)."""
+    match = _STAMP.search(text, 0, _STAMP_WINDOW)
+    if not match:
+        return None
+    y, mo, d, h, mi, s, frac = match.groups()
+    return calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s))) + (float("0." + frac) if frac else 0.0)
+
+
+def _raw_clock(data: bytes) -> float | None:
+    text = data.decode("utf-8", "replace")
+    return clock(_RANK_PREFIX.sub("", _ANSI.sub("", text), count=1))
 
 
 class Dialect(Protocol):
@@ -153,7 +189,8 @@ class TextParser:
         for dialect in self.dialects:
             out += dialect.finish()
         self._holders = []
-        return out
+        went_on = self.context.clock_after_progress()
+        return out + [went_on] if went_on is not None else out
 
     def _line(self, data: bytes) -> Line:
         text = data.decode("utf-8", "replace").rstrip("\r\n")
@@ -164,7 +201,8 @@ class TextParser:
         rank = None
         if match:
             rank, text = int(match.group(1)), text[match.end():]
-        return Line(text, self._number, rank, self.context.stamp(text, self._number), width)
+        t, stamped = self.context.stamp(text, self._number)
+        return Line(text, self._number, rank, t, width, stamped)
 
 
 def trie_pattern(words: Iterable[bytes]) -> bytes:
@@ -192,7 +230,7 @@ def trie_pattern(words: Iterable[bytes]) -> bytes:
 
 
 def strip_prefix(raw: bytes) -> tuple[int | None, str]:
-    """``(rank, text)`` of a raw line from ``Context.recent``, for dialects that look back."""
+    """``(rank, text)`` of a raw line from ``Context.lookback()``, for dialects that look back."""
     text = raw.decode("utf-8", "replace").rstrip("\r\n")
     match = _RANK_PREFIX.match(text)
     if match:
