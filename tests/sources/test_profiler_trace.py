@@ -149,6 +149,23 @@ def test_real_gloo_zero3_trace_is_read_the_same_in_any_pieces_and_gzipped_or_not
     assert parser.finish() == whole
 
 
+def test_kineto_s_layout_read_in_blocks_gives_what_any_other_layout_gives_event_by_event(tmp_path: Path) -> None:
+    """The block decoding (Kineto's indented events) and the event-by-event reading agree on a real trace."""
+    path = HTA / "nccl_data.json.gz"
+    blocks, _ = _read(path)
+    minified = tmp_path / "nccl_data.json"  # one line, no Kineto layout: read event by event
+    minified.write_text(json.dumps(json.loads(gzip.decompress(path.read_bytes())), separators=(",", ":")))
+    assert [{**s, "file": path.name} for s in _read(minified)[0]] == blocks
+    seen: dict[str, list[tuple]] = {"kineto": [], "minified": []}
+    for layout, data in (("kineto", gzip.decompress(path.read_bytes())), ("minified", minified.read_bytes())):
+        reader = TraceReader(lambda e, out=seen[layout]: out.append(
+            tuple(e.get(k) for k in ("ph", "cat", "name", "ts", "dur", "tid", "args"))))
+        for i in range(0, len(data), 1 << 16):
+            reader.feed(data[i:i + (1 << 16)])
+        assert reader.finish()
+    assert seen["kineto"] == seen["minified"] and len(seen["kineto"]) == 40573
+
+
 def test_a_trace_cut_short_keeps_the_steps_it_holds_and_says_so(tmp_path: Path) -> None:
     data = gzip.decompress((HTA / "nccl_data.json.gz").read_bytes())
     cut = tmp_path / "cut.json"

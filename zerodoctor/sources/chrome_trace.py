@@ -7,6 +7,11 @@ exist, so the file is never parsed whole: the reader keeps only the bytes of the
 and hands each complete event on, decoded by the standard library's C scanner (``raw_decode``),
 which also tells where it ended. The metadata keys (small) are kept in ``meta``.
 
+Kineto writes each event as an indented block whose closing brace starts a line (``\n  },``); the run
+of whole events up to the last such line is decoded in one call by msgspec into ``TraceEvent``s (the
+fields read, ``args`` left raw until asked for), about three times as fast. Any other layout, or a cut
+that turns out not to end an event (the decode then fails), is read event by event as above.
+
 No third-party streaming JSON library is a dependency (ijson is not); the array's grammar is the
 only part walked here, each value is decoded by ``json``.
 """
@@ -19,6 +24,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
+
 from zerodoctor.sources.readable import UnreadableFile, open_log
 
 # How much of one value may be held while waiting for its end: far above any real event (a few
@@ -29,6 +36,30 @@ _DECODER = json.JSONDecoder()
 HEAD_MARKERS = (b'"traceEvents"', b'"schemaVersion"')
 HEAD_BYTES = 64 * 1024  # Kineto puts ``distributedInfo`` (its process groups: KBs at scale) before ``traceEvents``
 _ARRAY_HEAD = re.compile(rb'\A\s*\[\s*\{\s*"(?:ph|name|cat|pid|tid|ts)"\s*:')
+
+
+_KINETO_EVENT_END = "\n  },"
+
+
+class TraceEvent(msgspec.Struct):
+    """The fields of an event the figures read; ``get`` as on the dict the slow path gives."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    ts: Any = None
+    dur: Any = None
+    tid: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"")  # decoded only for the few events whose args are read
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key == "args":
+            return msgspec.json.decode(self.args) if len(self.args) else default
+        value = getattr(self, key, None)
+        return default if value is None else value
+
+
+_EVENTS = msgspec.json.Decoder(list[TraceEvent])
 
 
 class TraceFormatError(ValueError):
@@ -79,6 +110,7 @@ class TraceReader:
         self._state = "start"  # start → key → value → key …; "events" inside the array; "done" after the object
         self._key: str | None = None
         self._in_object = False  # the events are a key's value (Kineto), not the whole file (the bare array)
+        self._kineto = True  # Kineto's layout, until a cut at its event ends fails to decode
 
     def feed(self, data: bytes) -> None:
         self._buf = self._buf[self._pos:] + self._decode(data) if self._pos else self._buf + self._decode(data)
@@ -109,6 +141,22 @@ class TraceReader:
         self._pos = end
         return True, value
 
+    def _whole_events(self) -> bool:
+        """Decode every whole Kineto-laid-out event from the position in one call; False when there is none."""
+        cut = self._buf.rfind(_KINETO_EVENT_END, self._pos)
+        if cut < 0:
+            return False
+        try:
+            events = _EVENTS.decode("[" + self._buf[self._pos:cut + 4] + "]")
+        except msgspec.DecodeError:
+            self._kineto = False
+            return False
+        self._pos = cut + 4
+        self.events += len(events)
+        for event in events:
+            self.on_event(event)
+        return True
+
     def _run(self, final: bool) -> None:
         buf = self._buf
         while True:
@@ -121,6 +169,8 @@ class TraceReader:
                 if char == "]":
                     self._pos += 1
                     self._state = "key" if self._in_object else "done"
+                    continue
+                if char == "{" and self._kineto and self._whole_events():
                     continue
                 done, event = self._value(final)
                 if not done:
