@@ -187,3 +187,21 @@ def test_a_hugging_face_trainer_run_is_relaunched_with_deepspeed_and_resume_from
     assert [s["step"] for s in events(attempt, "step")] == [5]  # Trainer resumed at step 5, then the fault again
     assert audit["outcome"] == "no fix left for ZD406 host-memory-allocation-failed"
     assert done.returncode == second["exit_code"] != 0
+
+
+def test_a_fix_a_scheduler_overrides_is_stopped_as_not_in_effect(tmp_path) -> None:
+    """With DeepSpeed's WarmupLR the lr comes from warmup_max_lr on every step: ZD201's lower optimizer lr is put
+    back after the load, but the scheduler's first step raises it again. The probe sees it on the first resumed
+    step and stops the attempt instead of spending it on the fault."""
+    config = {**FP16, "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 1e-3, "warmup_max_lr": 1e-3,
+                                                                   "warmup_num_steps": 1}}}
+    done = fix_and_resume(tmp_path, "unsafe-ok", config, *LR_FAULT)
+    audit = trail(tmp_path)
+    last = audit["attempts"][-1]
+    assert last["fix"]["config_patch"] == {"optimizer": {"params": {"lr": 5e-4}}}
+    assert audit["outcome"].startswith("fix not in effect")
+    assert done.returncode == last["exit_code"] != 0
+    attempt = tmp_path / "runs" / "job" / f"attempt-{last['attempt']}"
+    check, = events(attempt, "fix_check")
+    assert not check["in_effect"] and check["expected"] == {"lr": 5e-4} and check["observed"]["lr"] == 1e-3
+    assert [s["step"] for s in events(attempt, "step")] == [26]  # stopped after the first resumed step

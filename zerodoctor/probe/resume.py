@@ -3,8 +3,9 @@
 DeepSpeed's ``load_checkpoint`` restores the optimizer's param groups (their ``lr``) and the fp16
 loss scaler from the checkpoint, so a resumed run silently trains with the values that failed,
 whatever its patched config says. The wrapper writes the patch it applied to ``fix.json`` in the
-attempt's run directory; when it touches the lr or the fp16 section, the values the engine got from
-the patched config at ``initialize`` are taken before the load and put back after it. On the first
+attempt's run directory; when it sets the optimizer's lr, that lr is put back into every param group
+after the load, and when it touches the fp16 section, the loss scaler the patched config built at
+``initialize`` is taken before the load and put back after it. On the first
 step after the load the probe compares what the engine runs with from then on (the lr after the
 step, once a scheduler had its say) against them: an lr above the patched one (a scheduler that
 sets the lr itself from its own settings, say) or other loss scaling stops the attempt, since training on would spend the restart
@@ -37,32 +38,34 @@ class FixKeeper:
     """What the patch sets that a checkpoint load would undo: taken before the load, put back after it."""
 
     def __init__(self, patch: dict[str, Any]) -> None:
-        params = (patch.get("optimizer") or {}).get("params") or {}
-        self.keep_lr = isinstance(params, dict) and "lr" in params
+        params = (patch.get("optimizer") or {}).get("params")
+        lr = params.get("lr") if isinstance(params, dict) else None
+        self.lr = float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None
         self.keep_scaler = "fp16" in patch
         self.expected: dict[str, Any] | None = None  # set by a load, cleared by the check
 
     @property
     def active(self) -> bool:
-        return self.keep_lr or self.keep_scaler
+        return self.lr is not None or self.keep_scaler
 
     def before_load(self, engine: Any) -> dict[str, Any]:
+        """The loss scaler the patched config built at ``initialize`` (the load replaces the object)."""
         optimizer = engine.optimizer
         taken: dict[str, Any] = {}
-        if self.keep_lr:
-            taken["lr"] = [group["lr"] for group in optimizer.param_groups]
+        if self.lr is not None:
+            taken["lr"] = self.lr
         if self.keep_scaler and hasattr(optimizer, "loss_scaler"):
             taken["loss_scaler"] = (optimizer.loss_scaler, optimizer.dynamic_loss_scale)
         return taken
 
     def after_load(self, engine: Any, taken: dict[str, Any]) -> list[str]:
-        """Put the taken values back; return their names."""
+        """Put the patched values back; return their names."""
         optimizer = engine.optimizer
         expected: dict[str, Any] = {}
         if "lr" in taken:
-            for group, lr in zip(optimizer.param_groups, taken["lr"]):
-                group["lr"] = lr
-            expected["lr"] = taken["lr"][0]
+            for group in optimizer.param_groups:
+                group["lr"] = taken["lr"]
+            expected["lr"] = taken["lr"]
         if "loss_scaler" in taken:
             optimizer.loss_scaler, optimizer.dynamic_loss_scale = taken["loss_scaler"]
             expected["dynamic_loss_scale"] = bool(optimizer.dynamic_loss_scale)

@@ -172,8 +172,7 @@ def _decide(run_dir: Path, trail: dict[str, Any], command: list[str], options: O
     if chosen is None:
         return stop(f"no fix left for {source.rule} {source.name}")
     fix, after, before, verdict_text = chosen
-    fault_step = fault.steps[0] if fault.steps and fault.steps[0] is not None else (
-        fault.steps[-1] if fault.steps else None)
+    fault_step = _fault_step(fault, record)
     saved = [s for k in range(1, number + 1) for s in saved_in(attempts.attempt_dir(run_dir, k))]
     checkpoint = newest_before(saved, fault_step, Path(trail["cwd"]))
     if checkpoint is None and not options.allow_scratch:
@@ -229,6 +228,14 @@ def _choose(source: Finding, trail: dict[str, Any], options: Options, command: l
             continue
         return fix, after, before, verdict.sentence("the patched config") if verdict else "not validated: no DeepSpeed"
     return None
+
+
+def _fault_step(fault: Finding, record: dict[str, Any]) -> int:
+    """The finding's first step; unknown, the first step of the attempt: only a checkpoint from before the
+    attempt began is then known to predate the fault (an fp16 collapse with no calibrated start, say)."""
+    if fault.steps and fault.steps[0] is not None:
+        return fault.steps[0]
+    return (record.get("resumed_from") or {}).get("step", 0) + 1
 
 
 def _untried(finding: Finding, trail: dict[str, Any], options: Options) -> bool:
