@@ -132,7 +132,7 @@ def _fresh_pg_schema(request) -> str:  # noqa: ANN001 - pytest's FixtureRequest
     from sqlalchemy import create_engine
 
     schema = f"zd_{secrets.token_hex(6)}"
-    admin = create_engine(PG_URL)
+    admin = create_engine(PG_URL, pool_pre_ping=True)  # a test may restart the server under it
     with admin.begin() as conn:
         conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
     request.addfinalizer(lambda: _drop_schema(admin, schema))

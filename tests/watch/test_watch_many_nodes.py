@@ -18,7 +18,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.engine import make_url
 
 from tests.conftest import NO_PG, PG_URL, ROOT, run_cli
-from tests.watch.conftest import ENV, append, start_watch, stop, two_nodes, wait_for
+from tests.watch.conftest import ENV, append, start_watch, stop, stored_steps, two_nodes, wait_for
 from tests.watch.test_watch_daemon import (
     assert_every_line_stored_once,
     kill_repeatedly,
@@ -280,30 +280,36 @@ def test_diagnose_db_on_one_node_judges_the_whole_job(tmp_path, pg_url, rules):
         (("a", 0), ("a", 1), ("b", 2), ("b", 3))}
 
 
-def test_a_watcher_whose_lock_connection_is_cut_stops_with_exit_2(tmp_path, pg_url):
-    """The server ends the session holding the locks (a restart, a network cut): another watcher could
-    take the run directory now, so this one stops at its next look instead of writing on."""
+def test_a_watcher_whose_lock_connection_is_cut_takes_its_locks_again_and_goes_on(tmp_path, pg_url):
+    """The server ends the session holding the locks (a restart, a network cut): the watcher takes them
+    again on a new session, reads its offsets again from the store and stores every later line once
+    (before: exit 2, 'start it again'). ``test_watch_store_away.py``: the same when another watcher took one."""
     runs = tmp_path / "runs"
     append(runs / "r" / "rank-0.jsonl", "r", 0, range(1, 20))
     watch = start_watch("--db", pg_url, str(runs))
     try:
         wait_for(lambda: stored_count(pg_url) == 19, timeout=30)
-        engine = open_engine(pg_url)
-        try:
-            with engine.connect() as conn:
-                cut = conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                        "WHERE application_name = :me"),
-                                   {"me": f"zerodoctor watch pid {watch.pid} on {socket.gethostname()}"[:63]}).all()
-        finally:
-            engine.dispose()
-        assert cut == [(True,)]
-        _, err = watch.communicate(timeout=30)
+        assert cut_lock_session(pg_url, watch.pid) == [(True,)]
+        append(runs / "r" / "rank-0.jsonl", "r", 0, range(20, 40))
+        wait_for(lambda: stored_count(pg_url) == 39, timeout=30)
     finally:
-        if watch.poll() is None:
-            watch.kill()
-    assert watch.returncode == 2, err
-    assert "lost the connection that holds this watcher's locks" in err
+        code, _, err = stop(watch)
+    assert code == 0, err
+    assert "took this watcher's run directories again" in err
     assert make_url(pg_url).password not in err
+    assert sorted(s for _, _, s in stored_steps(pg_url)) == list(range(1, 40))
+
+
+def cut_lock_session(pg_url: str, pid: int) -> list:
+    """End the server session where the watcher ``pid`` holds its locks, as a restart or a network cut would."""
+    engine = open_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                     "WHERE application_name = :me"),
+                                {"me": f"zerodoctor watch pid {pid} on {socket.gethostname()}"[:63]}).all()
+    finally:
+        engine.dispose()
 
 
 def _session_holding(pg_url: str, run_dir, name: str):  # noqa: ANN001, ANN202 - a Path; an SQLAlchemy Connection

@@ -34,7 +34,7 @@ def render(statuses: list[RunStatus], console: Console, now: float | None = None
         counts = Counter(f["severity"] for f in s.findings)
         found = ", ".join(f"{counts[k]} {k}" for k in ("error", "warning", "info") if counts[k]) or "no findings"
         last = "no events" if s.last_event_t is None else (
-            f"last event {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(s.last_event_t))}"
+            f"last event {_clock(s.last_event_t)}"
             f" ({_ago(now - s.last_event_t)} ago)")
         console.print(f"[bold]run {escape(s.run)}[/]  {last}  {found}")
         if s.set_aside is not None:
@@ -58,6 +58,14 @@ def table(statuses: list[RunStatus], now: float | None = None) -> Table:
                     str(sum(f.quarantined for f in s.files)), str(counts["error"]), str(counts["warning"]),
                     "-" if s.last_event_t is None else f"{_ago(now - s.last_event_t)} ago")
     return out
+
+
+def _clock(t: float) -> str:
+    """An event's time as a date; the time a rank wrote may be none (1e18, a clock gone wrong): the number then."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    except (OverflowError, OSError, ValueError):  # OSError: EOVERFLOW, past what the C library's time_t holds
+        return f"t={t:g} (not a date)"
 
 
 def _ago(seconds: float) -> str:

@@ -112,6 +112,9 @@ def open_engine(db: str | Path | URL, *, scratch: bool = False, read_only: bool 
     except DBAPIError as exc:
         engine.dispose()
         raise StoreError(f"cannot open the store {shown(url)}: {describe(exc, url)}") from None
+    except migrate.NewerStore as exc:
+        engine.dispose()
+        raise StoreError(f"{shown(url)}: {exc}") from None
     return engine
 
 

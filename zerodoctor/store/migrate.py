@@ -26,6 +26,20 @@ version_table = Table("alembic_version", MetaData(), Column("version_num", Strin
                       PrimaryKeyConstraint("version_num", name="alembic_version_pkc"))
 
 
+class NewerStore(Exception):
+    """The store's schema is one this zerodoctor has no script for: a newer zerodoctor made or upgraded it."""
+
+    def __init__(self, version: str) -> None:
+        super().__init__(f"its schema ({version}) was made by a newer zerodoctor (this one knows up to {HEAD}): "
+                         "upgrade zerodoctor, or pass another --db")
+
+
+def _check_known(version: str | None) -> None:
+    """Alembic would fail deep inside ("Can't locate revision") on a version it has no script for."""
+    if version is not None and version not in {p.name.split("_", 1)[0] for p in (SCRIPTS / "versions").glob("*.py")}:
+        raise NewerStore(version)
+
+
 def stored_version(conn: Connection) -> str | None:
     """The store's schema version; None when it has no version table (fresh, or made before migrations)."""
     if not inspect(conn).has_table(version_table.name):
@@ -36,14 +50,17 @@ def stored_version(conn: Connection) -> str | None:
 def upgrade(engine: Engine) -> None:
     """Bring the store at ``engine`` to ``HEAD`` (creating it when empty)."""
     with engine.connect() as conn:
-        if stored_version(conn) == HEAD:
+        version = stored_version(conn)
+        if version == HEAD:
             return
+        _check_known(version)
     with engine.connect().execution_options(zerodoctor_write_lock=True) as conn, conn.begin():
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
         version = stored_version(conn)
         if version == HEAD:
             return  # another process upgraded it while this one waited for the lock
+        _check_known(version)
         if version is None and not inspect(conn).has_table("runs"):
             metadata.create_all(conn)
             version_table.create(conn)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from watchdog.events import (
     DirCreatedEvent,
     DirDeletedEvent,
@@ -38,7 +38,7 @@ from zerodoctor.sources import Batch, run_files, source_patterns
 from zerodoctor.sources.readable import UnreadableFile
 from zerodoctor.store import files as stored_files
 from zerodoctor.store import findings as stored_findings
-from zerodoctor.store.db import describe, shown
+from zerodoctor.store.db import StoreError, describe, shown
 from zerodoctor.watch import budget
 from zerodoctor.watch.budget import Interrupts, Stopping
 from zerodoctor.watch.lock import WriterLock, busy_dir
@@ -51,6 +51,7 @@ log = logging.getLogger("zerodoctor.watch")
 _WAKING = [FileModifiedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
            DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
 COMMIT_EVENTS = 50_000
+STORE_RETRY_S = (0.5, 30.0)  # the first wait for a store that went away, and the longest (doubling between)
 NOTIFY_JOIN_S = 60.0  # a webhook's retries take ~23.5 s at most; a stuck notifier is left behind
 STOP_JOIN_S = 5.0  # once stopped by a signal: a send in flight stays pending (delivered at least once)
 
@@ -156,7 +157,8 @@ class Watcher:
         first, self._scanned = not self._scanned, True
         if self.lock is None:
             return fresh
-        self.lock.check()
+        if self.lock.check():  # taken again after the store's connection was lost
+            self._recover()
         refused = {d: who for d in sorted({path.parent for path, _ in fresh}) if (who := self.lock.claim(d))}
         if refused and first:
             run_dir, holder = next(iter(refused.items()))
@@ -181,6 +183,8 @@ class Watcher:
 
     def ingest(self) -> bool:
         """One pass over every tailed file; True when some file has more lines waiting."""
+        if self.lock is not None and self.lock.check():  # not one write on a lock the store dropped
+            self._recover()
         more = False
         pending = 0
 
@@ -213,7 +217,12 @@ class Watcher:
             except Exception as exc:  # noqa: BLE001 - a days-long watch outlives a failed pass
                 # A batch refused for its content is quarantined by the tail; what is left is the
                 # store failing (or a bug): nothing of the pass is kept, its lines are read again.
-                trans.rollback()
+                try:
+                    trans.rollback()
+                except SQLAlchemyError:
+                    pass  # the connection went with the server: nothing was committed
+                if self._store_away(exc):
+                    raise  # the loop waits for the store, then reads the offsets again (``_recover``)
                 log.error("store write failed, will read those lines again: %s", describe(exc, self.engine.url),
                           exc_info=not isinstance(exc, SQLAlchemyError))
                 self._resync(conn)
@@ -234,6 +243,9 @@ class Watcher:
             try:
                 self._judge_run(name)
             except Exception as exc:  # noqa: BLE001 - one run's failure must not stop a days-long watch
+                if self._store_away(exc):
+                    self._changed.add(name)  # judged once the store is back
+                    raise
                 log.error("judging run %s failed; it is judged again when its next events arrive: %s", name,
                           describe(exc, self.engine.url), exc_info=not isinstance(exc, SQLAlchemyError))
             cost = time.monotonic() - started
@@ -292,6 +304,11 @@ class Watcher:
             self.notify(force=True)
         except Stopping:
             pass  # a judgement abandoned; everything read is committed
+        except SQLAlchemyError as exc:
+            if not self._store_away(exc):
+                raise
+            raise StoreError(f"the store went away: {describe(exc, self.engine.url)}; nothing read was lost, "
+                             "run it again") from None
         finally:
             self.close()
 
@@ -314,17 +331,24 @@ class Watcher:
         try:
             while not self.stop.is_set():
                 self.wake.clear()
-                if self.rescan.is_set() or time.monotonic() >= next_scan:
-                    self.rescan.clear()
-                    self.discover()
-                    next_scan = time.monotonic() + self.rescan_s
-                if self.ingest():
-                    self.wake.set()
-                wait = self.judge()
-                self.notify()
-                if every_tick is not None and time.monotonic() >= next_tick:
-                    every_tick()
-                    next_tick = time.monotonic() + self.tick_s
+                try:
+                    if self.rescan.is_set() or time.monotonic() >= next_scan:
+                        self.rescan.clear()
+                        self.discover()
+                        next_scan = time.monotonic() + self.rescan_s
+                    if self.ingest():
+                        self.wake.set()
+                    wait = self.judge()
+                    self.notify()
+                    if every_tick is not None and time.monotonic() >= next_tick:
+                        every_tick()
+                        next_tick = time.monotonic() + self.tick_s
+                except SQLAlchemyError as exc:
+                    if not self._store_away(exc):
+                        raise
+                    self._wait_for_store(exc)
+                    next_scan = 0.0  # the locks are checked (taken again) at once
+                    continue
                 self.wake.wait(min(self.tick_s, wait if wait is not None else self.tick_s))
         except Stopping:
             pass  # a judgement abandoned; everything read is committed
@@ -333,6 +357,46 @@ class Watcher:
             observer.join(timeout=5)
             self.close()
         log.info("stopped; everything read is committed")
+
+    def _store_away(self, exc: BaseException) -> bool:
+        """The store's server went away (a PostgreSQL restart, a network cut), as opposed to refusing
+        a write or a bug: waited for with backoff, never the end of the watch."""
+        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+            return True
+        return self.engine.dialect.name == "postgresql" and isinstance(exc, (OperationalError, InterfaceError))
+
+    def _wait_for_store(self, exc: SQLAlchemyError) -> None:
+        """Back off (doubling, ``STORE_RETRY_S``) until the store answers again, or a stop signal.
+
+        Nothing is lost meanwhile: the offsets move only with the rows they cover, and the files
+        keep growing on disk. Once the store answers, the locks are taken again and what this
+        watcher holds in memory is read again from the store (``_recover``), at the loop's next
+        look; an outage that outlives it is waited for again.
+        """
+        wait, longest = STORE_RETRY_S
+        away = time.monotonic()
+        log.warning("the store is unreachable (%s); retrying, every %g s at first, up to every %g s; nothing "
+                    "read is lost", describe(exc, self.engine.url), wait, longest)
+        self.pipeline.rolled_back()
+        while not self.stop.wait(wait):
+            try:
+                with self.engine.connect() as conn:
+                    self._resync(conn)
+            except SQLAlchemyError as again:
+                if not self._store_away(again):
+                    raise
+                wait = min(2 * wait, longest)
+                continue
+            log.warning("the store answers again after %.0f s; reading on", time.monotonic() - away)
+            return
+
+    def _recover(self) -> None:
+        """The locks were taken again after the store went away: another watcher may have written
+        these directories meanwhile, so every offset and view is read again from the store."""
+        log.warning("took this watcher's run directories again after the store's connection was lost; "
+                    "reading their offsets again from the store")
+        with self.engine.connect() as conn:
+            self._resync(conn)
 
     def close(self) -> None:
         self.deliveries.join(timeout=STOP_JOIN_S if self.stop.is_set() else NOTIFY_JOIN_S)

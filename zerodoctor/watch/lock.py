@@ -34,7 +34,7 @@ from typing import Iterator, Protocol
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from zerodoctor.store.db import StoreError, describe, shown
+from zerodoctor.store.db import StoreError, shown
 from zerodoctor.store.nodes import node_of
 
 
@@ -49,8 +49,9 @@ class WriterLock(Protocol):
     def claim(self, run_dir: Path) -> str | None:
         """None once this watcher may write ``run_dir``'s files; else who holds it."""
 
-    def check(self) -> None:
-        """Raise ``StoreBusy`` when the locks claimed so far are no longer held."""
+    def check(self) -> bool:
+        """True when the locks claimed so far had to be taken again (the store's connection was lost and
+        is back: what the store holds must be read again); ``StoreBusy`` when one is another's now."""
 
 
 @contextmanager
@@ -58,8 +59,11 @@ def writer_lock(engine: Engine) -> Iterator[WriterLock]:
     """Hold the store's writer lock for the ``with`` block; raise ``StoreBusy`` at once if another has it."""
     url = engine.url
     if url.get_backend_name() == "postgresql":
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            yield _AdvisoryLocks(conn)
+        locks = _AdvisoryLocks(engine)
+        try:
+            yield locks
+        finally:
+            locks.conn.close()
         return
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         path = Path(f"{Path(url.database).resolve()}.watch-lock")
@@ -83,17 +87,23 @@ class _WholeStore:
     def claim(self, run_dir: Path) -> str | None:
         return None
 
-    def check(self) -> None:
+    def check(self) -> bool:
         """The kernel keeps an flock as long as the process lives."""
+        return False
 
 
 class _AdvisoryLocks:
-    """One ``pg_try_advisory_lock`` per run directory (``lock_key``), on ``conn``'s session."""
+    """One ``pg_try_advisory_lock`` per run directory (``lock_key``), on a session of its own."""
 
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
         self.held: set[int] = set()
+        self.conn = self._session()
+
+    def _session(self) -> Connection:
+        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         conn.execute(text("SELECT set_config('application_name', :me, false)"), {"me": _application_name(os.getpid())})
+        return conn
 
     def claim(self, run_dir: Path) -> str | None:
         """Take the directory's lock. One held by a watcher of this host that is dead (SIGKILLed a
@@ -119,19 +129,32 @@ class _AdvisoryLocks:
             {"hi": key >> 32, "lo": key & 0xFFFF_FFFF}).scalar()
         return (holder or "unknown").removeprefix(_PREFIX)
 
-    def check(self) -> None:
-        """A lost connection (server restart, network cut) took the locks with it: another watcher may
-        now write these directories, so this one must stop rather than store their lines twice."""
+    def check(self) -> bool:
+        """A lost connection (a server restart, a network cut) took the locks with it. They are taken
+        again on a new session (an unreachable server raises the driver's error: the watcher backs
+        off and calls again), and True says so: the caller reads its offsets from the store again,
+        since another watcher may have written these directories meanwhile. One another watcher
+        holds now is ``StoreBusy``: this one stops rather than store its lines twice."""
         try:
             held = self.conn.execute(text(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()"
             )).scalar()
-        except SQLAlchemyError as exc:
-            raise StoreBusy(f"lost the connection that holds this watcher's locks ({describe(exc)}); stopping so "
-                            "that no other watcher stores its lines twice: start it again") from None
-        if held < len(self.held):
+        except SQLAlchemyError:
+            held = None
+        if held is not None and held >= len(self.held):
+            return False
+        if held is not None:  # the session lives but its locks went (pg_advisory_unlock_all): not ours to undo
             raise StoreBusy(f"this watcher's locks are gone ({held} of {len(self.held)} held); stopping: "
                             "start it again")
+        try:
+            self.conn.close()
+        except SQLAlchemyError:
+            pass  # already gone with the server
+        self.conn = self._session()
+        for key in sorted(self.held):
+            if not self.conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar():
+                raise StoreBusy(_busy(self._holder(key), shown(self.engine.url), "a run directory of this watcher "))
+        return True
 
 
 _PREFIX = "zerodoctor watch "
