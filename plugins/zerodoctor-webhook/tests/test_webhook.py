@@ -208,3 +208,53 @@ def test_bad_webhook_settings_are_one_line_exit_2(tmp_path: Path, setting: str, 
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == f"zerodoctor: error: {message}"
     assert "secret" not in done.stderr
+
+
+class _Redirecting:
+    """A webhook behind single sign-on: a POST is answered 302 to a login page, which answers any GET 200."""
+
+    def __init__(self) -> None:
+        self.posts = self.gets = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                self.rfile.read(int(self.headers["Content-Length"]))
+                outer.posts += 1
+                self.send_response(302)
+                self.send_header("Location", "/sso/login")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self) -> None:  # noqa: N802
+                outer.gets += 1
+                body = b"<html>please log in</html>"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_redirect_to_a_login_page_is_not_a_delivery() -> None:
+    sso = _Redirecting()
+    try:
+        with pytest.raises(DeliveryError, match="HTTP 302 .*a redirect, not followed"):
+            WebhookNotifier(sso.url, retries=3, sleep=lambda s: None).send(FINDING)
+    finally:
+        sso.server.shutdown()
+        sso.server.server_close()
+    assert (sso.posts, sso.gets) == (1, 0)  # before: the POST became a GET of the login page, "delivered"
+
+
+def test_slack_text_from_the_run_cannot_ping_or_hide_links() -> None:
+    finding = {**FINDING, "run": "<!channel>", "message": "loss nan at <https://evil.example|docs> & more"}
+    text = slack_message(finding)["text"]
+    assert "<" not in text and ">" not in text
+    assert "run `&lt;!channel&gt;`" in text and "&lt;https://evil.example|docs&gt; &amp; more" in text

@@ -2,8 +2,9 @@
 
 The per-read timeout alone does not bound a send: an endpoint that trickles one byte every
 few seconds never lets a read time out. The deadline does: when it passes, the request's
-socket is shut down, which ends the blocked read at once. Only a 2xx answer counts as delivered; anything else raises ``DeliveryError`` after the last
-retry, and ``watch`` keeps the finding pending for a later pass. A webhook URL is a secret
+socket is shut down, which ends the blocked read at once. Only a 2xx answer counts as delivered (a
+redirect is not followed: a POST redirected to a login page reached no endpoint); anything else raises
+``DeliveryError`` after the last retry, and ``watch`` keeps the finding pending for a later pass. A webhook URL is a secret
 (Slack's path is the credential), so the URL never leaves this module: the notifier's name
 (logs, the deliveries table) and its errors carry the host and a short hash of the URL.
 """
@@ -60,6 +61,9 @@ class WebhookNotifier:
                     last = f"HTTP {answer.status}"
             except urllib.error.HTTPError as exc:
                 last = f"HTTP {exc.code}"
+                if 300 <= exc.code < 400:
+                    last += " (a redirect, not followed: the endpoint did not take the finding; check the URL)"
+                    break  # an SSO login page, a moved hook: the same answer at every retry
                 if 400 <= exc.code < 500 and exc.code not in (408, 429):
                     break  # the request itself is wrong: retrying cannot help
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
@@ -84,7 +88,8 @@ def redacted(url: str) -> str:
 
 
 def slack_message(finding: dict[str, Any]) -> dict[str, str]:
-    """A Slack incoming-webhook payload: the fault, where, and the first fix, in plain mrkdwn."""
+    """A Slack incoming-webhook payload: the fault, where, and the first fix, in plain mrkdwn, every text
+    from the run (its name, a message quoting a log) escaped: a run cannot ping a channel."""
     where = f"run `{finding.get('run', '?')}`"
     if finding.get("steps"):
         where += f", steps {finding['steps'][0]}–{finding['steps'][1]}"
@@ -92,4 +97,10 @@ def slack_message(finding: dict[str, Any]) -> dict[str, str]:
     if finding.get("fixes"):
         fix = finding["fixes"][0]
         lines.append(f"fix ({fix['safety']}): {fix['title']}")
-    return {"text": "\n".join(lines)}
+    return {"text": slack_escaped("\n".join(lines))}
+
+
+def slack_escaped(text: str) -> str:
+    """Text as Slack shows it literally: ``&``, ``<`` and ``>`` are its control characters (``<!channel>``
+    pings everyone, ``<https://x|label>`` hides a link), escaped as Slack's message formatting says."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -32,8 +32,10 @@ class Deadline:
         self._timer.cancel()
 
     def opener(self) -> urllib.request.OpenerDirector:
-        """urllib as usual (proxies from the environment included), through connections this deadline watches."""
-        return urllib.request.build_opener(_HTTPHandler(self), _HTTPSHandler(self))
+        """urllib as usual (proxies from the environment included), through connections this deadline watches,
+        never following a redirect: urllib turns a POST answered 302 into a GET of the new place (an SSO
+        login page answering 200), which no endpoint received; the 3xx is the answer, and no delivery."""
+        return urllib.request.build_opener(_HTTPHandler(self), _HTTPSHandler(self), _NoRedirect())
 
     def watch(self, sock: socket.socket) -> None:
         with self._lock:
@@ -49,6 +51,11 @@ class Deadline:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass  # already closed
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # urllib then raises HTTPError with the 3xx
 
 
 class _Watched:
