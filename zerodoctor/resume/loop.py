@@ -23,6 +23,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from zerodoctor.config import deepspeed_validate
+from zerodoctor.fixes.patch import merge_patch, patch_diff
 from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode, redact_argv
 from zerodoctor.probe.resume import FIX_FILE
 from zerodoctor.resume import attempts
@@ -95,6 +97,8 @@ def fix_and_resume(command: list[str], runs_dir: Path, name: str | None, options
         record.update(exit_code=code, ended=time.time())
         try:
             pending = _decide(run_dir, trail, command, options, code, forwarded)
+        except KeyboardInterrupt:  # Ctrl-C while the attempt was judged: as a signal during it
+            trail["outcome"], pending = "interrupted while judging the attempt: not restarted", None
         except Exception as exc:  # noqa: BLE001 - never worse than the job alone: its status stands
             trail["outcome"] = f"fix-and-resume failed: {type(exc).__name__}: {exc}"
             pending = None
@@ -176,8 +180,8 @@ def _decide(run_dir: Path, trail: dict[str, Any], command: list[str], options: O
     saved = [s for k in range(1, number + 1) for s in saved_in(attempts.attempt_dir(run_dir, k))]
     checkpoint = newest_before(saved, fault_step, Path(trail["cwd"]))
     if checkpoint is None and not options.allow_scratch:
-        where = f" before step {fault_step}" if fault_step is not None else ""
-        return stop(f"no checkpoint saved{where}; not restarted from scratch (pass --allow-restart-from-scratch)")
+        return stop(f"no checkpoint saved before step {fault_step}; not restarted from scratch "
+                    "(pass --allow-restart-from-scratch)")
     _, _, original = config_argument(command, options.config_arg)
     out = _write_patched(Path(trail["cwd"]) / original, before, after, trail["run"], number + 1, run_dir)
     argv = relaunch_argv(command, options.config_arg, out, options.resume_arg, checkpoint)
@@ -185,8 +189,6 @@ def _decide(run_dir: Path, trail: dict[str, Any], command: list[str], options: O
                       "title": fix.title, "safety": fix.safety, "patch": fix.config_patch or {}, "env": fix.env or {},
                       "finding": source.to_json()}
     patch = _kept_patch(trail)
-    from zerodoctor.fixes.patch import patch_diff
-
     diff = patch_diff(before, after, Path(original).name)
     nxt = attempts.attempt_dir(run_dir, number + 1)
     nxt.mkdir(exist_ok=True)
@@ -208,9 +210,6 @@ def _decide(run_dir: Path, trail: dict[str, Any], command: list[str], options: O
 def _choose(source: Finding, trail: dict[str, Any], options: Options, command: list[str],
             directory: Path) -> tuple[Fix, dict, dict, str] | None:
     """The first untried fix DeepSpeed accepts: (fix, patched config, original config, verdict), or None."""
-    from zerodoctor.config import deepspeed_validate
-    from zerodoctor.fixes.patch import merge_patch
-
     _, _, path = config_argument(command, options.config_arg)
     before = json.loads((Path(trail["cwd"]) / path).read_text())
     for fix in options.policy.remedies(source):
@@ -244,8 +243,6 @@ def _untried(finding: Finding, trail: dict[str, Any], options: Options) -> bool:
 
 def _kept_patch(trail: dict[str, Any]) -> dict[str, Any]:
     """Every patch in force: those that helped, then the one on trial (what the probe keeps across the load)."""
-    from zerodoctor.fixes.patch import merge_patch
-
     patch: dict[str, Any] = {}
     for fix in [*trail["kept"], *([trail["trial"]] if trail["trial"] else [])]:
         patch = merge_patch(patch, fix["patch"])
