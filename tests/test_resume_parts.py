@@ -118,3 +118,37 @@ def test_a_fix_and_resume_run_directory_reads_as_its_attempts(tmp_path) -> None:
         "attempt-1/rank-0.jsonl", "attempt-2/console.log", "attempt-10/console.log"]
     assert run_id_for(job / "attempt-2" / "console.log") == "job.attempt-2"
     assert run_id_for(tmp_path / "plain" / "console.log") == "plain"
+
+
+def test_when_fix_and_resume_itself_fails_the_jobs_own_status_stands(tmp_path) -> None:
+    """A real MemoryError (ZD406, a safe config fix) from a command that passes no DeepSpeed config: the relaunch
+    cannot be built, which is said in one line, and ``run`` exits with the job's own status."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp_path), "--name", "j",
+                           "--fix-and-resume", "--", sys.executable, "-c", "bytearray(1 << 62)"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 1, done.stderr
+    assert "MemoryError" in done.stderr  # the job's own output passed through
+    trail = json.loads((tmp_path / "j" / "resume.json").read_text())
+    assert [f["rule"] for f in trail["attempts"][0]["findings"]] == ["ZD406"]
+    assert trail["outcome"].startswith("fix-and-resume failed: RelaunchError: the command passes no config")
+    assert "exiting with the job's own status 1" in done.stderr
+
+
+def test_a_patch_deepspeed_refuses_is_never_launched(tmp_path) -> None:
+    from zerodoctor.resume.loop import Options, _choose
+
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 4,
+                                                  "gradient_accumulation_steps": 1}))
+    refused = Fix("Halve the micro-batch", "safe", config_patch={"train_micro_batch_size_per_gpu": 0})
+    accepted = Fix("Shrink buckets", "safe", config_patch={"zero_optimization": {"reduce_bucket_size": 1000}})
+    trail = {"cwd": str(tmp_path), "kept": [], "tried": []}
+    fix, after, before, verdict = _choose(finding("ZD402", refused, accepted), trail, Options(Policy("safe")),
+                                          ["python", "t.py", "--deepspeed", "ds.json"], tmp_path)
+    assert fix is accepted and after["zero_optimization"] == {"reduce_bucket_size": 1000}
+    assert verdict.startswith("DeepSpeed") and "accepts" in verdict
+    assert trail["tried"] == ["ZD402: train_micro_batch_size_per_gpu", "ZD402: zero_optimization.reduce_bucket_size"]
