@@ -152,3 +152,30 @@ def test_a_patch_deepspeed_refuses_is_never_launched(tmp_path) -> None:
     assert fix is accepted and after["zero_optimization"] == {"reduce_bucket_size": 1000}
     assert verdict.startswith("DeepSpeed") and "accepts" in verdict
     assert trail["tried"] == ["ZD402: train_micro_batch_size_per_gpu", "ZD402: zero_optimization.reduce_bucket_size"]
+
+
+def test_a_signal_sent_to_the_wrapper_ends_the_run_without_a_restart(tmp_path) -> None:
+    """The job printed a real MemoryError (ZD406 has a safe fix) and is still running when the user's SIGTERM
+    arrives: forwarded to the job, whose status (143) is the exit status, and nothing is relaunched."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    script = ("import time, traceback\ntry:\n    bytearray(1 << 62)\nexcept MemoryError:\n    traceback.print_exc()\n"
+              "time.sleep(120)\n")
+    wrapper = subprocess.Popen([sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp_path), "--name", "j",
+                                "--fix-and-resume", "--", sys.executable, "-c", script, "--deepspeed", "ds.json"],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    console = tmp_path / "j" / "attempt-1" / "console.log"
+    deadline = time.monotonic() + 120
+    while not (console.exists() and "MemoryError" in console.read_text()):
+        assert wrapper.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    wrapper.send_signal(signal.SIGTERM)
+    _, stderr = wrapper.communicate(timeout=120)
+    assert wrapper.returncode == 128 + signal.SIGTERM, stderr
+    trail = json.loads((tmp_path / "j" / "resume.json").read_text())
+    assert len(trail["attempts"]) == 1 and trail["outcome"] == "stopped by signal 15 sent to the wrapper: not restarted"
