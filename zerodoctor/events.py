@@ -151,6 +151,9 @@ class RunEnd(_Envelope):
     exit_code: Int64 | None = Field(None, description="exit status of the process")
     signal: Int64 | None = Field(None, description="signal number when killed by one")
     duration_s: float | None = Field(None, description="wall time of the process")
+    dropped_events: Int64 | None = Field(
+        None, description="events the probe dropped rather than make training wait (its writer fell behind, "
+        "or the schema refused one); absent when none")
 
 
 class Checkpoint(_Envelope):

@@ -95,9 +95,7 @@ class CrashRecorder:
         if self._ended:
             return
         self._ended = True
-        self.writer.emit("run_end", duration_s=time.time() - STARTED, signal=signum,
-                         exit_code=1 if self.uncaught else None)
-        self.writer.close()
+        self.writer.close(duration_s=time.time() - STARTED, signal=signum, exit_code=1 if self.uncaught else None)
 
     def install(self) -> None:
         previous_hook = sys.excepthook

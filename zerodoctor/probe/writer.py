@@ -1,6 +1,8 @@
 """Probe, writer: event fields → validated lines appended to ``runs/<id>/rank-<r>.jsonl``.
 
-The training thread only appends a dict to a list. A daemon thread validates, serialises
+The training thread only appends a dict to a bounded queue, and never waits: when the writer is
+``MAX_PENDING`` events behind (a stalled disk, a full pipe) an event is dropped and counted, and the
+count goes into the rank's last line, ``run_end.dropped_events``. A daemon thread validates, serialises
 and writes the pending events at least every ``FLUSH_EVERY_S``; ``flush`` does the same
 synchronously at exit, on a crash and on a signal. Validation and ``float()`` of 0-dim
 tensors (loss, grad norm) happen there too, off the training thread, so the probe never
@@ -24,14 +26,17 @@ from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode
 from zerodoctor.probe.phase import HEARTBEAT_EVERY_S
 
 FLUSH_EVERY_S = 0.5
+# ~30 s of a 3 ms step's events (one ``step``, a ``comm`` per op every second): a writer that far
+# behind is stalled, and holding more would grow the training process without bound.
+MAX_PENDING = 10_000
 
 
 class EventWriter:
-    """One writer per rank; ``emit`` is cheap and thread-safe, ``flush`` is idempotent."""
+    """One writer per rank; ``emit`` is cheap, thread-safe and never waits, ``flush`` is idempotent."""
 
     def __init__(self, run_dir: Path, run_id: str, rank: int, *,
                  heartbeat: Callable[[], dict[str, Any]] | None = None,
-                 heartbeat_every_s: float = HEARTBEAT_EVERY_S) -> None:
+                 heartbeat_every_s: float = HEARTBEAT_EVERY_S, max_pending: int = MAX_PENDING) -> None:
         self.path = Path(run_dir) / f"rank-{rank}.jsonl"
         self.run_id, self.rank = run_id, rank
         Path(run_dir).mkdir(mode=RUN_DIR_MODE, parents=True, exist_ok=True)
@@ -42,7 +47,8 @@ class EventWriter:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, file_mode(run_dir))
         self._file = os.fdopen(fd, "ab", buffering=0)  # lives as long as the process
         self._stop = threading.Event()
-        self.dropped = 0
+        self.dropped = 0  # events lost: queue full, refused by the schema or JSON, or a failed write
+        self.max_pending = max_pending
         self._heartbeat, self._heartbeat_every_s = heartbeat, heartbeat_every_s
         self._next_beat = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="zerodoctor-writer", daemon=True)
@@ -50,6 +56,9 @@ class EventWriter:
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Queue one event; fields may hold 0-dim tensors, resolved at flush time."""
+        if len(self._pending) >= self.max_pending:  # the writer is stuck: drop rather than grow or wait
+            self.dropped += 1
+            return
         fields["t"] = fields.get("t") or time.time()
         fields["kind"] = kind
         self._pending.append(fields)
@@ -62,18 +71,27 @@ class EventWriter:
                 if line is not None:
                     lines.append(line)
             if lines:
-                self._file.write(b"".join(lines))
+                try:
+                    self._file.write(b"".join(lines))
+                except OSError:  # a full disk must not kill training; its lines are counted instead
+                    self.dropped += len(lines)
 
-    def close(self) -> None:
+    def close(self, **run_end: Any) -> None:
+        """Flush; with ``run_end`` fields, that event last, past the bound, with ``dropped_events``."""
         self._stop.set()
-        self.flush()
+        with self._lock:
+            self.flush()
+            if run_end:
+                run_end.update(t=time.time(), kind="run_end", dropped_events=self.dropped or None)
+                self._pending.append(run_end)
+                self.flush()
 
     def _run(self) -> None:
         while not self._stop.wait(FLUSH_EVERY_S):
             try:
                 self._beat()
                 self.flush()
-            except Exception:  # noqa: BLE001 - a full disk must not kill training; counted instead
+            except Exception:  # noqa: BLE001 - the writer must outlive a heartbeat that fails; counted
                 self.dropped += 1
 
     def _beat(self) -> None:

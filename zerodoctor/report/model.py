@@ -34,6 +34,7 @@ class Report:
     set_aside: dict[str, str] = field(default_factory=dict)  # runs not judged: their view failed, and why
     paths: dict[str, list[str]] = field(default_factory=dict)  # per run, the inputs its events came from
     ignored: int = 0  # findings hidden by --select/--ignore (report/selection.py)
+    dropped: dict[str, int] = field(default_factory=dict)  # per run, events its probe dropped (run_end)
 
     def add(self, judgement: Judgement) -> None:
         if judgement.set_aside is not None:
@@ -42,3 +43,5 @@ class Report:
         self.unevaluated += judgement.unevaluated
         self.configs[judgement.run] = judgement.config
         self.world_sizes[judgement.run] = judgement.world_size_stated
+        if judgement.values.get("run.dropped_events"):
+            self.dropped[judgement.run] = judgement.values["run.dropped_events"]

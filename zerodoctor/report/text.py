@@ -70,6 +70,9 @@ def render(report: Report, console: Console, *, explain: bool = False) -> None:
             console.print(f"  {escape(str(r))}")
         if len(report.rejected) > SHOW_REJECTED:
             console.print(f"  … and {len(report.rejected) - SHOW_REJECTED} more")
+    for run, count in report.dropped.items():
+        console.print(f"[yellow]run {escape(run)}: the probe dropped {format_count(count, 'event')}[/] rather than "
+                      "make training wait (its writer fell behind); its record has gaps")
     for run, why in report.set_aside.items():
         console.print(f"[bold red]run {escape(run)} set aside[/]: not judged, its view failed ({escape(why)}); "
                       "please report it (ZERODOCTOR_DEBUG=1 shows the traceback)")

@@ -24,6 +24,7 @@ SIGNALS = [
     Signal("run.device_memory_gb", "GB", "total memory of one accelerator, 10^9 bytes"),
     Signal("run.device_name", "name", "accelerator name"),
     Signal("run.exit_code", "code", "worst exit code among ranks that reported one"),
+    Signal("run.dropped_events", "events", "events the probe dropped rather than make training wait, all ranks"),
 ]
 
 
@@ -54,6 +55,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if precision is None and config:
         precision = "fp16" if nested(config, "fp16.enabled") else "bf16" if nested(config, "bf16.enabled") else None
     codes = [e["exit_code"] for e in view.events.get("run_end", []) if e.get("exit_code") is not None]
+    dropped = [e["dropped_events"] for e in view.events.get("run_end", []) if e.get("dropped_events")]
     mem = start.get("device_memory_bytes")
     stated = view.world_size_stated
     return {
@@ -70,4 +72,5 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "run.device_memory_gb": mem / GB if mem else None,
         "run.device_name": start.get("device_name"),
         "run.exit_code": max(codes, key=abs) if codes else None,
+        "run.dropped_events": sum(dropped) if dropped else None,
     }
