@@ -12,6 +12,7 @@ from zerodoctor.report.model import Report
 from zerodoctor.report.terminal import escape
 from zerodoctor.report.units import evidence_items
 from zerodoctor.rulebook.finding import Finding, Unevaluated
+from zerodoctor.units import format_count
 
 STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold blue"}
 SHOW_REJECTED = 5
