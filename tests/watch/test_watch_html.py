@@ -83,3 +83,42 @@ def test_page_names_are_safe(name: str) -> None:
     from zerodoctor.report.live import page_name
 
     assert "/" not in page_name(name) and " " not in page_name(name)
+
+
+COLLIDING = ["训练-7b", "测试-7b", "index", "r" * 300, "__-7b", ".hidden"]
+
+
+def test_no_two_runs_share_a_page_and_none_is_the_index() -> None:
+    from zerodoctor.report.live import page_name
+
+    pages = [page_name(n) for n in COLLIDING]
+    assert len(set(pages)) == len(pages) and "index.html" not in pages  # before: 训练/测试 one page, index the index
+    assert all(len(p.encode()) <= 255 and not p.startswith(".") for p in pages)
+    assert page_name("llama-7b_run.3") == "llama-7b_run.3.html"  # a plain name is kept as it is
+
+
+def test_watch_html_writes_a_page_for_every_run_whatever_its_name(tmp_path: Path) -> None:
+    runs, out = tmp_path / "runs", tmp_path / "html"
+    for name in COLLIDING:
+        _write_min_scale_run(runs / f"dir{COLLIDING.index(name)}", name)
+    proc = start_watch(str(runs), "--once", "--html", str(out))
+    stdout, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert all(f"run {name}" in stdout for name in COLLIDING)  # every run's finding announced
+    from zerodoctor.report.live import page_name
+
+    for name in COLLIDING:
+        assert name in (out / page_name(name)).read_text(), name  # its own page, not another run's
+    assert "<h1>zerodoctor watch</h1>" in (out / "index.html").read_text()
+
+
+def _write_min_scale_run(run_dir: Path, name: str) -> None:
+    """A run_start DeepSpeed refuses (fp16.min_loss_scale 0.5: ZD605), and one step."""
+    import json
+
+    run_dir.mkdir(parents=True)
+    lines = [{"v": 1, "t": 1000.0, "run": name, "rank": 0, "kind": "run_start", "world_size": 1, "precision": "fp16",
+              "config": {"train_batch_size": 8, "fp16": {"enabled": True, "min_loss_scale": 0.5}}},
+             {"v": 1, "t": 1001.0, "run": name, "rank": 0, "kind": "step", "step": 1, "loss": 1.0, "samples": 8,
+              "micro_batches": 1}]
+    (run_dir / "rank-0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))

@@ -10,6 +10,7 @@ restarted ``watch`` lists the runs it has not judged again yet.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -30,8 +31,18 @@ REFRESH_S = 5
 EVERY_S = 3.0
 
 
+PLAIN_NAME = 100  # characters of a run's name a page's file name keeps (a file name holds 255 bytes)
+
+
 def page_name(run: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", run) + ".html"
+    """A run's page: its name where that is a plain file name, else its safe characters (at most
+    ``PLAIN_NAME``) and 8 hex of the name's sha256, so no two runs share a page: ``训练-7b`` and
+    ``测试-7b`` both make ``__-7b``, a run named ``index`` would be the index, a 300-character name
+    no file system holds, a leading dot hides the page (and is how temporary files start)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", run)
+    if safe == run and 0 < len(run) <= PLAIN_NAME and run != "index" and not run.startswith("."):
+        return run + ".html"
+    return f"{safe.lstrip('.')[:PLAIN_NAME]}-{hashlib.sha256(run.encode()).hexdigest()[:8]}.html"
 
 
 def write_atomically(path: Path, text: str) -> None:
