@@ -183,6 +183,12 @@ def test_broken_json_is_one_reason_naming_where_and_no_crash(tmp_path: Path) -> 
         TraceReader(lambda e: None).feed(b"hello")
 
 
+def test_an_events_file_that_mentions_a_trace_is_still_an_events_file(tmp_path: Path) -> None:
+    lines = tmp_path / "rank-0.jsonl"
+    lines.write_text('{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "log", "message": "m", "data": {"traceEvents": 1}}\n')
+    assert detect_format(lines) == "jsonl"
+
+
 def test_the_bare_array_format_is_read_too(tmp_path: Path) -> None:
     path = tmp_path / "legacy.json"
     path.write_text(json.dumps([_x("cpu_op", "aten::mm", 0, 10), _x("cpu_op", "aten::mm", 20, 10)]))

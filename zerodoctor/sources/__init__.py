@@ -9,6 +9,7 @@ the content, ``run_files`` the files of a run directory (``register_sources``).
 from __future__ import annotations
 
 import inspect
+import json
 import operator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -172,7 +173,8 @@ class Batch:
 
 
 def detect_format(path: Path) -> str:
-    """Return ``"jsonl"`` when the first non-blank line is a JSON object with a ``kind``, else ``"text"``.
+    """``"jsonl"`` when the first non-blank line is a JSON object with a ``kind``, ``"chrome-trace"`` for a
+    profiler trace (one JSON object naming ``traceEvents``), ``"flight-recorder"`` for a dump, else ``"text"``.
 
     Raises ``UnreadableFile`` for what is no log at all (a FIFO, binary data).
     """
@@ -181,13 +183,16 @@ def detect_format(path: Path) -> str:
         head = f.read(SNIFF_BYTES)
     if head.startswith(b"\x80\x02"):  # a pickle: PyTorch's flight recorder dump, the one binary input
         return "flight-recorder"
-    if looks_like_trace(head):  # torch.profiler's Chrome trace: one JSON object, spread over lines
+    first, *rest = head.lstrip().split(b"\n", 1)
+    first = first.strip()
+    try:  # a whole first line that is an event: an events file, whatever it mentions
+        if rest and first.startswith(b"{") and "kind" in json.loads(first):
+            return "jsonl"
+    except (ValueError, TypeError):
+        pass
+    if looks_like_trace(head):  # torch.profiler's Chrome trace: one JSON object, its first line no event
         return "chrome-trace"
-    for line in head.splitlines():
-        stripped = line.strip()
-        if stripped:
-            return "jsonl" if stripped.startswith(b"{") and b'"kind"' in stripped else "text"
-    return "jsonl"
+    return "jsonl" if not first or (first.startswith(b"{") and b'"kind"' in first) else "text"
 
 
 def make_parser(fmt: str, run_id: str | None = None, path: Path | None = None) -> Parser:
