@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -99,6 +100,7 @@ class Watcher:
         self._judged_at: dict[str, float] = {}
         self._interval: dict[str, float] = {}
         self._in_progress: set[str] = set()  # runs whose ranks send heartbeats and have not all ended
+        self._files_of: dict[str, set[Path]] = {}  # run → the files its events came from (``_now_for``)
 
     # -- one pass -------------------------------------------------------------------
 
@@ -188,10 +190,13 @@ class Watcher:
         more = False
         pending = 0
 
-        def emit(batch: Batch) -> None:
+        def emit(batch: Batch, path: Path) -> None:
             nonlocal pending
             pending += len(batch.events) + batch.step_count() + len(batch.rejected)
-            self._changed.update(batch.runs())
+            runs = batch.runs()
+            self._changed.update(runs)
+            for name in runs:
+                self._files_of.setdefault(name, set()).add(path)
 
         with self.engine.connect() as conn:
             trans = conn.begin()
@@ -200,7 +205,8 @@ class Watcher:
                     if self.stop.is_set():
                         break
                     try:
-                        polled = tail.poll(conn, self.pipeline.ingestor, self.pipeline.emit_for(tail, emit))
+                        polled = tail.poll(conn, self.pipeline.ingestor,
+                                           self.pipeline.emit_for(tail, partial(emit, path=path)))
                     except OSError as exc:
                         log.error("%s: %s", path, exc)
                         continue
@@ -257,7 +263,7 @@ class Watcher:
 
     def _judge_run(self, name: str) -> None:
         with self.interrupts.judging(f"judging run {name}", self.judge_budget_s):
-            judged = self.pipeline.judge(name, now=time.time())
+            judged = self.pipeline.judge(name, now=self._now_for(name))
         if judged.set_aside is not None:  # the pipeline said why, once; nothing to announce or to re-check
             self._in_progress.discard(name)
             return
@@ -281,6 +287,27 @@ class Watcher:
             except Exception as exc:  # noqa: BLE001 - a page is a view of the findings, never their gate
                 log.error("run %s: its page was not written (its findings are announced and stored): %s",
                           name, describe(exc, self.engine.url), exc_info=bool(os.environ.get("ZERODOCTOR_DEBUG")))
+
+    def _now_for(self, name: str) -> float:
+        """A live judgement's now, on the run's own clock: its last event's time plus how long ago, on
+        this host's clock, its files last changed.
+
+        Silence is what the hang rules judge, and the ranks stamp their events with their own clocks:
+        ranks 45 s behind the watcher looked 45 s silent more (a real hang hidden for 90 s, every rank
+        "gone"). A file's mtime is when its last line arrived, on this host's clock (a local disk's:
+        on a network filesystem, the server's), so no two hosts' clocks are ever compared.
+        """
+        now = time.time()
+        view = self.pipeline.view(name)  # None: set aside (the judgement says so)
+        changed = []
+        for path in self._files_of.get(name, ()):
+            try:
+                changed.append(os.stat(path).st_mtime)
+            except OSError:
+                continue
+        if view is None or view.last_t is None or not changed:
+            return now
+        return view.last_t + max(0.0, now - max(changed))
 
     def notify(self, *, force: bool = False) -> None:
         """Hand pending findings to the notifiers on their thread; after a failure, wait ``notify_retry_s``."""
