@@ -22,6 +22,9 @@ inside ``Optimizer.step``), per collective op its count, time, exposed time and 
 exposed collectives. Host side, on the step's CPU range: ``dataloader_s``, ``optimizer_s`` and
 ``host_gap_s``, the time no operator runs on any thread (Python, the loader's own code, waits).
 
+Only complete events (``"ph": "X"``, what torch.profiler writes) are read: ``B``/``E`` pairs, which
+other tools write, are not paired up here.
+
 Memory: the events are read one at a time (``chrome_trace.TraceReader``); what is kept is the
 ranges, as arrays of 8-byte numbers (about 25 bytes an operator, 33 a kernel), never the events.
 """
