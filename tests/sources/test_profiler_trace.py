@@ -132,6 +132,33 @@ def test_real_nccl_trace_figures_match_an_independent_sweep() -> None:
         assert 0 < step["exposed_comm_s"] < step["comm_s"]  # partly hidden: the arithmetic is exercised
 
 
+def test_real_cpu_trace_with_partial_overlap_matches_an_independent_sweep() -> None:
+    """A real 2-rank gloo ZeRO-3 run on CPU with a 1000-element prefetch bucket (tests/fixtures/traces/
+    cpu-zero3-prefetch-1000): some all-gathers run on gloo's thread while the main thread computes."""
+    path = ROOT / "tests" / "fixtures" / "traces" / "cpu-zero3-prefetch-1000" / "rank-0.pt.trace.json.gz"
+    steps, rejected = _read(path)
+    assert rejected == [] and [s["step"] for s in steps] == [3, 4, 5]
+    raw = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    comm = [e for e in raw if e.get("cat") == "user_annotation" and e["name"].startswith("gloo:")]
+
+    def in_own_collective(op: dict) -> bool:
+        middle = op["ts"] + op["dur"] / 2
+        return any(c["tid"] == op["tid"] and c["ts"] <= middle < c["ts"] + c["dur"] for c in comm)
+
+    ranges = {"comm": [(c["ts"], c["ts"] + c["dur"]) for c in comm],
+              "compute": [(e["ts"], e["ts"] + e["dur"]) for e in raw
+                          if e.get("cat") == "cpu_op" and e["name"].startswith("aten::") and not in_own_collective(e)]}
+    windows = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in raw
+               if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    for step in steps:
+        want = _sweep(ranges, *windows[step["step"]])
+        got = {"compute": step["compute_s"], "comm": step["comm_s"], "exposed": step["exposed_comm_s"],
+               "idle": step["idle_s"]}
+        assert got == pytest.approx({k: v * US for k, v in want.items()}, rel=1e-9, abs=1e-9)
+        gather = step["collectives"]["all_gather"]
+        assert 0 < gather["exposed_s"] < 0.95 * gather["total_s"]  # really partly hidden
+
+
 def test_real_gloo_zero3_trace_is_read_the_same_in_any_pieces_and_gzipped_or_not(tmp_path: Path) -> None:
     """A real 2-rank gloo ZeRO-3 run on CPU, profiled by ``zerodoctor run --profile 5-7``."""
     path = ZD302 / "fires.run" / "rank-0.pt.trace.json.gz"
