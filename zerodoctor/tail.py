@@ -147,7 +147,13 @@ class FileTail:
             self.missing_since = None
         current = (st.st_dev, st.st_ino)
         if self.handle is not None and _identity(self.handle) != current:
-            self._drain_and_close(conn, "was replaced (rotated)", rotated=True)
+            try:  # held first: the generations to read are those between the old file and this one
+                successor = open_log(self.path)
+            except OSError:
+                successor = None
+            self._drain_and_close(conn, "was replaced (rotated)",
+                                  successor=_identity(successor[0]) if successor else current)
+            self._opened = successor
         if self.handle is None and not self._open(conn):
             return "gone"
         OPEN_FILES.used(self)
@@ -232,26 +238,28 @@ class FileTail:
             self._reset(conn, identity)
         elif identity != self.identity:
             if self.identity != _DRAINED and (self.offset or self.lines):
-                self._drain_lost_file(conn)
+                self._drain_lost_file(conn, identity)
             self._reset(conn, identity)
         self.handle = handle
         return True
 
-    def _drain_and_close(self, conn: Connection, why: str, *, rotated: bool = False) -> None:
+    def _drain_and_close(self, conn: Connection, why: str, *, successor: Identity | None = None) -> None:
+        """Read the open file to its end and close it; ``successor``: the file now at the path (a rotation),
+        whose predecessors rotated after this one are read whole too."""
         if self.handle is None:
             return
         log.info("%s %s; reading its last lines", self.name, why)
         self._read(conn, self.handle, final=True)
         drained = os.fstat(self.handle.fileno())
         self.close()
-        if rotated:
-            self._read_rotated_after(conn, drained)
+        if successor is not None:
+            self._read_rotated_after(conn, drained, successor)
         # Committed with the drained lines: whatever appears at the path next is a new file.
         self._reset(conn, _DRAINED)
 
-    def _drain_lost_file(self, conn: Connection) -> None:
-        """The stored inode is no longer at the path: find it among the siblings (renamed) and drain it,
-        then the generations rotated after it."""
+    def _drain_lost_file(self, conn: Connection, successor: Identity) -> None:
+        """The stored inode is no longer at the path (``successor`` is): find it among the siblings
+        (renamed) and drain it, then the generations rotated after it."""
         device, inode = self.identity
         for entry, st in self._siblings():
             if (st.st_dev, st.st_ino) == (device, inode):
@@ -261,7 +269,7 @@ class FileTail:
                         break  # the inode was reused by an unrelated file: the old one is gone
                     log.info("%s was rotated to %s while not watched; reading its last lines", self.name, entry.name)
                     self._read(conn, old, final=True)
-                self._read_rotated_after(conn, st)
+                self._read_rotated_after(conn, st, successor)
                 return
         log.warning("%s was replaced while not watched and the old file is gone; lines written to it after "
                     "byte %d (line %d) are lost", self.name, self.offset, self.lines)
@@ -282,40 +290,44 @@ class FileTail:
                 found.append((entry, st))
         return found
 
-    def _read_rotated_after(self, conn: Connection, drained: os.stat_result) -> None:
-        """Read whole the rotated generations newer than the file just drained: two rotations between
-        two reads (or while not watched) put whole files between it and the one at the path.
+    def _read_rotated_after(self, conn: Connection, drained: os.stat_result, successor: Identity) -> None:
+        """Read whole the rotated generations between the file just drained and ``successor`` (the one
+        at the path, opened before this looks): two rotations between two reads, or while not watched,
+        leave whole files between them.
 
-        A generation's age is its name's (``.2`` older than ``.1``; ``-<date>`` in date order), as
-        logrotate names them; the drained file must be found among them under such a name, or
-        nothing is read and, when generations lie beside it, the warning says how many.
+        The writer may rotate again while this reads, renaming every generation: each is opened
+        before any is read and followed by its handle, never its name. Their order is their last
+        write's (mtime), ties (one timestamp tick) broken by the name's (``.2`` before ``.1``,
+        ``-<date>`` in date order), as logrotate names them.
         """
-        ages: dict[tuple[int, int], tuple] = {}
-        by_identity: dict[tuple[int, int], str] = {}
-        for entry, st in self._siblings():
-            if age := _generation(self.path.name, entry.name):
-                ages[(st.st_dev, st.st_ino)] = age
-                by_identity[(st.st_dev, st.st_ino)] = entry.path
-        own = ages.get((drained.st_dev, drained.st_ino))
-        if own is None:
-            if ages:
-                log.warning("%s: the rotated file read last is not among the %d rotated file(s) beside it; any "
-                            "generation rotated after it is not read", self.name, len(ages))
-            return
-        newer = sorted((age, identity) for identity, age in ages.items() if age[0] == own[0] and age > own)
-        for _, identity in newer:
-            path = by_identity[identity]
-            try:
-                stream, _ = open_log(path)
-            except OSError as exc:
-                log.warning("%s: rotated twice between two reads, and %s cannot be read (%s): its lines are lost",
-                            self.name, path, exc)
-                continue
-            with stream:
+        drained_id = (drained.st_dev, drained.st_ino)
+        opened: list[tuple[tuple, BinaryIO, Identity, str]] = []
+        try:
+            for entry, _ in self._siblings():
+                if not (age := _generation(self.path.name, entry.name)):
+                    continue
+                try:
+                    stream, _ = open_log(entry.path)
+                except OSError:
+                    continue
+                st = os.fstat(stream.fileno())
+                opened.append(((st.st_mtime_ns, age), stream, (st.st_dev, st.st_ino), entry.name))
+            own = next((key for key, _, identity, _ in opened if identity == drained_id), None)
+            if own is None:
+                if opened:
+                    log.warning("%s: the rotated file read last is not among the %d rotated file(s) beside it; any "
+                                "generation rotated after it is not read", self.name, len(opened))
+                return
+            newer = sorted((key, stream, identity, name) for key, stream, identity, name in opened
+                           if key > own and identity not in (drained_id, successor))
+            for _, stream, identity, name in newer:
                 self._reset(conn, identity)
                 self._read(conn, stream, final=True)
-            log.warning("%s: rotated more than once between two reads; %s read whole too (%d line(s))",
-                        self.name, os.path.basename(path), self.lines)
+                log.warning("%s: rotated more than once between two reads; %s read whole too (%d line(s))",
+                            self.name, name, self.lines)
+        finally:
+            for _, stream, _, _ in opened:
+                stream.close()
 
     def _reset(self, conn: Connection, identity: Identity) -> None:
         """Point the row at a new file (a truncated one, or none yet) at offset 0; stored counts stay."""
