@@ -51,7 +51,7 @@ def test_stdin_that_is_a_terminal_is_refused_in_one_line() -> None:
 def test_ignore_by_code_hides_the_finding_and_says_so() -> None:
     proc = run_cli("diagnose", "--ignore", "zd204", str(APEX))
     assert "ZD205" in proc.stdout and "ZD204" not in proc.stdout
-    assert proc.stdout.rstrip().endswith("1 finding(s) ignored (--select/--ignore)")
+    assert proc.stdout.rstrip().endswith("1 finding ignored (--select/--ignore)")
     assert proc.returncode == 1  # ZD205 is an error still
 
 
@@ -60,7 +60,7 @@ def test_prefixes_and_the_most_specific_selector_wins() -> None:
     assert _rules(only_batch) == ["ZD106"]
     no_numerics = run_cli("diagnose", "--format", "concise", "--ignore", "ZD2", "--fail-on", "never", str(APEX))
     assert _rules(no_numerics) == [] and no_numerics.returncode == 0
-    assert no_numerics.stdout.splitlines()[-1].endswith("2 finding(s) ignored (--select/--ignore)")
+    assert no_numerics.stdout.splitlines()[-1].endswith("2 findings ignored (--select/--ignore)")
     back = run_cli("diagnose", "--format", "concise", "--ignore", "ZD2", "--select", "ZD205", str(APEX))
     assert _rules(back) == ["ZD205"]
 
@@ -93,15 +93,15 @@ def test_concise_is_one_line_per_finding() -> None:
     proc = run_cli("diagnose", "--format", "concise", str(APEX))
     *lines, summary = proc.stdout.splitlines()
     assert lines[0] == (f"{APEX}:dle-252-apex-nan-overflow-loop: ZD204 error "
-                        "a progress line of 1 rank(s) shows the loss NaN/inf")
-    assert summary == "2 error from 4 events in 1 file(s)"
+                        "a progress line of 1 rank shows the loss NaN/inf")
+    assert summary == "2 errors from 4 events in 1 file"
     assert proc.returncode == 1
 
 
 def test_github_annotations() -> None:
     proc = run_cli("diagnose", "--format", "github", "--ignore", "ZD205", str(APEX))
     assert proc.stdout.splitlines() == [
-        "::error title=ZD204 non-finite-loss::a progress line of 1 rank(s) shows the loss NaN/inf "
+        "::error title=ZD204 non-finite-loss::a progress line of 1 rank shows the loss NaN/inf "
         f"({APEX}:dle-252-apex-nan-overflow-loop)"]
 
 

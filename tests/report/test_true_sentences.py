@@ -29,7 +29,12 @@ INPUTS = [
     "tests/fixtures/logs/deepspeed_loss_scaler_calibration.log",  # console: config dump, scaler lines
     "tests/fixtures/rules/ZD702/fires.jsonl",  # probe events with heartbeats
     "tests/fixtures/flight_recorder/hang",  # flight-recorder dumps
+    "tests/fixtures/rules/ZD302/fires.run",  # probe events with profiler traces
 ]
+
+
+LACKS = {"config": "config", "steps": "steps", "heartbeats": "heartbeats", "device memory": "device_memory",
+         "flight-recorder dumps": "dumps", "profiler traces": "traces"}  # the JSON's words → Held's fields
 
 
 @dataclass
@@ -42,6 +47,7 @@ class Held:
     heartbeats: bool
     device_memory: bool
     dumps: bool
+    traces: bool
 
 
 def held(path: Path) -> Held:
@@ -50,18 +56,19 @@ def held(path: Path) -> Held:
     for file, fmt in expand_inputs([path]):
         formats.append(fmt)
         events += parsed(read_batches(file, make_parser(fmt, "t", path=file)))
-    kinds = [e["kind"] for e in events]
-    starts = [e for e in events if e["kind"] == "run_start"]
+    kinds = [e.get("kind", "step") for e in events]  # parsed() gives steps as their fields alone
+    starts = [e for e in events if e.get("kind") == "run_start"]
     return Held(probe="jsonl" in formats, steps=kinds.count("step"), config=any(s.get("config") for s in starts),
                 heartbeats="heartbeat" in kinds, device_memory=any(s.get("device_memory_bytes") for s in starts),
-                dumps="flight-recorder" in formats)
+                dumps="flight-recorder" in formats, traces="chrome-trace" in formats)
 
 
 def _claims(text: str) -> set[str]:
     """The inputs a not-judged line says the run has none of."""
     said = text.split(" has no ", 1)[1].split(";", 1)[0] if " has no " in text else ""
     words = {"per-step lines": "steps", "steps": "steps", "config dump": "config", "config": "config",
-             "heartbeats": "heartbeats", "device memory": "device_memory", "flight-recorder dumps": "dumps"}
+             "heartbeats": "heartbeats", "device memory": "device_memory", "flight-recorder dumps": "dumps",
+             "profiler traces": "traces"}
     parts = [p.strip() for chunk in said.split(" or ") for p in chunk.split(",")]
     assert all(p in words for p in parts if p), f"unknown claim in {text!r}"
     return {words[p] for p in parts if p}
@@ -81,7 +88,7 @@ def test_what_the_report_says_a_run_lacks_it_lacks(name: str) -> None:
     body = json.loads(run_cli("diagnose", "--format", "json", "--fail-on", "never", str(path)).stdout)
     for u in body["unevaluated"]:
         for lack in u.get("lacks", []):
-            assert not getattr(facts, lack.replace(" ", "_").replace("flight-recorder_", "")), (name, u)
+            assert not getattr(facts, LACKS[lack]), (name, u)
         hint = u.get("hint", "")
         if facts.probe:
             assert "run the job under `zerodoctor run`" not in hint.lower(), (name, u)
@@ -96,5 +103,5 @@ def test_what_the_report_says_a_run_lacks_it_lacks(name: str) -> None:
 def test_inputs_are_told_apart_by_the_parsers() -> None:
     """The table above covers each input kind both ways, so the test would see a claim the run contradicts."""
     facts = [held(ROOT / n) for n in INPUTS]
-    for kind in ("probe", "steps", "config", "heartbeats", "device_memory", "dumps"):
+    for kind in ("probe", "steps", "config", "heartbeats", "device_memory", "dumps", "traces"):
         assert {bool(getattr(f, kind)) for f in facts} == {True, False}, kind

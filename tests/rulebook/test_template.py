@@ -39,6 +39,20 @@ def test_bytes_print_as_pytorch_prints_them_and_lists_compress_runs() -> None:
         == "zero_optimisation=zero_optimization zero_optimisation"
 
 
+def test_counts_ranks_durations_and_large_numbers_read_as_words() -> None:
+    """'1 steps', 'rank(s) 0', '0.7327 steps', '-9e-06 s' and '5e+08' are what plain specs printed."""
+    assert _render("{run.world_size:n:rank}, {run.world_size - 7:n:rank}, {run.world_size - 7:n:applied step}") \
+        == "8 ranks, 1 rank, 1 applied step"
+    assert _render("{fp16.overflow_rate * 3:n:step} {fp16.overflow_rate * 4:n:step} {run.world_size * 1000:n:step}") \
+        == "less than 1 step 1 step 8,000 steps"
+    assert _render("on {memory.oom_ranks:ranks}; on {run.world_size:ranks}") == "on ranks 0-3, 6; on rank 8"
+    assert _render("{fp16.overflow_rate - 0.25000900:duration}, {fp16.overflow_rate:duration}, "
+                   "{run.world_size * 225:duration}") == "-9 µs, 250 ms, 30 min"
+    assert _render("{memory.reduce_bucket_size:large} {memory.reduce_bucket_size // 4:large}") == "500M 125M"
+    with pytest.raises(MissingSignal):
+        _render("{config.close_matches:n:step}")  # a mapping is no count: a hole, never a made-up number
+
+
 def test_a_clause_is_left_out_with_a_missing_field_and_leaves_no_stray_space() -> None:
     text = "stage 3 is slow [at {run.zero_stage} ], on {run.world_size} ranks[ ({fp16.overflow_rate:.0%})]"
     assert _render(text) == "stage 3 is slow, on 8 ranks (25%)"
@@ -75,6 +89,7 @@ def test_required_and_optional_signals_are_told_apart() -> None:
 @pytest.mark.parametrize("text", [
     "{run.nope}", "{run.world_size:zz}", "[else: x]", "[open", "close]", "{run.world_size", "a } b", "{}",
     "{run.world_size.__class__}", "{run.world_size:{run.zero_stage}}", "[if run.world_size open]",
+    "{run.world_size:n:}", "{run.world_size:n:Steps!}",
 ])
 def test_malformed_templates_are_refused_at_load(text: str) -> None:
     with pytest.raises(ExprError) as err:

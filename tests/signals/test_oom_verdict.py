@@ -34,7 +34,7 @@ CASES = [
      "by PyTorch, and 121.23 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large "
      "try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and "
      "PYTORCH_CUDA_ALLOC_CONF",
-     0.0049, "ZD402", ("capacity, not fragmentation", "room for about 6 allocation(s) of this size, then the next")),
+     0.0049, "ZD402", ("capacity, not fragmentation", "room for about 6 allocations of this size, then the next")),
     ("https://github.com/deepspeedai/DeepSpeedExamples/issues/279",
      "OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB (GPU 0; 39.56 GiB total capacity; 38.49 GiB "
      "already allocated; 96.56 MiB free; 38.78 GiB reserved in total by PyTorch) If reserved memory is allocated "
@@ -61,7 +61,7 @@ CASES = [
     ("https://github.com/deepspeedai/DeepSpeed/issues/3869",
      "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 978.00 MiB (GPU 0; 4.00 GiB total capacity; "
      "1.68 GiB already allocated; 0 bytes free; 2.72 GiB reserved in total by PyTorch)" + CAPACITY_HINT,
-     0.26, "ZD401", ("fragmentation, not capacity", "room for about 1 allocation(s)")),
+     0.26, "ZD401", ("fragmentation, not capacity", "room for about 1 allocation ")),
     ("https://github.com/zjunlp/EasyEdit/issues/563",
      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 355.43 GiB. GPU 0 has a total capacty of 79.32 GiB"
      " of which 18.06 GiB is free. Including non-PyTorch memory, this process has 61.25 GiB memory in use. Of the "

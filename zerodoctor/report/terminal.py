@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import re
 
+from rich.console import Console
 from rich.markup import escape as escape_markup
+from rich.text import Text
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but tab and newline, DEL, C1
 
@@ -34,3 +36,31 @@ class PlainFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return plain(super().format(record))
+
+
+Row = tuple[str, str, str]  # (first line's indent, the indent of the lines it wraps onto, Rich markup)
+
+
+def wrap_width(console: Console) -> int | None:
+    """The width to wrap a report to: the terminal's; None for a file or a pipe (a tool or an editor reads it whole)."""
+    return console.width if console.is_terminal else None
+
+
+def laid_out(rows: list[Row], width: int | None) -> str:
+    """Rich markup for ``rows``, each wrapped to ``width`` at word boundaries with its hanging indent.
+
+    A terminal that wraps a long line itself breaks it mid-word at its edge and loses the indent
+    (a finding's evidence read as a wall of text at 80 columns). ``None``: one line per row.
+    """
+    if width is None:
+        return "\n".join(first + markup for first, _, markup in rows)
+    out = []
+    for first, rest, markup in rows:
+        lines = Text.from_markup(markup).wrap(_MEASURE, max(width - len(rest), 20))
+        for i, line in enumerate(lines):
+            line.rstrip()
+            out.append((first if i == 0 else rest) + line.markup)
+    return "\n".join(out)
+
+
+_MEASURE = Console(width=1000)  # Text.wrap measures cells with a console; its own width is not used

@@ -1,24 +1,31 @@
-"""Report: a finding's evidence (signal name → value) → words and units, from the signal catalogue.
+"""Report: a finding's evidence (signal name → value) → short labels, units and formatted numbers.
 
-``fp16.recent_overflow_rate=0.2308`` reads as "skipped share of the last 50 steps: 23%":
-the signal's doc says what it is, its unit how to print it (bytes as PyTorch prints them, ratios as %,
-seconds as ms or s). JSON keeps the signal names; only text and Markdown use this.
+``fp16.recent_overflow_rate=0.2308`` reads as "skipped share of the last 100 steps: 23%": the
+label is the head of the signal's doc (its clause before a parenthesis, comma or semicolon: the
+whole doc stays in ``rules show``, ``--explain`` and JSON), the unit says how to print the value
+(bytes as PyTorch prints them, GB figures in the same binary units, ratios as %, seconds as ms/s,
+a count with its word, a rank as "rank 6"). The numbers themselves come from ``zerodoctor/units.py``,
+which templates use too. JSON keeps the signal names and raw values; only text, Markdown and HTML use this.
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
 from zerodoctor import signals
 from zerodoctor.signals.base import Signal
-from zerodoctor.units import format_bytes
+from zerodoctor.units import GB, format_bytes, format_count, format_int_list, format_large, format_seconds
 
 SHOW_ITEMS = 8
-_LARGE = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
-# units whose number says it all next to the doc ("steps skipped for overflow: 9")
-_COUNTS = {"steps", "step", "overflows", "events", "retries", "ranks", "keys", "samples", "micro-batches", "scale",
-           "stage", "code", "SeqNum", "log2", "lr", "name", "text", "patch"}
+# counts: the label names what is counted ("steps skipped for overflow: 9"), so the number stands alone, whole
+_COUNTS = {"steps", "overflows", "events", "retries", "heartbeats", "allocations", "micro-batches", "episodes", "lines",
+           "processes", "collectives", "buffers", "tokens"}
+_PLAIN = {"step", "scale", "stage", "code", "SeqNum", "log2", "lr", "name", "text", "patch", "arch", "frame",
+          "keys", "values", "samples", "records"}
+_NOT_A_NOUN = ("at ", "per ", "a ", "those ")  # a head that leans on the clause it was cut from
+_CLAUSE = re.compile(r" \(|, |; | — |: | \| ")
 
 
 @lru_cache(maxsize=1)
@@ -26,10 +33,28 @@ def _catalog() -> dict[str, Signal]:
     return signals.catalog()
 
 
+def label(name: str, doc: str) -> str:
+    """The head of ``doc``, a few words (``ZeRO stage 0-3`` → ``ZeRO stage``); a doc that is a list of
+    values (``fp16, bf16 or fp32``) or whose head leans on what was cut gives way to the signal's name
+    (``run precision``)."""
+    head = _CLAUSE.split(doc, maxsplit=1)[0]
+    head = re.sub(r" \d+-\d+$", "", head)
+    if len(head.split()) < 2 or " or " in head or "|" in doc.split(" (")[0] or head.startswith(_NOT_A_NOUN):
+        return name.replace(".", " ").replace("_", " ")
+    return head
+
+
 def quantity(value: Any, unit: str) -> str:
     """One value in its unit, the way a person writes it."""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if unit in ("rank", "ranks") and _ints(value):
+        items = [value] if isinstance(value, int) else list(value)
+        if unit == "rank":
+            return f"rank {format_int_list(items)}"
+        if isinstance(value, int):  # a count of ranks ("how many ranks …")
+            return format_count(value, "rank")
+        return format_int_list(items[:64]) + (f", … {len(items) - 64} more" if len(items) > 64 else "")
     if isinstance(value, (list, tuple)):
         shown = ", ".join(quantity(v, unit) for v in value[:SHOW_ITEMS])
         return shown + (f", … {len(value) - SHOW_ITEMS} more" if len(value) > SHOW_ITEMS else "")
@@ -37,26 +62,32 @@ def quantity(value: Any, unit: str) -> str:
         return str(value)
     if unit == "bytes":
         return format_bytes(value)
+    if unit == "GB":  # the ZeRO paper's 10^9 bytes, printed in the units every other size is printed in
+        return format_bytes(value * GB)
     if unit == "ratio":
         return f"{value:.0%}" if abs(value) >= 0.01 or value == 0 else f"{value:.2%}"
     if unit == "s":
-        return f"{value * 1000:.3g} ms" if abs(value) < 1 else f"{value:.3g} s"
+        return format_seconds(value)
     if unit in ("elements", "parameters"):
-        big = next((f"{value / size:.3g}{name}" for size, name in _LARGE if abs(value) >= size), f"{value:g}")
-        return f"{big} {unit}"
-    if unit == "GB":
-        return f"{value:.3g} GB"
+        return f"{format_large(value)} {unit}"
+    if unit in _COUNTS:
+        return format_count(value, "").strip()
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _ints(value: Any) -> bool:
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return bool(items) and all(isinstance(v, int) and not isinstance(v, bool) for v in items)
+
+
 def evidence_items(evidence: dict[str, Any]) -> list[str]:
-    """Each evidence entry as "what it is: value unit"; a name outside the catalogue stays ``name=value``."""
+    """Each evidence entry as "label: value unit"; a name outside the catalogue stays ``name=value``."""
     out = []
     for name, value in evidence.items():
         signal = _catalog().get(name)
         if signal is None:
             out.append(f"{name}={quantity(value, '')}")
         else:
-            unit = "" if signal.unit in _COUNTS else signal.unit
-            out.append(f"{signal.doc}: {quantity(value, unit)}")
+            unit = "" if signal.unit in _PLAIN else signal.unit
+            out.append(f"{label(name, signal.doc)}: {quantity(value, unit)}")
     return out

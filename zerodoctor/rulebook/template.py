@@ -5,7 +5,9 @@ The template language (docs/rules.md):
   format spec or one of ``bytes`` (PyTorch's units: ``1.50 GiB``), ``list`` (``0, 1, 3``; runs
   of three or more integers as ``4-7``; a mapping's keys), ``pairs`` (a mapping as ``a=1, b=2``) and
   ``arrows`` (a mapping as ``a → b, c → d``); ``list:SPEC`` (and ``pairs:SPEC``…) formats each item with SPEC;
-  ``utc`` (unix seconds as ``08:53:40 UTC``); ``each:NAME`` (a record, or each record of a list, worded by the
+  ``utc`` (unix seconds as ``08:53:40 UTC``); ``ranks`` (``rank 0``, ``ranks 0-3``); ``duration`` (seconds as
+  ``42.6 ms``, ``12.5 s``, ``3.2 min``); ``large`` (``500M``, ``7B``); ``n:WORD`` (a count with its word,
+  ``1 step``, ``992 steps``: a fraction rounds, never prints as ``0.7327``); ``each:NAME`` (a record, or each record of a list, worded by the
   phrase NAME and joined by ``; ``).
   A float without a spec prints as ``:.4g`` would, a bool as yes/no.
 - ``[...]``: an optional clause, left out when a field inside it has no value (the signal is
@@ -30,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from zerodoctor.rulebook.expr import Condition, Expression, ExprError, MissingSignal, Resolver
-from zerodoctor.units import format_bytes
+from zerodoctor.units import format_bytes, format_count, format_int_list, format_large, format_ranks, format_seconds
 
-_FORMATS = ("bytes", "utc", "list", "pairs", "arrows", "each")
+_FORMATS = ("bytes", "utc", "list", "pairs", "arrows", "each", "ranks", "duration", "large", "n")
 _PER_ITEM = ("list", "pairs", "arrows")  # these take a spec for each item: list:.0%
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 _PUNCT = re.compile(r" +([,;:.)])")
@@ -134,6 +136,16 @@ def format_value(value: Any, spec: str) -> str:
     spec, _, item = spec.partition(":") if spec.split(":")[0] in _FORMATS else (spec, "", "")
     if spec == "bytes":
         return format_bytes(value)
+    if spec in ("ranks", "duration", "large", "n") and not _number_or_ranks(value, spec):
+        raise MissingSignal(f"{value!r}:{spec}")
+    if spec == "ranks":
+        return format_ranks(value)
+    if spec == "duration":
+        return format_seconds(value)
+    if spec == "large":
+        return format_large(value)
+    if spec == "n":
+        return format_count(value, item)
     if spec == "utc":
         return _utc(value)
     if spec == "list":
@@ -149,6 +161,12 @@ def format_value(value: Any, spec: str) -> str:
         return format(value, spec)
     except (TypeError, ValueError):
         raise MissingSignal(f"{value!r}:{spec}") from None
+
+
+def _number_or_ranks(value: Any, spec: str) -> bool:
+    if spec == "ranks" and isinstance(value, (list, tuple)):
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _utc(value: Any) -> str:
@@ -181,13 +199,7 @@ def _list(values: Any, spec: str) -> str:
     items = list(values)
     if spec or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
         return ", ".join(format_value(v, spec) for v in items)
-    runs: list[list[int]] = []
-    for v in sorted(set(items)):
-        if runs and v == runs[-1][-1] + 1:
-            runs[-1].append(v)
-        else:
-            runs.append([v])
-    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) >= 3 else ", ".join(map(str, r)) for r in runs)
+    return format_int_list(items)
 
 
 def _parse(text: str, known: set[str], phrases: dict[str, Template]) -> list[Part]:
@@ -262,6 +274,10 @@ def _field(expr: str, spec: str, known: set[str], text: str, phrases: dict[str, 
             raise ExprError("RL204", f"template {text!r}: unknown phrase '{item}' in '{spec}' (phrases: "
                             f"{', '.join(phrases) or 'none'})")
         return Field(_compile(Expression, expr, known, text), spec, phrases[item])
+    if head == "n":
+        if not re.fullmatch(r"[a-z][a-z -]*[a-z]", item):
+            raise ExprError("RL204", f"template {text!r}: 'n:' takes the word counted, singular ('n:step')")
+        return Field(_compile(Expression, expr, known, text), spec)
     checked = item if head in _PER_ITEM else spec  # list:.0% formats each item with .0%
     if checked and checked not in _FORMATS:
         size = _SIZES.fullmatch(checked)  # a message is one line: '>2000000000' would take gigabytes
