@@ -163,7 +163,15 @@ class TextParser:
         # trie it tries only those sharing the letter it stands on (99 keywords: 1.6 µs per ordinary
         # 110-byte line, where one flat alternation took 3.1 µs; bench/rawlog.py).
         keywords = dict.fromkeys(k for d in self.dialects for k in d.keywords)
-        self._hit = re.compile(trie_pattern(keywords)).search
+        trie = trie_pattern(keywords)
+        self._hit = re.compile(trie).search
+        # A line goes only to the dialects whose keywords it holds (and to those holding a message open).
+        # The keywords found do not overlap: each one found also stands for every keyword that may start
+        # inside it (a prefix the trie's longest match hides, or one that begins in its tail).
+        # Bit i of a mask is ``self.dialects[i]``.
+        self._each = re.compile(trie).finditer
+        self._owners = {k: sum(1 << i for i, d in enumerate(self.dialects) if any(_may_start_in(w, k) for w in d.keywords))
+                        for k in keywords}
         self._remember = self.context.recent.append
         self._holders: list[Dialect] = []
         self._number = 0
@@ -171,8 +179,12 @@ class TextParser:
     def feed(self, data: bytes) -> list[Event]:
         self._number += 1
         self._remember(data)
-        if self._hit(data) is not None:
-            targets = self.dialects
+        hit = self._hit(data)
+        if hit is not None:
+            owners, mask = self._owners, 0
+            for match in self._each(data, hit.start()):
+                mask |= owners[match.group()]
+            targets = [d for i, d in enumerate(self.dialects) if mask >> i & 1 or d.holding]
         elif self._holders:
             targets = self._holders
         else:
@@ -181,7 +193,7 @@ class TextParser:
         out: list[Event] = []
         for dialect in targets:
             out += dialect.feed(line)
-        self._holders = [d for d in self.dialects if d.holding]
+        self._holders = [d for d in targets if d.holding]  # a dialect not fed this line kept its state
         return out
 
     def finish(self) -> list[Event]:
@@ -203,6 +215,12 @@ class TextParser:
             rank, text = int(match.group(1)), text[match.end():]
         t, stamped = self.context.stamp(text, self._number)
         return Line(text, self._number, rank, t, width, stamped)
+
+
+def _may_start_in(word: bytes, found: bytes) -> bool:
+    """``word`` may be in a line where ``found`` was matched, starting inside that match: a prefix or a
+    substring of it, or a word that begins with one of its tails (the line may go on as the word does)."""
+    return any(word.startswith(found[j:]) or found[j:].startswith(word) for j in range(len(found)))
 
 
 def trie_pattern(words: Iterable[bytes]) -> bytes:
