@@ -444,12 +444,13 @@ def _fix_config(config: Path, findings: list, world_size: int | None, *, unsafe:
         result = apply_fixes(load_config(config), findings, unsafe=unsafe, world_size=world_size)
     except ConfigError as exc:
         raise fail(str(exc)) from None
-    if not result.applied:
-        typer.echo("\n".join(["nothing to fix in the config", *summary_lines(result)[:-1]]), err=err)
-        return
-    typer.echo(result.diff(config.name), nl=False, err=err)
-    typer.echo("\n".join(summary_lines(result)), err=err)
     target = config if in_place else output
+    if not result.applied:
+        typer.echo("\n".join(["nothing to change in the config", *summary_lines(result)[:-1]]), err=err)
+        return
+    will_write = target is not None and (result.verdict is None or result.verdict.accepted)
+    typer.echo(result.diff(config.name), nl=False, err=err)
+    typer.echo("\n".join(summary_lines(result, written=will_write)), err=err)
     if target is None:
         typer.echo("not written (pass -o FILE, or --in-place to patch the input)", err=err)
         return
@@ -466,8 +467,10 @@ def _fix_config(config: Path, findings: list, world_size: int | None, *, unsafe:
 @app.command()
 def check(
     config: Path = typer.Argument(..., help="DeepSpeed config (JSON) to check before launch."),
-    world_size: int = typer.Option(1, "--world-size", min=1, max=MAX_RANKS,
-                                   help="Ranks the job will run on (data x sequence parallel)."),
+    world_size: Optional[int] = typer.Option(
+        None, "--world-size", min=1, max=MAX_RANKS, show_default=False,
+        help="Ranks the job will run on (data x sequence parallel); default: what train_batch_size / "
+             "(micro-batch x grad-accum) gives, else 1."),
     params: Optional[str] = typer.Option(None, "--params", help="Model parameters, e.g. 7e9 or 7B: enables the memory plan."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory of one GPU, e.g. 80GiB or 80GB: picks a ZeRO option."),
     fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
@@ -500,7 +503,7 @@ def check(
 
         render(report, Console(highlight=False, soft_wrap=True))
     if fix:
-        _fix_config(config, report.findings, world_size if use_deepspeed else None, unsafe=unsafe, output=output,
+        _fix_config(config, report.findings, report.world_size if use_deepspeed else None, unsafe=unsafe, output=output,
                     in_place=in_place, err=fmt.value == "json")
     _exit_on(report.findings, fail_on, rejected=report.deepspeed is not None and not report.deepspeed.accepted)
 

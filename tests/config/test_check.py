@@ -9,6 +9,7 @@ import pytest
 
 from zerodoctor.config.static import ConfigError, check, judge_config, load_config
 from tests.config.conftest import ISSUE_CONFIG
+from tests.conftest import ROOT, run_cli
 
 DEFECTS = {"ZD101", "ZD601", "ZD602", "ZD603"}  # batch arithmetic, string numbers, offload_param, checkpointing
 
@@ -152,3 +153,21 @@ def test_config_keys_cover_what_deepspeed_reads() -> None:
     DeepSpeedConfig(Recording(train_batch_size=8))
     assert len(read) > 40 and read <= TOP_LEVEL_KEYS, read - TOP_LEVEL_KEYS
     assert set(ISSUE_CONFIG) <= TOP_LEVEL_KEYS
+
+
+def test_a_correct_two_gpu_config_is_checked_at_the_world_size_its_batch_implies() -> None:
+    """16 = 4 x 2 x 2: at the old default of 1 rank this real sample config raised a batch error it does not have."""
+    config = ROOT / "samples/healthy-zero2/ds_config.json"
+    proc = run_cli("check", str(config))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ZD101" not in proc.stdout and "accepts the config at world size 2" in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith(f"no findings in {config} at world size 2 (train_batch_size /")
+
+
+def test_deepspeeds_rejection_is_counted_in_the_summary(tmp_path: Path) -> None:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4}))
+    proc = run_cli("check", str(path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == (f"no findings in {path} at world size 1 (not given, and the batch values "
+                                            "do not fix it: pass --world-size N), and DeepSpeed rejects it")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.config.conftest import ISSUE_CONFIG
 from zerodoctor.config.static import judge_config
-from zerodoctor.fixes.apply import FixError, apply_fixes, write_config
+from zerodoctor.fixes.apply import FixError, apply_fixes, summary_lines, write_config
 
 
 def _findings(config: dict, rules, world_size: int):  # noqa: ANN001, ANN202
@@ -102,3 +102,30 @@ def test_check_no_deepspeed_says_skipped_and_prints_only_evidence_it_has(tmp_pat
     assert "  evidence: fp16.min_loss_scale as written: 0.5" in lines  # ZD605's number, in words
     assert "  evidence:" not in [line.rstrip() for line in lines]  # ZD604 is gated by flags only
     assert f"2 errors in {path}" in proc.stdout
+
+
+def test_fix_says_what_it_leaves_to_do_and_never_applied_when_nothing_was_written(tmp_path: Path) -> None:
+    """The sample's main remedy is PYTORCH_CUDA_ALLOC_CONF, which no config holds: it is listed, not dropped;
+    without -o nothing is 'applied'; a config that already has the patch is told so."""
+    sample = ROOT / "samples/fragmentation-oom"
+    dry = run_cli("fix", str(sample / "ds_config.json"), "--from", str(sample))
+    assert dry.returncode == 0, dry.stderr
+    assert "to do by hand ZD401 (safe), not a config setting: Let the allocator grow segments instead of " \
+           "splitting them: export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in dry.stdout
+    assert "applied" not in dry.stdout and "would apply ZD401 (safe): Shrink" in dry.stdout
+    out = tmp_path / "fixed.json"
+    done = run_cli("fix", str(sample / "ds_config.json"), "--from", str(sample), "-o", str(out))
+    assert "applied ZD401 (safe): Shrink" in done.stdout and out.exists()
+    again = run_cli("fix", str(out), "--from", str(sample), "-o", str(tmp_path / "again.json"))
+    assert again.stdout.splitlines()[:2] == [
+        "nothing to change in the config",
+        "already in the config ZD401: Shrink ZeRO's reduce/allgather buckets from 500M to 125M elements"]
+    assert not (tmp_path / "again.json").exists()
+
+
+def test_a_findings_other_config_fixes_are_named_as_alternatives(rules) -> None:
+    result = apply_fixes(ISSUE_CONFIG, _findings(ISSUE_CONFIG, rules, 2), unsafe=True, world_size=2)
+    taken = dict(result.applied)["ZD101"]
+    others = [fix.title for rule, fix in result.alternatives if rule == "ZD101"]
+    assert others and taken.title not in others
+    assert any(line.startswith("not applied ZD101 (unsafe), an alternative") for line in summary_lines(result))

@@ -33,6 +33,7 @@ class CheckReport:
     path: str
     world_size: int
     config: dict[str, Any]
+    world_size_from: str = "given"  # given | batch (train_batch_size / (micro × grad-accum)) | assumed (neither)
     params: int | None = None
     gpu_mem_bytes: int | None = None
     findings: list[Finding] = field(default_factory=list)
@@ -75,10 +76,12 @@ def judge_config(config: dict[str, Any], rules: list[Rule], *, name: str, world_
     return evaluate(static_rules(rules), signals.compute(view, modules), name, [])  # no ranks: nothing ran
 
 
-def check(path: Path, rules: list[Rule], *, world_size: int = 1, params: int | None = None,
+def check(path: Path, rules: list[Rule], *, world_size: int | None = None, params: int | None = None,
           gpu_mem: int | None = None, use_deepspeed: bool = True) -> CheckReport:
+    """``world_size`` None: the one the config's three batch values imply, else 1 (the report says which)."""
     config = load_config(path)
-    report = CheckReport(str(path), world_size, config, params, gpu_mem)
+    world_size, source = (world_size, "given") if world_size else implied_world_size(config)
+    report = CheckReport(str(path), world_size, config, source, params, gpu_mem)
     report.findings, report.unevaluated = judge_config(
         config, rules, name=Path(path).name, world_size=world_size, params=params, gpu_mem=gpu_mem)
     if use_deepspeed:
@@ -88,3 +91,19 @@ def check(path: Path, rules: list[Rule], *, world_size: int = 1, params: int | N
         report.memory_plan = plan(params, world_size, gpu_mem, estimators=use_deepspeed)
         report.recommendation = recommend(report.memory_plan) if gpu_mem else None
     return report
+
+
+def implied_world_size(config: dict[str, Any]) -> tuple[int, str]:
+    """The world size a config's train_batch_size, micro-batch and grad-accum agree on, and ``"batch"``;
+    else ``(1, "assumed")``.
+
+    Checked at 1 rank, a config written for 2 GPUs (16 = 4 × 2 × 2) raised a batch error it does not
+    have; DeepSpeed itself asserts exactly this product, so where it divides, that is the job's size.
+    """
+    values = [config.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                      "gradient_accumulation_steps")]
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        total, micro, accum = values
+        if total % (micro * accum) == 0:
+            return total // (micro * accum), "batch"
+    return 1, "assumed"

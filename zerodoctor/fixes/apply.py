@@ -5,6 +5,11 @@ is allowed (``safe`` by default, ``unsafe`` too with ``--unsafe``). Patches go t
 same ``merge_patch`` that ``diagnose`` shows as a diff, in finding order; a patch touching a
 key an earlier one changed is skipped, not merged. The result is parsed by DeepSpeed at
 the run's world size and never written when DeepSpeed rejects it.
+
+Nothing is dropped in silence: a fix a config cannot hold (an environment variable such as
+``PYTORCH_CUDA_ALLOC_CONF``, often the main remedy, or an action) is listed for the user to do,
+a finding's other config fixes are named as alternatives not taken, and a patch the config
+already satisfies is "already in the config", never "applied".
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ class FixResult:
     after: dict[str, Any]
     applied: list[tuple[str, Fix]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    unchanged: list[tuple[str, Fix]] = field(default_factory=list)  # the config already had what the patch sets
+    alternatives: list[tuple[str, Fix]] = field(default_factory=list)  # a finding's config fixes after the one taken
+    by_hand: list[tuple[str, Fix]] = field(default_factory=list)  # env and action fixes: no config holds them
     verdict: Verdict | None = None
     unvalidated: str = ""  # why ``verdict`` is None
 
@@ -47,6 +55,8 @@ def apply_fixes(config: dict[str, Any], findings: list[Finding], *, unsafe: bool
     result = FixResult(before=config, after=config)
     owner: dict[tuple[str, ...], str] = {}
     for finding in findings:
+        result.by_hand += [(finding.rule, fix) for fix in finding.fixes if not fix.config_patch
+                           and (unsafe or fix.safety == "safe") and (fix.env or fix.action)]
         patches = [fix for fix in finding.fixes if fix.config_patch]
         allowed = [fix for fix in patches if unsafe or fix.safety == "safe"]
         if not allowed:
@@ -54,13 +64,18 @@ def apply_fixes(config: dict[str, Any], findings: list[Finding], *, unsafe: bool
                 result.skipped.append((finding.rule, "its config fixes are unsafe (pass --unsafe)"))
             continue
         fix = allowed[0]
+        result.alternatives += [(finding.rule, other) for other in allowed[1:]]
         paths = list(patch_paths(fix.config_patch))
         clash = next(((p, q) for p in paths for q in owner if p[:len(q)] == q or q[:len(p)] == p), None)
         if clash:
             result.skipped.append((finding.rule, f"changes {'.'.join(clash[0])}, already changed by {owner[clash[1]]}"))
             continue
+        patched = merge_patch(result.after, fix.config_patch)
+        if patched == result.after:
+            result.unchanged.append((finding.rule, fix))
+            continue
         owner.update({p: finding.rule for p in paths})
-        result.after = merge_patch(result.after, fix.config_patch)
+        result.after = patched
         result.applied.append((finding.rule, fix))
     if world_size is None:
         result.unvalidated = "skipped (--no-deepspeed)"
@@ -128,10 +143,19 @@ def _indent(source: Path) -> int:
     return len(match.group(1)) if match else 2
 
 
-def summary_lines(result: FixResult) -> list[str]:
-    """What was applied, what was not and why, and DeepSpeed's verdict: one line each."""
-    lines = [f"applied {rule} ({fix.safety}): {fix.title}" for rule, fix in result.applied]
+def summary_lines(result: FixResult, *, written: bool = True) -> list[str]:
+    """What was patched in (``written``: into a file), what was not and why, what is left to do by hand, and
+    DeepSpeed's verdict: one line each."""
+    verb = "applied" if written else "would apply"
+    lines = [f"{verb} {rule} ({fix.safety}): {fix.title}" for rule, fix in result.applied]
+    lines += [f"already in the config {rule}: {fix.title}" for rule, fix in result.unchanged]
+    lines += [f"not applied {rule} ({fix.safety}), an alternative to the fix above (one per finding; edit by "
+              f"hand to take it): {fix.title}" for rule, fix in result.alternatives]
     lines += [f"skipped {rule}: {why}" for rule, why in result.skipped]
+    for rule, fix in result.by_hand:
+        todo = "; ".join([*(f"export {k}={v}" for k, v in (fix.env or {}).items()), *([fix.action] if fix.action
+                                                                                       else [])])
+        lines.append(f"to do by hand {rule} ({fix.safety}), not a config setting: {fix.title}: {todo}")
     verdict = result.verdict
     if verdict is None:
         lines.append(f"not validated: {result.unvalidated}")

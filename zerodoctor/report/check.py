@@ -9,7 +9,7 @@ from rich.console import Console
 from zerodoctor import __version__
 from zerodoctor.config.memory_plan import ASSUMPTION
 from zerodoctor.config.static import CheckReport
-from zerodoctor.report.terminal import escape
+from zerodoctor.report.terminal import escape, wrap_width
 from zerodoctor.report.text import finding_block
 
 
@@ -21,6 +21,7 @@ def to_json(report: CheckReport) -> dict[str, Any]:
         "zerodoctor": __version__,
         "config": report.path,
         "world_size": report.world_size,
+        "world_size_from": report.world_size_from,
         "params": report.params,
         "gpu_mem_bytes": report.gpu_mem_bytes,
         "findings": [f.to_json() for f in report.findings],
@@ -34,7 +35,7 @@ def to_json(report: CheckReport) -> dict[str, Any]:
 
 def render(report: CheckReport, console: Console) -> None:
     for f in report.findings:
-        console.print(finding_block(f, report.config))
+        console.print(finding_block(f, report.config, wrap_width(console)))
         console.print()
     verdict = report.deepspeed
     if report.deepspeed_skipped:
@@ -50,9 +51,20 @@ def render(report: CheckReport, console: Console) -> None:
         console.print("[dim]not judged (signal missing):[/]")
         for u in report.unevaluated:
             console.print(f"  [dim]{u.rule}: needs {', '.join(u.missing)}[/]")
+    console.print(summary_line(report))
+
+
+_WORLD = {"given": "", "batch": " (train_batch_size / (micro-batch × grad-accum); --world-size checks another)",
+          "assumed": " (not given, and the batch values do not fix it: pass --world-size N)"}
+
+
+def summary_line(report: CheckReport) -> str:
+    """Findings by severity, DeepSpeed's rejection counted with them, and the world size judged at and why."""
     counts = {s: sum(f.severity == s for f in report.findings) for s in ("error", "warning", "info")}
     summary = ", ".join(f"{n} {_PLURAL[s] if n > 1 else s}" for s, n in counts.items() if n) or "no findings"
-    console.print(f"[bold]{summary}[/] in {escape(report.path)} at world size {report.world_size}")
+    rejected = report.deepspeed is not None and not report.deepspeed.accepted
+    return (f"[bold]{summary}[/] in {escape(report.path)} at world size {report.world_size}"
+            f"{_WORLD[report.world_size_from]}" + (", and [bold red]DeepSpeed rejects it[/]" if rejected else ""))
 
 
 def _plan(report: CheckReport, console: Console) -> None:

@@ -39,6 +39,8 @@ def label(name: str, doc: str) -> str:
     (``run precision``)."""
     head = _CLAUSE.split(doc, maxsplit=1)[0]
     head = re.sub(r" \d+-\d+$", "", head)
+    if re.fullmatch(r"[a-z0-9_.]+_[a-z0-9_.]+", head):  # a config key says what it is
+        return head
     if len(head.split()) < 2 or " or " in head or "|" in doc.split(" (")[0] or head.startswith(_NOT_A_NOUN):
         return name.replace(".", " ").replace("_", " ")
     return head
@@ -52,8 +54,8 @@ def quantity(value: Any, unit: str) -> str:
         items = [value] if isinstance(value, int) else list(value)
         if unit == "rank":
             return f"rank {format_int_list(items)}"
-        if isinstance(value, int):  # a count of ranks ("how many ranks …")
-            return format_count(value, "rank")
+        if isinstance(value, int):  # a count of ranks: the label says so ("ranks in the job: 2")
+            return str(value)
         return format_int_list(items[:64]) + (f", … {len(items) - 64} more" if len(items) > 64 else "")
     if isinstance(value, (list, tuple)):
         shown = ", ".join(quantity(v, unit) for v in value[:SHOW_ITEMS])
