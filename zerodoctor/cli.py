@@ -319,6 +319,7 @@ def watch(
 
     from rich.console import Console
 
+    from zerodoctor.report.terminal import wrap_width
     from zerodoctor.report.text import finding_block, finding_line
     from zerodoctor.store.db import DEFAULT_DB_NAME, open_engine, url_for
     from zerodoctor.watch.daemon import Watcher, stop_on_signals
@@ -345,7 +346,7 @@ def watch(
     console = Console(highlight=False, soft_wrap=True)
 
     def announce(finding, config: dict) -> None:  # noqa: ANN001 - a rulebook Finding
-        console.print(finding_block(finding, config) if full else finding_line(finding.to_json()))
+        console.print(finding_block(finding, config, wrap_width(console)) if full else finding_line(finding.to_json()))
 
     engine = open_engine(url)
     with writer_lock(engine) as lock:
@@ -549,8 +550,11 @@ def rules_list(
                                 "severity": r.spec.severity, "status": r.spec.status,
                                 "signals": r.condition.signals} for r in loaded], indent=2))
         return
-    for r in loaded:
-        typer.echo(f"{r.code}  {r.spec.name:<44} {r.spec.category:<18} {r.spec.severity:<8} {r.spec.status}")
+    rows = [("code", "name", "category", "severity", "status")] + [
+        (r.code, r.spec.name, r.spec.category, r.spec.severity, r.spec.status) for r in loaded]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]  # the longest name sets its column
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
 
 
 @rules_app.command("show")
@@ -590,7 +594,10 @@ def main() -> None:
 
     plugins.hook().register_commands(app=app)
     try:
-        app(args=_optional_values(sys.argv[1:]), prog_name="zerodoctor", standalone_mode=True)
+        from zerodoctor.helptext import readable
+
+        readable(typer.main.get_command(app)).main(args=_optional_values(sys.argv[1:]), prog_name="zerodoctor",
+                                                   standalone_mode=True)
     except Exception as exc:  # noqa: BLE001 - the last line of defence; the traceback is one switch away
         from zerodoctor.store.db import describe
 
