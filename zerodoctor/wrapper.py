@@ -23,7 +23,7 @@ import threading
 import time
 import tty
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 from zerodoctor.probe import RUN_DIR_ENV, RUN_ID_ENV
 from zerodoctor.probe.crash import FAULT_SUFFIX
@@ -115,7 +115,7 @@ def child_env(run_dir: Path, run_id: str, site_dir: Path, base: dict[str, str] |
 
 def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: bool = False,
         mode: int = RUN_DIR_MODE, directory: Path | None = None, env: dict[str, str] | None = None,
-        forwarded: list[int] | None = None) -> int:
+        forwarded: list[int] | None = None, started: Callable[[int], None] | None = None) -> int:
     """Run ``command`` with the probe injected; return its exit status (128+N for signal N).
 
     ``append`` lets the wrappers of one multi-node job share a run directory: each node's
@@ -124,14 +124,14 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
     A new run directory gets ``mode`` (0700: only you can read the run), its files the same
     bits without execute; the command's own files keep the umask it always had.
     ``directory`` puts the run elsewhere than ``runs_dir/name`` (an attempt of fix-and-resume), ``env``
-    is the environment to start from (default ours), and each signal forwarded to the job is appended
-    to ``forwarded``.
+    is the environment to start from (default ours), each signal forwarded to the job is appended
+    to ``forwarded``, and ``started`` is told the job's process group once it runs.
     """
     from zerodoctor import __version__
     from zerodoctor.probe.bootstrap import write_site
 
     run_id = name or new_run_id()
-    if problem := _bad_name(run_id):
+    if problem := bad_name(run_id):
         raise RunError(f"--name {run_id!r}: {problem}")
     run_dir = (directory or runs_dir / run_id).resolve()
     if not append and next(run_dir.glob("rank-*.jsonl"), None) is not None:
@@ -161,6 +161,8 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
         for tee in tees:
             tee.start()
         previous = _forward_signals(proc.pid, forwarded)
+        if started is not None:
+            started(proc.pid)
         try:
             returncode = _wait(proc)
         finally:
@@ -234,7 +236,7 @@ class RunError(RuntimeError):
 MAX_NAME = 200  # a run id is a directory name (255 bytes on most filesystems) and is shown in every report
 
 
-def _bad_name(name: str) -> str | None:
+def bad_name(name: str) -> str | None:
     """Why ``name`` cannot be a run id, or None: it names one directory under --runs-dir and is printed
     in reports and written into the generated ``sitecustomize.py``, so it is one plain path component."""
     if name in (".", ".."):

@@ -79,6 +79,11 @@ def test_an_lr_collapse_is_resumed_with_a_lower_lr_in_effect_under_unsafe_ok(tmp
                              str(tmp_path / "runs" / "job")], capture_output=True, text=True, timeout=180, cwd=ROOT)
     errors = {(f["run"], f["rule"]) for f in json.loads(report.stdout)["findings"] if f["severity"] == "error"}
     assert errors == {("job.attempt-1", "ZD201"), ("job.attempt-2", "ZD203")}
+    # compare sets the failed attempt beside the fixed one, the config difference where the fix acts
+    compared = subprocess.run([sys.executable, "-m", "zerodoctor", "compare", "--format", "json",
+                               str(tmp_path / "runs" / "job" / "attempt-1"), str(attempt)],
+                              capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert "optimizer.params.lr" in compared.stdout and "ZD201" in compared.stdout, compared.stderr
 
 
 def test_no_safe_fix_means_no_restart_and_the_jobs_exit_code(tmp_path) -> None:
@@ -205,3 +210,23 @@ def test_a_fix_a_scheduler_overrides_is_stopped_as_not_in_effect(tmp_path) -> No
     check, = events(attempt, "fix_check")
     assert not check["in_effect"] and check["expected"] == {"lr": 5e-4} and check["observed"]["lr"] == 1e-3
     assert [s["step"] for s in events(attempt, "step")] == [26]  # stopped after the first resumed step
+
+
+def test_a_fault_that_never_ends_the_job_is_stopped_live_and_relaunched(tmp_path) -> None:
+    """A static loss scale of 65536 with a summed loss: every step overflows and is skipped, and the run would
+    exit 0 having trained on nothing (ZD203). The live judgement stops it while it runs; it is relaunched from
+    scratch (no checkpoint precedes step 1, and the user allowed it) with dynamic loss scaling, which trains."""
+    config = {**FP16, "fp16": {"enabled": True, "loss_scale": 65536}}
+    done = fix_and_resume(tmp_path, "unsafe-ok", config, "--steps", "60", "--width", "16", "--loss", "sum",
+                          "--host-work-s", "0.5", "--cpu-fp16-shim",
+                          options=("--config-arg", "--config", "--allow-restart-from-scratch"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    audit = trail(tmp_path)
+    first, second = audit["attempts"]
+    assert first["stopped_live"]["rule"] == "ZD203" and first["exit_code"] != 0
+    assert len(events(tmp_path / "runs" / "job" / "attempt-1", "step")) < 60  # stopped before its end
+    assert second["fix"]["config_patch"] == {"fp16": {"loss_scale": 0}} and second["resumed_from"] is None
+    steps = events(tmp_path / "runs" / "job" / "attempt-2", "step")
+    assert [s["step"] for s in steps] == list(range(1, 61)) and sum(s["overflow"] for s in steps) < 30
+    assert audit["outcome"].startswith("fixed")
+    assert not list((tmp_path / "runs" / "job").glob("attempt-*/.live-judgement.db*"))

@@ -1,7 +1,7 @@
 """Fix and resume, the loop: run an attempt → judge it → relaunch with the next fix, or stop with the job's status.
 
-After each attempt that failed (non-zero exit), its run directory is diagnosed like ``diagnose``
-would. The first error finding the policy covers and that has a fix the policy allows and no attempt
+After each attempt that failed (non-zero exit, or stopped by the live judgement, ``live.py``), its
+run directory is diagnosed like ``diagnose`` would. The first error finding the policy covers and that has a fix the policy allows and no attempt
 tried yet picks the fix; the config is patched with it (plus the fixes that helped before), checked
 by DeepSpeed's own parser (a config it refuses is never launched: the next fix is taken), written
 next to the original, and the command is relaunched from the newest checkpoint saved before the
@@ -29,10 +29,11 @@ from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode, redact_argv
 from zerodoctor.probe.resume import FIX_FILE
 from zerodoctor.resume import attempts
 from zerodoctor.resume.checkpoints import Saved, newest_before, saved_in
+from zerodoctor.resume.live import EVERY_S, LiveJudge
 from zerodoctor.resume.policy import Policy, fix_key
 from zerodoctor.resume.relaunch import RelaunchError, config_argument, relaunch_argv
 from zerodoctor.rulebook.finding import Finding, Fix
-from zerodoctor.wrapper import RunError, _bad_name, new_run_id, run
+from zerodoctor.wrapper import RunError, bad_name, new_run_id, run
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Options:
     resume_arg: str | None = None
     config_arg: str | None = None
     allow_scratch: bool = False
+    live_every_s: float = EVERY_S  # 0: judge only after the job exits
 
 
 @dataclass
@@ -61,7 +63,7 @@ def fix_and_resume(command: list[str], runs_dir: Path, name: str | None, options
                    append: bool = False, mode: int = RUN_DIR_MODE) -> int:
     """Run ``command`` as attempt 1 of run ``name`` and relaunch it with fixes as ``options`` allow; its exit status."""
     run_id = name or new_run_id()
-    if problem := _bad_name(run_id):
+    if problem := bad_name(run_id):
         raise RunError(f"--name {run_id!r}: {problem}")
     run_dir = (runs_dir / run_id).resolve()
     trail = attempts.load(run_dir) if append else None
@@ -92,11 +94,19 @@ def fix_and_resume(command: list[str], runs_dir: Path, name: str | None, options
             attempts.write_private(directory / FIX_FILE, json.dumps(pending.patch, indent=2) + "\n", file_mode(directory))
         record["started"] = time.time()
         attempts.save(run_dir, trail, file_mode(run_dir))
-        code = run(pending.argv, runs_dir, attempts.attempt_run_id(run_id, number), mode=mode, directory=directory,
-                   env={**base_env, **pending.env}, forwarded=forwarded)
-        record.update(exit_code=code, ended=time.time())
+        live = LiveJudge(directory, attempts.attempt_run_id(run_id, number), lambda f: _wanted(f, trail, options), say,
+                         every_s=options.live_every_s)
         try:
-            pending = _decide(run_dir, trail, command, options, code, forwarded)
+            code = run(pending.argv, runs_dir, attempts.attempt_run_id(run_id, number), mode=mode,
+                       directory=directory, env={**base_env, **pending.env}, forwarded=forwarded,
+                       started=live.started if options.live_every_s else None)
+        finally:
+            live.stop()
+        record.update(exit_code=code, ended=time.time())
+        if live.finding is not None:
+            record["stopped_live"] = live.finding.to_json()
+        try:
+            pending = _decide(run_dir, trail, command, options, code, forwarded, live.finding)
         except KeyboardInterrupt:  # Ctrl-C while the attempt was judged: as a signal during it
             trail["outcome"], pending = "interrupted while judging the attempt: not restarted", None
         except Exception as exc:  # noqa: BLE001 - never worse than the job alone: its status stands
@@ -130,7 +140,11 @@ def _pick_up(run_dir: Path, trail: dict[str, Any], command: list[str], options: 
 
 
 def _decide(run_dir: Path, trail: dict[str, Any], command: list[str], options: Options, code: int,
-            forwarded: list[int]) -> Next | None:
+            forwarded: list[int], live: Finding | None = None) -> Next | None:
+    """After attempt K ended with ``code``: the next attempt, or None with the outcome recorded.
+
+    ``live``: the finding for which the live judgement stopped the attempt; it leads the attempt's findings
+    (judged again after the end, a hang's silence is no longer measured against the wall clock)."""
     record = trail["attempts"][-1]
     number = record["attempt"]
     directory = attempts.attempt_dir(run_dir, number)
@@ -148,6 +162,8 @@ def _decide(run_dir: Path, trail: dict[str, Any], command: list[str], options: O
     if code == 0 and trail["trial"] is None:
         return stop("succeeded" if number == 1 else "succeeded with the fixes kept")
     findings = _findings(directory)
+    if live is not None:
+        findings = [live, *(f for f in findings if f.rule != live.rule)]
     covered = [f for f in findings if options.policy.covers(f)]
     record["findings"] = [f.to_json() for f in covered]
     trial = trail["trial"]
@@ -235,6 +251,13 @@ def _fault_step(fault: Finding, record: dict[str, Any]) -> int:
     if fault.steps and fault.steps[0] is not None:
         return fault.steps[0]
     return (record.get("resumed_from") or {}).get("step", 0) + 1
+
+
+def _wanted(finding: Finding, trail: dict[str, Any], options: Options) -> bool:
+    """Worth stopping a running attempt for: covered, and a fix left for it (or the fault on trial is back)."""
+    trial = trail["trial"]
+    back = trial is not None and (finding.rule == trial["rule"] or finding.category == trial["category"])
+    return options.policy.covers(finding) and (back or _untried(finding, trail, options))
 
 
 def _untried(finding: Finding, trail: dict[str, Any], options: Options) -> bool:

@@ -1,0 +1,87 @@
+"""Fix and resume, live: while an attempt runs, its run directory judged as ``watch`` would → the job stopped as
+soon as a fault the policy covers shows, instead of when (or if) it exits.
+
+Some faults never end the job: a static loss scale that skips every step exits 0 after hours of
+training on nothing (ZD203); a hang waits until someone notices. Every ``EVERY_S`` the attempt's
+files are read on from where the last look stopped (a store in the attempt's directory keeps the
+offsets, as ``watch``'s does) and the run is judged with the wall clock as now. The first error
+finding the caller wants (the policy covers it, and a fix is left to try) stops the job the way
+launchers expect: SIGTERM to its process group, SIGKILL after ``GRACE_S``. The loop then judges the
+ended attempt like any other, with this finding first. A failure here only switches it off.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from zerodoctor.rulebook.finding import Finding
+
+EVERY_S = 5.0
+GRACE_S = 30.0
+JUDGE_DB = ".live-judgement.db"  # in the attempt's directory, removed when the attempt ends
+
+
+class LiveJudge:
+    def __init__(self, directory: Path, run_id: str, wants: Callable[[Finding], bool],
+                 say: Callable[[str], None], every_s: float = EVERY_S, grace_s: float = GRACE_S) -> None:
+        self.directory, self.run_id, self.wants, self.say = directory, run_id, wants, say
+        self.every_s, self.grace_s = every_s, grace_s
+        self.finding: Finding | None = None  # what stopped the job
+        self._pgid: int | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zerodoctor-live-judge", daemon=True)
+
+    def started(self, pgid: int) -> None:
+        """The job runs (its process group is ``pgid``): start judging it."""
+        self._pgid = pgid
+        self._thread.start()
+
+    def stop(self) -> None:
+        """The job ended: stop judging, and drop the store."""
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)  # a look in progress finishes its transaction
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{self.directory / JUDGE_DB}{suffix}").unlink(missing_ok=True)
+
+    def _run(self) -> None:
+        from zerodoctor.pipeline import Pipeline, rules_from
+        from zerodoctor.sources import run_files
+        from zerodoctor.store.db import open_engine
+
+        engine = None
+        try:
+            engine = open_engine(self.directory / JUDGE_DB, scratch=True)
+            pipeline = Pipeline(engine, rules_from(None))
+            while not self._done.wait(self.every_s):
+                files = run_files(self.directory)
+                if not files:
+                    continue
+                pipeline.ingest(files, jobs=1)
+                judged = pipeline.judge(self.run_id, now=time.time())
+                hit = next((f for f in judged.findings if self.wants(f)), None)
+                if hit is not None:
+                    self.finding = hit
+                    self._terminate(hit)
+                    return
+        except Exception as exc:  # noqa: BLE001 - the job goes on as without the live judgement
+            self.say(f"live judgement of {self.run_id} switched off: {type(exc).__name__}: {exc}")
+        finally:
+            if engine is not None:
+                engine.dispose()
+
+    def _terminate(self, finding: Finding) -> None:
+        self.say(f"{finding.rule} {finding.name} while the job runs: stopping it (SIGTERM, SIGKILL after "
+                 f"{self.grace_s:g} s)")
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self._pgid, sig)
+            except ProcessLookupError:
+                return  # already ended
+            if self._done.wait(self.grace_s):
+                return
