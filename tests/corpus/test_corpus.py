@@ -52,6 +52,14 @@ KNOWN_WRONG: dict[str, str] = {
     "ds-examples-108-megatron-batch-size-none": "Megatron's `args.batch_size * dp * gas` with --batch-size unset raises "
                                                 "a TypeError about NoneType; reading it as a missing batch size would "
                                                 "take the source line of the failing frame, which the reader keeps not",
+    "heldout3-ds-2890-inference-config-interleaved": "two ranks' tracebacks interleave inside the exception line "
+                                                      "('pydantic.error_wrappers  File ...' / '.ValidationError: 3 "
+                                                      "validation errors'): no exception is read whole",
+    "heldout3-genhpf-17-index-assert-wrapped-failed": "the excerpt ends on the kernel assertion itself, its 'failed.' "
+                                                      "on the next line, with no 'device-side assert triggered' after it",
+    "heldout3-ofa-108-fairseq-overflow-scale-to-1": "seven straight halvings 128 -> 1 in 14 s: ZD205 calls a collapse "
+                                                    "only below 1 (an overflow with the loss not scaled up), and the "
+                                                    "excerpt ends at 1.0",
     "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
                                                  "actor; the excerpt alone does not confirm host memory",
 }

@@ -571,5 +571,36 @@ LAUNCHER = [
             ("Killing subprocess 48213", f"{RANK_CMD} exits with return code = -9")),
 ]
 
+
+# --- read after the third held-out set (2026-12-02): a DataLoader worker SIGKILLed, a new process group's store
+# barrier, DeepSpeed's config models refusing a key -------------------------------------------------------------
+
+INIT = traceback(SCRIPT, ("/workspace/train.py", 160, "main",
+                          "engine, *_ = deepspeed.initialize(model=model, config=args.deepspeed_config)"))
+LATER = [
+    # torch/csrc/DataLoader.cpp: "DataLoader worker (pid {}) is killed by signal: {}. ", strsignal(SIGKILL)
+    Message("host_oom_kill", "ZD405", "torch 1.0-2.13", "torch/csrc/DataLoader.cpp",
+            ("RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed. ",),
+            traceback(SCRIPT, ("/workspace/train.py", 180, "main", "for batch in loader:"))),
+    # torch/distributed/distributed_c10d.py _store_based_barrier
+    Message("collective_timeout", "ZD701", "torch 1.8-1.13", "torch/distributed/distributed_c10d.py",
+            ("RuntimeError: Timed out initializing process group in store based barrier on rank: 7, for key: "
+             "store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)",), INIT),
+    Message("collective_timeout", "ZD701", "torch 2.0-2.13", "torch/distributed/distributed_c10d.py",
+            ("torch.distributed.DistStoreError: Timed out initializing process group in store based barrier on rank 7, "
+             "for key: store_based_barrier_key:1 (world_size=8, num_workers_joined=4, timeout=0:30:00 error=Wait "
+             "timeout)",), INIT),
+    # deepspeed/runtime/config_utils.py DeepSpeedConfigModel (extra="forbid"): pydantic 1 until 0.14, 2 since 0.15
+    Message("deepspeed_config_rejected", "ZD625", "deepspeed 0.7-0.14", "deepspeed/runtime/config_utils.py",
+            ("pydantic.error_wrappers.ValidationError: 1 validation error for DeepSpeedZeroConfig\n"
+             "stage3_prefetch_bucket_sze\n  extra fields not permitted (type=value_error.extra)",), INIT),
+    Message("deepspeed_config_rejected", "ZD625", "deepspeed 0.15-0.19", "deepspeed/runtime/config_utils.py",
+            ("pydantic_core._pydantic_core.ValidationError: 2 validation errors for DeepSpeedBF16Config\n"
+             "loss_scale\n  Extra inputs are not permitted [type=extra_forbidden, input_value=0, input_type=int]\n"
+             "    For further information visit https://errors.pydantic.dev/2.11/v/extra_forbidden\n"
+             "hysteresis\n  Extra inputs are not permitted [type=extra_forbidden, input_value=2, input_type=int]\n"
+             "    For further information visit https://errors.pydantic.dev/2.11/v/extra_forbidden",), INIT),
+]
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
-                           *BATCH, *FP16, *LAUNCHER]
+                           *BATCH, *FP16, *LAUNCHER, *LATER]

@@ -57,13 +57,21 @@ FAMILIES: tuple[Family, ...] = (
     # SIGKILL by OOM killer due to high memory usage" among others) is no evidence (ZD405's doc)
     _family("host_oom_kill",
             r"Out of memory: Kill(?:ed)? process|oom-kill event|invoked oom-killer|Memory cgroup out of memory"
-            r"|oom_kill_process|Killed process \d+ \(\S+\) total-vm"),
+            r"|oom_kill_process|Killed process \d+ \(\S+\) total-vm"
+            # torch/csrc/DataLoader.cpp: "DataLoader worker (pid {}) is killed by signal: {}. ", strsignal(SIGKILL)
+            r"|DataLoader worker \(pid \d+\) is killed by signal: Killed"),
     # op_builder/async_io.py: DeepSpeed's NVMe op needs libaio (headers to build, the .so to load)
     _family("async_io_unavailable", r"Unable to (?:pre-compile|JIT load) (?:the )?async_io|libaio\.so[\w.]*: cannot open"),
     _family("nvcc_arch_unsupported", r"nvcc fatal\s*: Unsupported gpu architecture"),
     _family("missing_shared_library",
             r"lib[\w.+-]*\.so[\w.]*: cannot open shared object file|undefined symbol: \w|cannot open shared object file"
             r"|Could not load library lib\w+|DLL load failed"),
+    # runtime/config_utils.py DeepSpeedConfigModel (extra="forbid") and its sections, pydantic v1 and v2 alike:
+    # "N validation error(s) for DeepSpeedZeroConfig" then the keys ("extra fields not permitted" /
+    # "Extra inputs are not permitted"): DeepSpeed refused the config before any step
+    _family("deepspeed_config_rejected",
+            r"\d+ validation errors? for (?:DeepSpeed\w|HybridEngineConfig|ZenFlowConfig|TPTrainingConfig"
+            r"|CommsLoggerConfig|DSModuleConfig)"),  # "DeepSpeed…" alone: a terminal may cut the class name
     _family("missing_module", r"ModuleNotFoundError: No module named|ImportError: No module named"
             r"|ImportError: cannot import name|No module named '[\w.]+'"),
     _family("nonfinite_loss",
@@ -85,7 +93,8 @@ FAMILIES: tuple[Family, ...] = (
     _family("collective_timeout",
             r"Watchdog caught collective operation timeout|timed out in blocking wait|watchdog got stuck"
             r"|Some NCCL operations have failed or timed out|Timed out waiting \d+ ?ms for|Gloo.{0,80}[Tt]imed out"
-            r"|DistStoreError: .{0,80}[Tt]imed out|wait timeout after \d+ ?ms", root=False),
+            r"|DistStoreError: .{0,80}[Tt]imed out|wait timeout after \d+ ?ms"
+            r"|Timed out initializing process group in store based barrier", root=False),
     _family("nccl_error",
             r"NCCL error in: |nccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage|InvalidArgument|RemoteError)"
             r"|unhandled (?:system|cuda) error, NCCL version|NCCL communicator was aborted|DistBackendError"

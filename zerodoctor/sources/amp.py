@@ -19,7 +19,9 @@ from zerodoctor.sources.text import Context, Line
 _FORMS = (
     ("apex", re.compile(rf"Gradient overflow\.\s+Skipping step,(?: loss scaler \d+)? reducing loss scale to ({NUM})")),
     ("apex", re.compile(rf"(?<!\] )OVERFLOW! Skipping step\. Attempted loss scale: {NUM}, reducing to ({NUM})")),
-    ("fairseq", re.compile(rf"overflow detected, setting loss scale to:? ({NUM})")),
+    # fairseq/trainer.py: "| WARNING: overflow detected, setting loss scale to: X", since 0.10 "NOTE: gradient
+    # overflow detected, ignoring gradient, setting loss scale to: X"
+    ("fairseq", re.compile(rf"overflow detected, (?:ignoring gradient, )?setting loss scale to:? ({NUM})")),
 )
 _MIN_REACHED = re.compile(rf"Minimum loss scale reached \(({NUM})\)")
 _DLE_RANK = re.compile(r"Rank (\d+) :: Gradient overflow")
@@ -27,7 +29,8 @@ _DLE_RANK = re.compile(r"Rank (\d+) :: Gradient overflow")
 
 class AmpScalerDialect:
     name = "amp"
-    keywords = (b"Gradient overflow.", b"OVERFLOW! Skipping", b"WARNING: overflow detected", b"NOTE: overflow detected", b"Minimum loss scale")
+    keywords = (b"Gradient overflow.", b"OVERFLOW! Skipping", b"WARNING: overflow detected", b"NOTE: overflow detected",
+                b"NOTE: gradient overflow detected", b"Minimum loss scale")
     holding = False
 
     def __init__(self, context: Context) -> None:

@@ -10,7 +10,8 @@ whole from up to ``MAX_WRAPPED_LINES`` lines.
 The other wordings of the same fault, each read as a ``collective_timeout`` with what it names:
 ``Work WorkNCCL(SeqNum=S, OpType=OP, …) timed out in blocking wait`` (``TORCH_NCCL_BLOCKING_WAIT=1``, 1.x–2.x),
 ``ProcessGroupNCCL's watchdog got stuck for N seconds`` (2.2+: a CUDA or NCCL call hung the watchdog itself),
-gloo's ``Timed out waiting Nms for send/recv operation to complete`` (``transport/tcp/unbound_buffer.cc``) and
+gloo's ``Timed out waiting Nms for send/recv operation to complete`` (``transport/tcp/unbound_buffer.cc``), the
+store-based barrier of a new process group (``Timed out initializing process group in store based barrier``) and
 the generic ``Some NCCL operations have failed or timed out`` (1.x–2.x, after the watchdog).
 """
 
@@ -30,16 +31,26 @@ _BLOCKING = re.compile(
     r"() timed out in blocking wait")
 _STUCK = re.compile(r"ProcessGroupNCCL's watchdog got stuck for (\d+) seconds")
 _GLOO = re.compile(r"Timed out waiting (\d+) ?ms for (send|recv) operation to complete")
+# torch/distributed/distributed_c10d.py _store_based_barrier (1.x-2.x): the ranks of a new process group never all
+# joined ("rank: 7" before 2.0, "rank 7" since; "worker_count" then "num_workers_joined")
+_BARRIER = re.compile(r"Timed out initializing process group in store based barrier on rank:? (\d+), for key: \S+ "
+                      r"\(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), timeout=([\d:.]+)")
 _FAILED = "Some NCCL operations have failed or timed out"
 # 1.3-1.7: a blocking wait (NCCL_BLOCKING_WAIT=1) raised this, naming nothing else
 _BLOCKING_1X = "RuntimeError: Operation timed out!"
 _RANK_TAG = re.compile(r"\bRank (\d+)\]")
-_OPENERS = ("Watchdog caught", "aught collective operation timeout", "Work WorkNCCL(", "ProcessGroupNCCL's watchdog")
+_OPENERS = ("Watchdog caught", "aught collective operation timeout", "Work WorkNCCL(", "ProcessGroupNCCL's watchdog",
+            "Timed out initializing process group")
 MAX_WRAPPED_LINES = 4
 
 
 def _work(text: str) -> re.Match | None:
     return _TIMEOUT.search(text) or _BLOCKING.search(text)
+
+
+def _whole(text: str) -> re.Match | None:
+    """A timeout message whose end is there: a WorkNCCL, or the store barrier's."""
+    return _work(text) or _BARRIER.search(text)
 
 
 _RANK = re.compile(r"Rank (\d+)\]\s*(?:Process group watchdog[^:]*: \[Rank \d+\] )?Watchdog caught")
@@ -48,7 +59,8 @@ _RANK = re.compile(r"Rank (\d+)\]\s*(?:Process group watchdog[^:]*: \[Rank \d+\]
 class NcclDialect:
     name = "nccl"
     keywords = (b"Watchdog caught", b"Caught collective", b"ProcessGroupNCCL's watchdog", b"Operation timed out!",
-                b"Work WorkNCCL(", b"Timed out waiting", b"Some NCCL operations")
+                b"Work WorkNCCL(", b"Timed out waiting", b"Some NCCL operations",
+                b"Timed out initializing process group")
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -64,7 +76,7 @@ class NcclDialect:
         if not self._wrapped and self._mine(line.text) is None:  # another dialect's line
             return []
         lines, self._wrapped = [*self._wrapped, line], []
-        text = joined(lines, _work) if len(lines) > 1 else line.text
+        text = joined(lines, _whole) if len(lines) > 1 else line.text
         match = _work(text)
         if not match:
             other = self._other_wording(line, text)
@@ -91,8 +103,11 @@ class NcclDialect:
 
     def _other_wording(self, line: Line, text: str) -> list[Event]:
         """A timeout that names no WorkNCCL: a stuck watchdog, gloo's transport, the generic epitaph."""
-        stuck, gloo = _STUCK.search(text), _GLOO.search(text)
-        if stuck:
+        stuck, gloo, barrier = _STUCK.search(text), _GLOO.search(text), _BARRIER.search(text)
+        if barrier:
+            data, said = {"op": "store_based_barrier", "world_size": int(barrier.group(2)),
+                          "joined": int(barrier.group(3))}, barrier.group(0)
+        elif stuck:
             data, said = {"stuck_s": float(stuck.group(1))}, stuck.group(0)
         elif gloo:
             data, said = {"op": gloo.group(2), "timeout_s": int(gloo.group(1)) / 1000.0}, gloo.group(0)
@@ -100,7 +115,7 @@ class NcclDialect:
             data, said = {}, _FAILED if _FAILED in text else _BLOCKING_1X
         else:
             return []
-        said_rank = _RANK_TAG.search(text)
+        said_rank = barrier or _RANK_TAG.search(text)
         rank = int(said_rank.group(1)) if said_rank else (line.rank if line.rank is not None else 0)
         if (rank, -1) in self._seen:  # one such line per rank: the watchdog repeats itself
             return []
