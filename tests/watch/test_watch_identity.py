@@ -172,3 +172,22 @@ def test_watch_follows_a_run_directory_renamed_under_it(tmp_path):
         code, _, err = stop(watch)
     assert code == 0, err
     _once_each(runs / "zerodoctor.db", "exp", range(1, LINES + 11))
+
+
+@pytest.mark.parametrize("watching", [True, False])
+def test_a_same_size_rewrite_in_place_is_read_again_live_as_after_a_restart(tmp_path, make_watcher, watching):
+    """Before: ignored live (the size did not change), read again after a restart (the fingerprint did)."""
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 101))
+    watcher = make_watcher()
+    one_pass(watcher)
+    size, inode = log.stat().st_size, os.stat(log).st_ino
+    rewritten = log.read_text().replace('"loss": 1.0', '"loss": 2.0')  # the same length, other values
+    with open(log, "r+") as f:
+        f.write(rewritten)
+    assert (log.stat().st_size, os.stat(log).st_ino) == (size, inode)
+    if not watching:
+        watcher.close()
+        watcher = make_watcher()
+    one_pass(watcher)
+    assert len(stored_steps(tmp_path / "runs" / "zerodoctor.db")) == 200  # the new content read whole, once
