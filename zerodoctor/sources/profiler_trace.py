@@ -35,14 +35,16 @@ import os
 import re
 from array import array
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from zerodoctor import events
 from zerodoctor.events import Event
-from zerodoctor.sources import intervals
 from zerodoctor.sources.chrome_trace import TraceFormatError, TraceReader
+
+if TYPE_CHECKING:  # numpy (~100 ms) is imported where a trace's arrays are made: every command loads this parser
+    import numpy as np
+
+    from zerodoctor.sources import intervals
 
 _STEP = re.compile(r"ProfilerStep#(\d+)$")
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -145,6 +147,7 @@ class Timeline:
 
     def steps(self) -> list[dict[str, Any]]:
         """Figures per profiled step (one for the whole trace when it marks no step), in step order."""
+        from zerodoctor.sources import intervals
         sets, comms = self._device_sets() if self.on_device else self._host_sets()
         host_busy = intervals.union(*self._host_ranges())
         for name, ranges in (("dataloader", self.dataloader), ("optimizer", self.optimizer)):
@@ -166,11 +169,14 @@ class Timeline:
         return out
 
     def _host_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        import numpy as np
         s, e = np.frombuffer(self.host[0], dtype=float), np.frombuffer(self.host[1], dtype=float)
         cs, ce = _arrays([(c[0], c[1]) for c in self.host_comm])
         return np.concatenate([s, cs]), np.concatenate([e, ce])
 
     def _device_sets(self) -> tuple[dict[str, intervals.Ranges], list[tuple[float, float, str, int | None]]]:
+        import numpy as np
+        from zerodoctor.sources import intervals
         s, e = np.frombuffer(self.dev[0], dtype=float), np.frombuffer(self.dev[1], dtype=float)
         kind = np.frombuffer(self.dev[2], dtype=np.int8)
         return {name: intervals.union(s[kind == k], e[kind == k])
@@ -178,6 +184,8 @@ class Timeline:
 
     def _host_sets(self) -> tuple[dict[str, intervals.Ranges], list[tuple[float, float, str, int | None]]]:
         """Host timeline: the ATen operators outside the collectives' ranges are the compute."""
+        import numpy as np
+        from zerodoctor.sources import intervals
         aten = np.frombuffer(self.host[3], dtype=np.int8).astype(bool)
         s, e = np.frombuffer(self.host[0], dtype=float)[aten], np.frombuffer(self.host[1], dtype=float)[aten]
         tid = np.frombuffer(self.host[2], dtype=np.int64)[aten]
@@ -208,6 +216,7 @@ class Timeline:
 
     def _launched_spans(self, cpu: dict[int | None, tuple[float, float]]) -> dict[int | None, tuple[float, float]]:
         """The span of the kernels each CPU step launched, matched through the launches' correlation ids."""
+        import numpy as np
         t, corr = np.frombuffer(self.launch[0], dtype=float), np.frombuffer(self.launch[1], dtype=np.int64)
         kcorr = np.frombuffer(self.kernel_corr, dtype=np.int64)
         if not len(t) or not (kcorr >= 0).any():
@@ -236,6 +245,7 @@ def _by_step(ranges: list[tuple[int, float, float]]) -> dict[int | None, tuple[f
 
 
 def _arrays(ranges: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
     if not ranges:
         return np.empty(0), np.empty(0)
     both = np.asarray(ranges, dtype=float)
@@ -245,6 +255,8 @@ def _arrays(ranges: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
 def _figures(sets: dict[str, intervals.Ranges], comms: list[tuple[float, float, str, int | None]],
              lo: float, hi: float) -> dict[str, Any]:
     """One step's figures over its window ``[lo, hi)`` (µs in, seconds out)."""
+    import numpy as np
+    from zerodoctor.sources import intervals
     def busy(c: dict[str, np.ndarray]) -> np.ndarray:
         return c["compute"] | c["comm"] | c["copy"]
 
