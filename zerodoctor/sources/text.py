@@ -3,7 +3,8 @@
 A console log is mostly noise (progress bars, prints, warnings). One combined regex of every
 dialect's keywords is searched on the raw bytes first; a line it misses is not even decoded,
 unless a dialect is holding a multi-line message open (a wrapped OOM, a traceback box), in
-which case the holders see every line until they let go. Dialects come from the
+which case the holders see every line until they let go. A line it hits goes to the dialects
+whose keywords it holds (and to the holders), not to every dialect. Dialects come from the
 ``register_dialects`` hook, so a plugin can add one; all of them share one ``Context`` per
 file: the run id, the rank and time of each line, and the optimizer-step counter text logs
 rarely print.
