@@ -17,8 +17,10 @@ from zerodoctor import __version__
 from zerodoctor.report.fixview import fix_lines
 from zerodoctor.report.model import Report
 from zerodoctor.report.plots import plot_specs
+from zerodoctor.report.text import steps_text
 from zerodoctor.report.units import evidence_items
 from zerodoctor.rulebook.finding import SEVERITY_ORDER, Finding, Unevaluated
+from zerodoctor.units import format_count, format_ranks
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#222}
@@ -27,9 +29,9 @@ h3{font-size:15px;margin:0 0 4px}.verdict{font-size:16px;padding:8px 12px;border
 .sev-error{background:#fde8e8;border-left:5px solid #c62828}.sev-warning{background:#fff4e0;border-left:5px solid #ef6c00}
 .sev-info{background:#e8f0fe;border-left:5px solid #1565c0}.sev-ok{background:#e8f5e9;border-left:5px solid #2e7d32}
 .finding{padding:8px 12px;margin:10px 0;border-radius:6px}.meta{color:#555;font-size:13px}
-pre.diff{background:#f7f7f7;padding:6px 10px;overflow-x:auto;font-size:12.5px;margin:4px 0 8px}
+pre.diff{background:#f7f7f7;padding:6px 10px;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12.5px;margin:4px 0 8px}
 .add{color:#1b5e20}.del{color:#b71c1c}.hunk{color:#6a1b9a}.plots{display:grid;grid-template-columns:1fr 1fr;gap:12px}
-.plot{min-width:0}.note{color:#666;font-style:italic}table{border-collapse:collapse}
+.plot{min-width:0}.plot-note{color:#7a4b00;font-size:12px;margin:2px 8px}.note{color:#666;font-style:italic}table{border-collapse:collapse}
 td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 @media (max-width:900px){.plots{grid-template-columns:1fr}}
 """
@@ -68,8 +70,7 @@ def verdict(findings: list[Finding]) -> tuple[str, str]:
 
 
 def finding_html(f: Finding, config: dict[str, Any] | None) -> str:
-    where = ([f"steps {f.steps[0]}–{f.steps[1]}"] if f.steps else []) + (
-        [f"ranks {', '.join(map(str, f.ranks))}"] if f.ranks else [])
+    where = ([steps_text(f.steps)] if f.steps else []) + ([format_ranks(f.ranks)] if f.ranks else [])
     out = [f'<div class="finding sev-{f.severity}"><h3>{f.severity.upper()} {escape(f.rule)} {escape(f.name)}</h3>',
            f"<div>{escape(f.message)}</div>"]
     if where:
@@ -102,7 +103,7 @@ def unevaluated_html(unevaluated: list[Unevaluated]) -> str:
         return ""
     rows = "".join(f"<tr><td>{escape(u.rule)}</td><td>{escape(', '.join(u.missing))}</td>"
                    f"<td>{escape(u.hint or '')}</td></tr>" for u in unevaluated)
-    return (f"<details><summary>{len(unevaluated)} rule(s) not judged (a signal they need is missing)</summary>"
+    return (f"<details><summary>{format_count(len(unevaluated), 'rule')} not judged (a signal they need is missing)</summary>"
             f"<table><tr><th>rule</th><th>needs</th><th>to see it</th></tr>{rows}</table></details>")
 
 
@@ -128,7 +129,7 @@ def to_html(report: Report, *, refresh_s: int | None = None) -> str:
     cls, line = verdict(report.findings)
     overall = f'<div class="verdict {cls}">{escape(line)}</div>' if len(names) > 1 else ""  # else the run's says it
     head = (f'<h1>zerodoctor diagnosis</h1>{overall}'
-            f"<details><summary>{len(report.inputs)} input file(s)</summary><table><tr><th>file</th><th>format</th>"
+            f"<details><summary>{format_count(len(report.inputs), 'input file')}</summary><table><tr><th>file</th><th>format</th>"
             f"<th>events</th><th>quarantined</th></tr>{inputs}</table></details>")
     if not names:
         head += '<p class="note">no run found in these inputs</p>'

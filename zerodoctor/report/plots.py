@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zerodoctor.report.units import quantity
 from zerodoctor.rulebook.finding import Finding
 from zerodoctor.signals.base import nested
 from zerodoctor.store.series import RunSeries
@@ -60,10 +61,53 @@ def plot_specs(series: RunSeries, findings: list[Finding], config: dict[str, Any
                  for col, label, color, axis in columns if series.has(col)]
         if not lines and not marks.get(pid):
             continue
-        out.append({"id": pid, "title": title, "unit": unit, "log": log, "x": _col(x), "lines": lines,
-                    "xrange": [min(bounds), max(bounds)], "spans": spans, **marks.get(pid, {})})
+        spec = {"id": pid, "title": title, "unit": unit, "log": log, "x": _col(x), "lines": lines,
+                "xrange": [min(bounds), max(bounds)], "spans": spans, **marks.get(pid, {})}
+        if not log:
+            spec.update(_clipped(lines, x, unit))
+        if pid == "memory":
+            spec.update(_memory_extras(lines, findings))
+        out.append(spec)
     if ranks := _ranks(series):
         out.append(ranks)
+    return out
+
+
+OUTLIER = 5.0  # a value this many times the 95th percentile (a warm-up step) is drawn at the top edge
+
+
+def _clipped(lines: list[dict[str, Any]], x: list[float], unit: str) -> dict[str, Any]:
+    """A y limit that keeps a few outliers from flattening the rest, and the note that says so.
+
+    A 550 ms first step (compilation, allocator warm-up) beside 94 steps of 20 ms drew those 94 as a
+    flat line at zero. Values above ``OUTLIER`` × the 95th percentile are left above the top edge,
+    and the plot says how many and how high, so nothing is hidden without a word.
+    """
+    values = sorted(v for line in lines if line.get("axis", "left") == "left" for v in line["max"] if v is not None)
+    if len(values) < 10:
+        return {}
+    typical = values[int(0.95 * (len(values) - 1))]
+    if typical <= 0 or values[-1] <= OUTLIER * typical:
+        return {}
+    limit = typical * 1.5
+    above = [(xi, v) for line in lines if line.get("axis", "left") == "left"
+             for xi, v in zip(x, line["max"]) if v is not None and v > limit]
+    top = max(above, key=lambda p: p[1])
+    return {"ymax": _round(limit), "note": f"{len(above)} value{'s' if len(above) != 1 else ''} above the top edge, "
+                                           f"up to {quantity(top[1], unit) if unit else f'{top[1]:.4g}'} at step "
+                                           f"{_round(top[0])}: clipped so the other steps stay readable"}
+
+
+def _memory_extras(lines: list[dict[str, Any]], findings: list[Finding]) -> dict[str, Any]:
+    """The device's usable memory as a line, and reserved − allocated shaded: the gap a fragmentation OOM is about."""
+    out: dict[str, Any] = {}
+    limit = next((f.evidence.get(k) for f in findings for k in ("memory.oom_limit_bytes", "creep.device_limit_bytes")
+                  if f.evidence.get(k)), None)
+    if limit:
+        out["hlines"] = [{"y": limit, "label": f"usable device memory {quantity(limit, 'bytes')}"}]
+    labels = {line["label"] for line in lines}
+    if {"reserved", "allocated"} <= labels:
+        out["gap"] = {"upper": "reserved", "lower": "allocated", "label": "reserved but unallocated"}
     return out
 
 

@@ -52,8 +52,12 @@
         ctx.fillStyle = "#d62728";
         if (v.label) ctx.fillText(v.label, X(v.x) + 3, b.top + 26 * devicePixelRatio);
       }
+      let key = 0;
       for (const p of spec.points || []) {
         ctx.fillStyle = p.color;
+        if (!spec.lines.length) {  // no legend on a plot of marks alone: the marks name themselves
+          ctx.fillText("● " + p.label, b.left + 4, b.top + (12 + 14 * key++) * devicePixelRatio);
+        }
         for (let i = 0; i < p.x.length; i++) {
           // a skipped step without a recorded scale sits on the bottom edge
           const y = p.y[i] == null ? b.top + b.height - 4 : Y(p.y[i]);
@@ -70,13 +74,14 @@
     return function (u, min, max) {
       for (const v of extra) { min = min == null ? v : Math.min(min, v); max = max == null ? v : Math.max(max, v); }
       if (min == null) return spec.log ? [1, 2] : [0, 1];  // only marks without a value (skips with no scale logged)
+      if (spec.ymax != null) max = Math.min(max, spec.ymax);
       if (spec.log) return uPlot.rangeLog(Math.max(min, 1e-12), Math.max(max, 1e-12), 2, true);
       return uPlot.rangeNum(spec.bars ? 0 : min, max, 0.1, true);
     };
   }
 
   function build(spec, el) {
-    const data = [spec.x], series = [{ label: spec.xlabel || "step" }], bands = [];
+    const data = [spec.x], series = [{ label: spec.xlabel || "step" }], bands = [], at = {};
     for (const line of spec.lines) {
       const value = (u, v) => fmt(spec.unit, v);
       if (spec.bars && data.length === 1) {
@@ -90,12 +95,17 @@
                       scale: line.axis === "right" ? "r" : "y" });
       }
       data.push(line.max);
+      at[line.label] = data.length - 1;
       if (line.min) {
         series.push({ label: line.label + " (min)", stroke: fade(line.color, 0.5), width: 1, value,
                       scale: line.axis === "right" ? "r" : "y" });
         data.push(line.min);
         bands.push({ series: [data.length - 2, data.length - 1], fill: fade(line.color, 0.15) });
       }
+    }
+    if (spec.gap && at[spec.gap.upper] != null && at[spec.gap.lower] != null) {
+      // reserved above allocated: the memory the allocator holds but no tensor uses, shaded
+      bands.push({ series: [at[spec.gap.upper], at[spec.gap.lower]], fill: "rgba(255,127,14,0.25)" });
     }
     const xr = spec.xrange;
     const opts = {
@@ -104,7 +114,12 @@
         x: { time: false, range: xr ? (u, a, b) => [xr[0] - 0.5, xr[1] + 0.5] : undefined },
         y: { distr: spec.log ? 3 : 1, log: 2, range: yRange(spec) },
       },
-      axes: [{ label: spec.xlabel || "step" }, { size: 70, values: (u, vals) => vals.map((v) => fmt(spec.unit, v)) }],
+      // whole steps only: a step axis never reads 12.5
+      axes: [{ label: spec.xlabel || "step", incrs: [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500,
+                                                      5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000] },
+             { size: 70, values: (u, vals) => vals.map((v) => fmt(spec.unit, v)) }],
+      // the legend names the lines; values show while hovering (a resting legend read "step: --")
+      legend: { live: false, show: spec.lines.length > 0 },
       hooks: { draw: [drawMarks(spec)] },
     };
     if (spec.lines.some((l) => l.axis === "right")) {
@@ -128,6 +143,12 @@
     for (const spec of run.plots) {
       const el = document.getElementById(run.id + "-" + spec.id);
       plots.push([build(spec, el), el]);
+      if (spec.note) {  // outliers left above the top edge: said under the plot (it wraps), never cut silently
+        const note = document.createElement("p");
+        note.className = "plot-note";
+        note.textContent = "▲ " + spec.note;
+        el.appendChild(note);
+      }
     }
   }
   window.addEventListener("resize", () => { for (const [u, el] of plots) u.setSize({ width: el.clientWidth, height: 260 }); });
