@@ -128,7 +128,8 @@ class FileTail:
         self.parser: Parser = make_parser(self.fmt, run_id=run_id_for(self.path), path=self.path)
 
     def poll(self, conn: Connection, ingestor: Ingestor, emit: Emit) -> Polled:
-        """Store up to ``BATCH_LINES`` new complete lines: "more" when more are waiting, "gone" with the path.
+        """Store up to ``BATCH_LINES`` new complete lines: "more" when more are waiting, "missing" while the
+        file is away from its path (``MISSING_GRACE_S``), "gone" once it is gone for good.
 
         ``emit`` sees each stored batch (the caller learns which runs got events). Nothing
         is committed here: the caller commits ``conn``'s transaction, and calls ``resync``
