@@ -265,8 +265,10 @@ _INT64 = msgspec.Meta(ge=-(2**63), le=2**63 - 1)
 _FINITE = msgspec.Meta(ge=-1.7976931348623157e308, le=1.7976931348623157e308)  # refuses the inf of 1e400
 
 
-def _record_type(name: str, annotation: Any) -> Any:
-    """The msgspec type of one ``Step`` field: int64 bounds on ints, ``t`` finite, the run name's length cap."""
+def _record_type(field: FieldInfo) -> Any:
+    """The msgspec type of one model field: int64 bounds on ints, finite floats where the model refuses
+    inf/NaN (``t``, ``since_t``), a string's length cap (the run name); containers as they are."""
+    annotation = field.annotation
     args = typing.get_args(annotation)
     optional = typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args
     base = next(a for a in args if a is not type(None)) if optional else annotation
@@ -274,35 +276,55 @@ def _record_type(name: str, annotation: Any) -> Any:
         base = typing.get_args(base)[0]
     if base is int:
         base = Annotated[int, _INT64]
-    elif base is float and name == "t":
+    elif base is float and any(getattr(m, "allow_inf_nan", True) is False for m in field.metadata):
         base = Annotated[float, _FINITE]
-    elif base is str and name == "run":
-        base = Annotated[str, msgspec.Meta(max_length=MAX_RUN_NAME)]
-    elif base not in (float, bool, str) and typing.get_origin(base) is not Literal:
-        raise TypeError(f"Step.{name}: no record type for {annotation!r}")
+    elif base is str and any(getattr(m, "max_length", None) for m in field.metadata):
+        base = Annotated[str, msgspec.Meta(max_length=next(m.max_length for m in field.metadata
+                                                           if getattr(m, "max_length", None)))]
+    elif base not in (float, bool, str) and typing.get_origin(base) not in (Literal, list, dict):
+        raise TypeError(f"no msgspec type for {annotation!r}")
     return typing.Optional[base] if optional else base
 
 
 # A step event as it travels from a parser to the store: nearly every line of a run is one, and a
 # msgspec Struct costs a third of a dict to build (no GC tracking: its fields are scalars). Every
-# field is present (``None`` when the event had none). The ``Step`` model stays the schema: this
-# is derived from it field by field, and what a record cannot express (NaN and lax coercions in
-# JSON) is validated by the model and converted (``StepRecord.of``).
+# field is present (``None`` when the event had none); ``kind`` is its tag, so it decodes in the one
+# union of every kind (``EventLine``). The ``Step`` model stays the schema: this is derived from it
+# field by field, and what a record cannot express (NaN and lax coercions in JSON) is validated by
+# the model and converted (``step_record``).
 StepRecord = msgspec.defstruct(
     "StepRecord",
-    [(name, _record_type(name, f.annotation)) if f.is_required() else (name, _record_type(name, f.annotation), None)
-     for name, f in Step.model_fields.items()],
-    gc=False, forbid_unknown_fields=False,
+    [(name, _record_type(f)) if f.is_required() else (name, _record_type(f), None)
+     for name, f in Step.model_fields.items() if name != "kind"],
+    gc=False, forbid_unknown_fields=False, tag_field="kind", tag="step",
 )
 
 
 # The numeric fields of a step beyond its number, split by the type the store keeps them in
 # (stepcolumns.py): int64 (a bool as 0/1) or float64.
 STEP_METRICS = tuple(name for name in Step.model_fields if name not in (*_Envelope.model_fields, "kind", "step"))
-STEP_INTS = tuple(m for m in STEP_METRICS if _record_type(m, Step.model_fields[m].annotation) != typing.Optional[float])
+STEP_INTS = tuple(m for m in STEP_METRICS if _record_type(Step.model_fields[m]) != typing.Optional[float])
 STEP_FLOATS = tuple(m for m in STEP_METRICS if m not in STEP_INTS)
 
 
 def step_record(event: Event) -> Any:
     """The ``StepRecord`` of a step event dict the ``Step`` model validated (NaN and all)."""
     return StepRecord(**{name: event.get(name) for name in StepRecord.__struct_fields__})
+
+
+def _tagged_struct(model: type[_Envelope]) -> type:
+    """``model`` as a msgspec Struct tagged by its kind; an absent field stays ``UNSET`` (left out of the dict)."""
+    kind = model.model_fields["kind"].annotation.__args__[0]  # type: ignore[union-attr]
+    fields = [(name, _record_type(f)) if f.is_required() else (name, _record_type(f) | msgspec.UnsetType,
+                                                                msgspec.UNSET)
+              for name, f in model.model_fields.items() if name != "kind"]
+    return msgspec.defstruct(model.__name__ + "Line", fields, tag_field="kind", tag=kind, kw_only=True,
+                             forbid_unknown_fields=False)
+
+
+# Every kind a JSONL line holds, decoded by msgspec in one pass keyed by ``kind`` (``sources/jsonl.py``):
+# a ``comm`` or ``heartbeat`` line (a third of a probe's run) costs no refusal by a decoder of steps
+# first. ``trace`` is read from profiler traces, never a line, and its TypedDicts have no twin here:
+# pydantic judges it, as every line msgspec refuses.
+TAGGED_KINDS = tuple(m for m in MODELS if m not in (Step, Trace))
+EventLine = Union[(StepRecord, *(_tagged_struct(m) for m in TAGGED_KINDS))]  # type: ignore[misc]

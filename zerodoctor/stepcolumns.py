@@ -112,7 +112,7 @@ class Columns:
                 row["grad_norm"] = float("nan")
             if row.get("overflow") is not None:
                 row["overflow"] = bool(row["overflow"])
-            out.append((lines[i], StepRecord(v=1, run=run, kind="step", **row)))
+            out.append((lines[i], StepRecord(v=1, run=run, **row)))
         return out
 
     def split(self, by: str) -> Iterator[tuple[int, Columns]]:

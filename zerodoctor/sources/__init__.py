@@ -35,10 +35,11 @@ class Parser(Protocol):
 
     ``feed`` takes one line, its newline included (none on an unterminated last line). A
     parser that holds no state across lines may also have ``feed_lines(lines)``: many lines
-    without their newline → ``(steps, left)``, one ``StepRecord`` for each line it took, in
-    order, and the indices of the lines it left for ``feed`` (an event of another kind, a line
-    it cannot judge). Per line it costs the decoding and little else, where ``feed`` costs a
-    Python call and the batch's bookkeeping.
+    without their newline → ``(steps, others)``: one ``StepRecord`` for each step line, in
+    order, and ``(index, event)`` for every other line in order, its event when it took the line
+    (another kind), ``None`` when it left it for ``feed`` (a line it cannot judge). Per line it
+    costs the decoding and little else, where ``feed`` costs a Python call and the batch's
+    bookkeeping.
     """
 
     format: str
@@ -291,29 +292,33 @@ def _add_lines(batch: Batch, parser: Parser, name: str, block: Block) -> None:
     """Parse ``block`` into ``batch``: the parser's ``feed_lines`` takes what it can, ``feed`` the rest."""
     lines, first, last = block.lines, block.first, len(block.lines) - 1
     steps: list[StepRecord] = []
-    left: Iterable[int] = range(len(lines))
+    left: Iterable[tuple[int, Event | None]] = ((i, None) for i in range(len(lines)))
     feed_lines = getattr(parser, "feed_lines", None)
     if feed_lines is not None:
         try:
             steps, left = feed_lines(lines)
         except Exception:  # noqa: BLE001 - a bug on the batch path: every line goes to feed, costing at most itself
-            steps, left = [], range(len(lines))
+            steps, left = [], ((i, None) for i in range(len(lines)))
     done = taken = 0  # lines and steps moved into the batch
     unterminated = block.unterminated
-    for i in left:
+    for i, event in left:
         if i > done:  # the run of lines feed_lines took, one step each
             batch.steps += steps[taken:taken + i - done]
             batch.step_lines += range(first + done, first + i)
             taken += i - done
-        data = lines[i] if unterminated and i == last else lines[i] + b"\n"
         number = first + i
+        done = i + 1
+        if event is not None:  # another kind, decoded by feed_lines
+            batch.events.append(event)
+            batch.event_lines.append(number)
+            continue
+        data = lines[i] if unterminated and i == last else lines[i] + b"\n"
         try:
             batch.add(parser.feed(data), number)
         except BadLine as exc:
             batch.rejected.append(Rejected(name, number, str(exc), data.rstrip(b"\r\n"), len(data)))
         except Exception as exc:  # noqa: BLE001 - a parser's bug costs one line, never the whole read
             batch.rejected.append(Rejected(name, number, _parser_error(exc), data.rstrip(b"\r\n"), len(data)))
-        done = i + 1
     if done <= last:
         batch.steps += steps[taken:]
         batch.step_lines += range(first + done, first + last + 1)

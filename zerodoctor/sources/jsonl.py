@@ -1,11 +1,13 @@
 """Sources: lines of our own events JSONL → validated events (schema v1), one a line.
 
-``step`` lines, nearly all of any run, take a lighter path, ``feed_lines``: msgspec decodes and
-type-checks a block of them straight into ``StepRecord``s (measured 1.9 µs against
-pydantic-core's 3.3 µs per step line into a dict, CPU time, same machine; ~1 µs a line in a
-block). Anything it refuses or cannot express (another kind, NaN, lax coercions such as
-``"1.5"`` or ``0`` for a bool) goes to ``feed``: the pydantic schema in ``events.py``, which
-stays the one judge of what is valid and of the reason a line is not.
+Lines come in blocks (``feed_lines``): msgspec decodes and type-checks each into the one union
+of every kind, tagged by ``kind`` (``events.EventLine``). A ``step`` line, nearly all of any
+run, becomes a ``StepRecord`` (0.94 µs a line in a block against pydantic-core's 3.3 µs into a
+dict; a decoder of steps alone takes 0.88); a ``comm`` or ``heartbeat`` line its Struct, then
+its dict (1.25 µs, where a refusal by the steps' decoder and then pydantic took 2.4; CPU time,
+``bench/decode.py``). Anything msgspec refuses or cannot express (NaN, lax coercions such as
+``"1.5"`` or ``0`` for a bool, a ``trace``, a bad line) goes to ``feed``: the pydantic schema in
+``events.py``, which stays the one judge of what is valid and of the reason a line is not.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from __future__ import annotations
 import msgspec
 from pydantic import ValidationError
 
-from zerodoctor.events import EVENT_ADAPTER, SCHEMA_VERSION, Event, StepRecord, step_record
+from zerodoctor.events import EVENT_ADAPTER, SCHEMA_VERSION, Event, EventLine, StepRecord, step_record
 from zerodoctor.sources.rejects import BadLine
 
-_FAST_STEP = msgspec.json.Decoder(StepRecord).decode
+_DECODE = msgspec.json.Decoder(EventLine).decode
+_as_dict = msgspec.to_builtins  # a tagged Struct → the event dict, its tag as ``kind``, UNSET fields left out
 
 
 class JsonlParser:
@@ -43,22 +46,27 @@ class JsonlParser:
             raise BadLine(_reason(data, exc)) from None
         return (step_record(event),) if event["kind"] == "step" else (event,)
 
-    def feed_lines(self, lines: list[bytes]) -> tuple[list[StepRecord], list[int]]:
-        """The batch path: the step lines msgspec takes as they are, and the indices of the rest for ``feed``.
+    def feed_lines(self, lines: list[bytes]) -> tuple[list[StepRecord], list[tuple[int, Event | None]]]:
+        """The batch path: the step lines msgspec takes, and the others by index, each with its event, or
+        ``None`` for one msgspec refused (``feed`` judges it).
 
         ``list.extend`` over a ``map`` decodes without a Python loop; a line msgspec refuses
         stops it with the lines before appended, so the refused line's index is the count of
         lines consumed so far, and the same ``map`` goes on past it: no line is decoded twice.
+        A block of steps alone (one type, seen in C) is returned as it was decoded.
         """
-        steps: list[StepRecord] = []
-        left: list[int] = []
-        decoding = map(_FAST_STEP, lines)
+        decoded: list = []
+        decoding = map(_DECODE, lines)
         while True:
             try:
-                steps.extend(decoding)
-                return steps, left
+                decoded.extend(decoding)
+                break
             except msgspec.DecodeError:
-                left.append(len(steps) + len(left))
+                decoded.append(None)  # keeps each line's index
+        if set(map(type, decoded)) == {StepRecord}:
+            return decoded, []
+        steps = [r for r in decoded if type(r) is StepRecord]
+        return steps, [(i, r if r is None else _as_dict(r)) for i, r in enumerate(decoded) if type(r) is not StepRecord]
 
     def finish(self) -> tuple[Event, ...]:
         return ()

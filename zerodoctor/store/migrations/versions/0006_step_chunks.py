@@ -52,4 +52,4 @@ def _record(row, metrics: list[str]) -> StepRecord:  # noqa: ANN001 - a RowMappi
         values["grad_norm"] = math.nan
     if values.get("overflow") is not None:
         values["overflow"] = bool(values["overflow"])
-    return StepRecord(v=1, t=row["t"], run="", rank=row["rank"], kind="step", step=row["step"], **values)
+    return StepRecord(v=1, t=row["t"], run="", rank=row["rank"], step=row["step"], **values)
