@@ -192,7 +192,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     logged = {e.get("what") for e in view.events.get("log", [])}
     static_seen = "static_loss_scaler" in logged
     dynamic_seen = "dynamic_loss_scaler" in logged
-    scaled = hit_min or dynamic_seen or bool(fold.scales_seen)
+    amp = bool(logged & {"amp_overflow", "amp_min_scale"})  # apex's or fairseq's fp16 scaler (signals/amp.py)
+    scaled = hit_min or dynamic_seen or amp or bool(fold.scales_seen)
     fp16 = precision == "fp16" if precision else (True if scaled else None)
     out["fp16.enabled"] = fp16
     if fold.known and not fp16 and (precision == "bf16" or static_seen):
