@@ -72,8 +72,10 @@ class CommClock:
     def _group(self, args: tuple, kwargs: dict) -> tuple[str | None, int | None]:
         """The op's process group name and the sequence number this op takes on it."""
         group = kwargs.get("group")
+        if group is None and args:
+            group = next((a for a in args if hasattr(a, "_get_sequence_number_for_group")), None)
         if group is None:
-            group = next((a for a in args if hasattr(a, "_get_sequence_number_for_group")), self.default_group)
+            group = self.default_group
         if group is None:
             return None, None
         try:
@@ -103,19 +105,28 @@ class _TimedWork:
         return getattr(self._work, name)
 
 
+_BUFFERS = frozenset(("tensor", "output_tensor", "input_tensor", "tensors", "output", "input", "tensor_list"))
+
+
 def _size(obj: Any) -> int:
-    if hasattr(obj, "element_size") and hasattr(obj, "numel"):
-        return obj.numel() * obj.element_size()
+    nbytes = getattr(obj, "nbytes", None)  # a tensor's numel() * element_size(), one attribute read in C
+    if nbytes is not None:
+        return nbytes
     if isinstance(obj, (list, tuple)):
-        return sum(_size(o) for o in obj)
+        return sum(map(_size, obj))
     return 0
 
 
 def _message_bytes(args: tuple, kwargs: dict) -> int:
-    """The larger of the first two buffers (output/input): the size that crosses the wire."""
-    candidates = list(args[:2]) + [kwargs[k] for k in ("tensor", "output_tensor", "input_tensor", "tensors",
-                                                        "output", "input", "tensor_list") if k in kwargs]
-    return max((_size(c) for c in candidates), default=0)
+    """The larger of the first two buffers (output/input): the size that crosses the wire.
+
+    On the training thread at every collective (the probe's largest cost there, ``bench/probe_overhead.py``):
+    DeepSpeed passes keywords, so only the call's own keywords are looked at, not every name a buffer may have.
+    """
+    sizes = [_size(a) for a in args[:2]]
+    if kwargs:
+        sizes += [_size(v) for k, v in kwargs.items() if k in _BUFFERS]
+    return max(sizes, default=0)
 
 
 def instrument_backend() -> CommClock | None:
