@@ -179,3 +179,31 @@ def test_a_signal_sent_to_the_wrapper_ends_the_run_without_a_restart(tmp_path) -
     assert wrapper.returncode == 128 + signal.SIGTERM, stderr
     trail = json.loads((tmp_path / "j" / "resume.json").read_text())
     assert len(trail["attempts"]) == 1 and trail["outcome"] == "stopped by signal 15 sent to the wrapper: not restarted"
+
+
+def test_append_refuses_to_relaunch_an_attempt_whose_ranks_still_run(tmp_path) -> None:
+    """A wrapper killed alone leaves its job running; picking up would start a second copy beside it."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from zerodoctor.resume.loop import Options, _pick_up
+    from zerodoctor.wrapper import RunError
+
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a rank of the killed job
+    try:
+        attempt = tmp_path / "attempt-1"
+        attempt.mkdir()
+        start = events.new("run_start", t=1.0, run="j.attempt-1", rank=0, pid=rank.pid, host=socket.gethostname(),
+                           world_size=2)
+        (attempt / "rank-0.jsonl").write_text(json.dumps(start) + "\n")
+        trail = {"attempts": [{"attempt": 1}], "kept": [], "trial": None, "tried": [], "cwd": str(tmp_path)}
+        with pytest.raises(RunError, match=f"attempt 1 still runs \\(rank pid {rank.pid}"):
+            _pick_up(tmp_path, trail, ["python", "t.py"], Options(Policy("safe")))
+        rank.kill()
+        rank.wait()
+        assert _pick_up(tmp_path, trail, ["python", "t.py"], Options(Policy("safe"))).argv == ["python", "t.py"]
+        assert (attempt / "rank-0.interrupted").exists() and os.path.exists(attempt)
+    finally:
+        rank.kill()

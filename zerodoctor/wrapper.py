@@ -218,10 +218,11 @@ def _first_and_last(path: Path, tail_bytes: int = 1 << 20) -> tuple[dict, dict]:
         head = f.readline()
         f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
         lines = [line for line in f.read().split(b"\n") if line.strip()]
-    return _loads(head), _loads(lines[-1]) if lines else {}
+    return load_event(head), load_event(lines[-1]) if lines else {}
 
 
-def _loads(line: bytes) -> dict:
+def load_event(line: bytes) -> dict:
+    """One line of a rank file → its event as a dict ({} where it is no JSON object)."""
     try:
         value = json.loads(line)
     except ValueError:

@@ -110,25 +110,45 @@ def test_a_fix_that_does_not_help_is_not_applied_twice_and_no_fix_left_stops(tmp
     assert done.returncode == second["exit_code"] != 0
 
 
-def _kill_session(sid: int) -> None:
-    """SIGKILL every process of session ``sid``: the wrapper and its job, as a node failure or an OOM kill would."""
-    import os
-    import signal
-
+def _processes() -> dict[int, tuple[str, int, int]]:
+    """pid → (state, parent pid, session id) of every process."""
+    table = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[3]) == sid:  # after the state, ppid and pgrp: the session id
+        table[int(stat.parent.name)] = (fields[0], int(fields[1]), int(fields[3]))
+    return table
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL the wrapper and everything under it, as a node failure or an OOM kill would; return once none runs.
+
+    torchrun starts each rank in a session of its own, so the ranks are found as descendants, before any dies
+    (an orphan's parent becomes init)."""
+    import os
+    import signal
+    import time
+
+    table = _processes()
+    doomed = {pid for pid, (_, _, session) in table.items() if session == sid}
+    while grown := {pid for pid, (_, parent, _) in table.items() if parent in doomed} - doomed:
+        doomed |= grown
+    deadline = time.monotonic() + 60
+    while alive := [pid for pid, (state, _, _) in _processes().items() if pid in doomed and state not in "ZX"]:
+        assert time.monotonic() < deadline, f"still running: {alive}"
+        for pid in alive:
             try:
-                os.kill(int(stat.parent.name), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        time.sleep(0.05)
 
 
 def test_a_wrapper_killed_mid_restart_is_picked_up_with_append(tmp_path) -> None:
-    """SIGKILL the wrapper and its job while attempt 2 runs; ``--append`` relaunches attempt 2 as it was decided."""
+    """SIGKILL the wrapper and its job while attempt 2 runs; ``--append`` relaunches attempt 2 as it was decided.
+    (Had the ranks survived, ``--append`` would refuse: tests/test_resume_parts.py.)"""
     import time
 
     config = {**FP16, "fp16": {"enabled": False}}

@@ -33,7 +33,7 @@ from zerodoctor.resume.live import EVERY_S, LiveJudge
 from zerodoctor.resume.policy import Policy, fix_key
 from zerodoctor.resume.relaunch import RelaunchError, config_argument, relaunch_argv
 from zerodoctor.rulebook.finding import Finding, Fix
-from zerodoctor.wrapper import RunError, bad_name, new_run_id, run
+from zerodoctor.wrapper import RunError, bad_name, load_event, new_run_id, run
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,9 @@ def _pick_up(run_dir: Path, trail: dict[str, Any], command: list[str], options: 
     if "exit_code" in meta:  # it ran to the end; the wrapper died before recording it
         last["exit_code"] = meta["exit_code"]
         return _decide(run_dir, trail, command, options, last["exit_code"], [])
+    if alive := _ranks_alive(directory):
+        raise RunError(f"{directory}: attempt {last['attempt']} still runs (rank pid {', '.join(map(str, alive))} on "
+                       "this host): stop it or let it end before picking up with --append")
     say(f"picking up attempt {last['attempt']}: relaunching it as it was decided")
     checkpoint = Saved(**last["resumed_from"]) if last.get("resumed_from") else None
     config = last.get("config")
@@ -320,16 +323,47 @@ def _fix_not_in_effect(directory: Path) -> bool:
 
 def _world_size(directory: Path) -> int:
     """From the attempt's run_start (DeepSpeed judges batch sizes at a world size); 1 if no rank started."""
-    for path in sorted(directory.glob("rank-*.jsonl")):
-        with open(path, "rb") as f:
-            first = f.readline()
-        try:
-            world = json.loads(first).get("world_size")
-        except (ValueError, AttributeError):
-            continue
+    for start in _run_starts(directory):
+        world = start.get("world_size")
         if isinstance(world, int) and world > 0:
             return world
     return 1
+
+
+def _run_starts(directory: Path) -> list[dict[str, Any]]:
+    """The first event of each rank file of an attempt: its run_start, when the rank got that far."""
+    starts = []
+    for path in sorted(directory.glob("rank-*.jsonl")):
+        with open(path, "rb") as f:
+            start = load_event(f.readline())
+        if start.get("kind") == "run_start":
+            starts.append(start)
+    return starts
+
+
+def _ranks_alive(directory: Path) -> list[int]:
+    """Pids of this host's ranks of the attempt that still run: a wrapper killed alone leaves its job running."""
+    import socket
+
+    host, alive = socket.gethostname(), []
+    for start in _run_starts(directory):
+        pid = start.get("pid")
+        if start.get("host") == host and isinstance(pid, int) and pid > 0 and _running(pid):
+            alive.append(pid)
+    return alive
+
+
+def _running(pid: int) -> bool:
+    """A process of ours with this pid runs (a zombie, dead but not reaped by its parent, does not)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):  # gone, or the pid is someone else's now
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
