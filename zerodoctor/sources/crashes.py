@@ -128,7 +128,7 @@ class CrashDialect:
             return []
         self._reported.add((signature, rank))
         return [self.context.event("log", line, message=text.strip()[:500], source=self.name, level="ERROR",
-                                   what="crash", data={"signature": signature, **found}, step=self.context.step or None)]
+                                   what="crash", data={"signature": signature, **found}, step=self.context.last_step())]
 
     def finish(self) -> list[Event]:
         return []

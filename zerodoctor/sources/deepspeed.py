@@ -195,7 +195,7 @@ class DeepSpeedDialect:
         if _MIN_SCALE not in self._same_rank_window(line) or not self._once(("min_scale", line.rank)):
             return []
         return self.clock.flush() + [self.context.event("exception", line, type="Exception", message=MIN_SCALE_MESSAGE,
-                                                        step=self.context.step or None)]
+                                                        step=self.context.last_step())]
 
     def _batch_assertion(self, line: Line) -> list[Event]:
         window = self._same_rank_window(line)
@@ -281,7 +281,7 @@ class DeepSpeedDialect:
         keys = ("allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved_bytes")
         data = {k: int(float(v) * LOGGED["GB"]) for k, v in zip(keys, match.groups())}
         return [self.context.event("log", line, message=match.group(0), source=self.name, what="memory_usage",
-                                   data=data, step=self.context.step or None)]
+                                   data=data, step=self.context.last_step())]
 
 
 def _bar_step(text: str, end: int) -> int | None:

@@ -142,7 +142,7 @@ class CommsTable:
             calls = int(count)
             return [self.context.event("comm", line, op=self._op, count=calls,
                                        bytes=int(float(size) * LOGGED[unit]) * calls, total_s=float(total_ms) / 1000.0,
-                                       step=self.context.step or None)]
+                                       step=self.context.last_step())]
         op = _OP.match(text)
         if op and not text.startswith(" "):
             self._op = op.group(1)

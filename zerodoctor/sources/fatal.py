@@ -141,7 +141,7 @@ class FatalDialect:
             return []
         message = _message(tb.parts)
         return [self.context.event("exception", tb.line, type=tb.type, message=message[:MAX_MESSAGE],
-                                   traceback=tb.frames or None, step=self.context.step or None)]
+                                   traceback=tb.frames or None, step=self.context.last_step())]
 
     def _fatal_line(self, line: Line, text: str) -> list[Event]:
         """A line that kills without a traceback: reported once per rank and family."""
@@ -157,7 +157,7 @@ class FatalDialect:
             return []
         self._said.add((rank, family))
         return [self.context.event("log", line, message=_from_failure(text, family)[:MAX_MESSAGE], source=self.name,
-                                   level="ERROR", what="fatal", data={"family": family}, step=self.context.step or None)]
+                                   level="ERROR", what="fatal", data={"family": family}, step=self.context.last_step())]
 
 
 def _message(parts: list[str]) -> str:

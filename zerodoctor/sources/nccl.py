@@ -95,7 +95,7 @@ class NcclDialect:
                 "numel_in": int(numel_in) if numel_in else None, "numel_out": int(numel_out) if numel_out else None}
         return [self.context.event("log", line, rank=rank, message=match.group(0), source=self.name, level="ERROR",
                                    what="collective_timeout", data={k: v for k, v in data.items() if v is not None},
-                                   step=self.context.step or None)]
+                                   step=self.context.last_step())]
 
     def finish(self) -> list[Event]:
         lines, self._wrapped = self._wrapped, []
@@ -121,4 +121,4 @@ class NcclDialect:
             return []
         self._seen.add((rank, -1))
         return [self.context.event("log", line, rank=rank, message=said, source=self.name, level="ERROR",
-                                   what="collective_timeout", data=data, step=self.context.step or None)]
+                                   what="collective_timeout", data=data, step=self.context.last_step())]

@@ -54,6 +54,8 @@ class StepClock:
         """Add one line's facts under ``tag``; returns the events of any step this completes."""
         if step is not None and not 0 <= step <= MAX_STEP:
             raise BadLine(f"step number {step} is past {MAX_STEP}: a garbled line")
+        if step is not None:
+            self.context.printed = max(self.context.printed, step)
         if line.stamped:
             self.context.progress_t = line.t
         out: list[Event] = []

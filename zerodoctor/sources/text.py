@@ -73,11 +73,21 @@ class Context:
 
     run: str
     step: int = 0  # last optimizer step assigned, 1-based like the probe's
+    printed: int = 0  # the highest step a line printed (step=N); the clock may still be gathering its lines
     anchored: bool = False  # the log shows the run from its start (step 0 is known)
     recent: deque = field(default_factory=lambda: deque(maxlen=TAIL))
     facts: dict[str, Any] = field(default_factory=dict)
     progress_t: float | None = None  # clock time of the last stamped line that carried a step's facts
     _last_t: float | None = None
+
+    def last_step(self) -> int | None:
+        """The last step the log showed before this line, for an event that names no step of its own.
+
+        ``step`` counts the steps the clock handed on; a ``step=20`` line whose step is still gathering
+        its throughput and timer lines is not among them yet, so an OOM right after it was put at the
+        step before (10, with ``steps_per_print`` 10). None before any step.
+        """
+        return max(self.step, self.printed) or None
 
     def event(self, kind: str, line: Line, rank: int | None = None, **fields: Any) -> Event:
         """An event stamped with the line's time and rank (explicit ``rank`` wins, else the prefix's, else 0)."""

@@ -106,7 +106,7 @@ class TorchDialect:
     def _emit(self, rank: int | None) -> list[Event]:
         lines = self._open.pop(rank)
         message = re.sub(r"\s+", " ", joined(lines, _END.search))[:MAX_MESSAGE]
-        return [self.context.event("oom", lines[0], rank=rank, message=message, step=self.context.step or None,
+        return [self.context.event("oom", lines[0], rank=rank, message=message, step=self.context.last_step(),
                                    **oom_numbers(message))]
 
     def _summary(self, line: Line, text: str) -> list[Event]:
