@@ -150,12 +150,14 @@ if profiler is not None:
 a, b = marks["start"], marks["end"]
 steps = len(stamps) - WARMUP
 durations = [y - x for x, y in zip(stamps[WARMUP - 1:], stamps[WARMUP:])]
-print("BENCH " + json.dumps({"rank": int(os.environ.get("RANK", 0)), "steps": steps,
+record = json.dumps({"rank": int(os.environ.get("RANK", 0)), "steps": steps,
                              "step_s": statistics.median(durations),
                              "probe_cpu_s": {k: (v - a["probe"].get(k, 0.0)) / steps for k, v in b["probe"].items()},
                              "calls": {k: (v - a["calls"].get(k, 0)) / steps for k, v in b["calls"].items()},
                              "writer_cpu_s": (b["writer"] - a["writer"]) / steps,
-                             "train_cpu_s": (b["train"] - a["train"]) / steps}), flush=True)
+                             "train_cpu_s": (b["train"] - a["train"]) / steps})
+with open(os.path.join(os.environ["BENCH_OUT"], f"rank-{os.environ.get('RANK', 0)}.json"), "w") as out:
+    out.write(record)  # a file each: the ranks share one stdout, where their lines may interleave
 '''
 
 SHAPES = {  # name: train.py arguments (tiny MLP, micro-batch 4: ~3 ms a step on one CPU core)
@@ -173,13 +175,15 @@ def one_run(work: Path, probed: bool, ranks: int, shape: str, steps: int, cprofi
                                   "zero_optimization": {"stage": 2}}))
     runner = work / "bench_runner.py"
     runner.write_text(f"WARMUP = {WARMUP}\n" + RUNNER)
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "BENCH_CPROFILE": cprofile}
+    results = Path(tempfile.mkdtemp(dir=work))
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "BENCH_CPROFILE": cprofile,
+           "BENCH_OUT": str(results)}
     train = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
              str(runner), str(ROOT / "samples" / "train.py"), "--config", str(config), "--steps",
              str(steps + WARMUP), *SHAPES[shape]]
     prefix = [sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(work / "runs"), "--"] if probed else []
     out = subprocess.run(prefix + train, capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
-    records = [json.loads(line.split("BENCH ", 1)[1]) for line in out.stdout.splitlines() if "BENCH " in line]
+    records = [json.loads(f.read_text()) for f in sorted(results.glob("rank-*.json"))]
     if cprofile:
         print(out.stdout[out.stdout.index("CPROFILE"):])
     if len(records) != ranks:
