@@ -18,6 +18,7 @@ from zerodoctor.config import deepspeed_validate
 from zerodoctor.config.deepspeed_validate import Verdict
 from zerodoctor.config.memory_plan import PlanRow, plan, recommend
 from zerodoctor.deepspeed_config import ConfigSyntaxError
+from zerodoctor.deepspeed_defaults import BATCH_KEYS
 from zerodoctor.rulebook.engine import evaluate
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.rulebook.loader import Rule
@@ -100,8 +101,7 @@ def implied_world_size(config: dict[str, Any]) -> tuple[int, str]:
     Checked at 1 rank, a config written for 2 GPUs (16 = 4 × 2 × 2) raised a batch error it does not
     have; DeepSpeed itself asserts exactly this product, so where it divides, that is the job's size.
     """
-    values = [config.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
-                                      "gradient_accumulation_steps")]
+    values = [config.get(k) for k in BATCH_KEYS]  # train batch, micro-batch, grad accumulation
     if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
         total, micro, accum = values
         if total % (micro * accum) == 0:

@@ -148,8 +148,9 @@ class TorchDialect:
 def _split(text: str, rank: int | None) -> list[tuple[int | None, str]]:
     """Each OOM message on the line with its rank: two ranks' messages are often glued together."""
     starts = list(_START.finditer(text))
-    if not starts:  # a message whose start the log lost: its numbers from the request on
-        return [(rank, text[_HEADLESS.search(text).start():])]
+    if not starts:  # a message whose start the log lost: its numbers from the request on; else the bare words
+        headless = _HEADLESS.search(text)
+        return [(rank, text[headless.start():] if headless else text[text.find("CUDA out of memory"):])]
     out = []
     for i, match in enumerate(starts):
         end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
