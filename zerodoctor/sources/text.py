@@ -13,6 +13,7 @@ rarely print.
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -173,16 +174,8 @@ class TextParser:
         # keywords that start with an upper-case letter or a symbol keep it cheap, and factored into a
         # trie it tries only those sharing the letter it stands on (99 keywords: 1.6 µs per ordinary
         # 110-byte line, where one flat alternation took 3.1 µs; bench/rawlog.py).
-        keywords = dict.fromkeys(k for d in self.dialects for k in d.keywords)
-        trie = trie_pattern(keywords)
-        self._hit = re.compile(trie).search
-        # A line goes only to the dialects whose keywords it holds (and to those holding a message open).
-        # The keywords found do not overlap: each one found also stands for every keyword that may start
-        # inside it (a prefix the trie's longest match hides, or one that begins in its tail).
-        # Bit i of a mask is ``self.dialects[i]``.
-        self._each = re.compile(trie).finditer
-        self._owners = {k: sum(1 << i for i, d in enumerate(self.dialects) if any(_may_start_in(w, k) for w in d.keywords))
-                        for k in keywords}
+        pattern, self._owners = _routing(tuple(d.keywords for d in self.dialects))
+        self._hit, self._each = pattern.search, pattern.finditer
         self._remember = self.context.recent.append
         self._holders: list[Dialect] = []
         self._number = 0
@@ -228,10 +221,33 @@ class TextParser:
         return Line(text, self._number, rank, t, width, stamped)
 
 
-def _may_start_in(word: bytes, found: bytes) -> bool:
-    """``word`` may be in a line where ``found`` was matched, starting inside that match: a prefix or a
-    substring of it, or a word that begins with one of its tails (the line may go on as the word does)."""
-    return any(word.startswith(found[j:]) or found[j:].startswith(word) for j in range(len(found)))
+@functools.lru_cache(maxsize=8)
+def _routing(keywords: tuple[tuple[bytes, ...], ...]) -> tuple[re.Pattern, dict[bytes, int]]:
+    """The prefilter over every dialect's ``keywords``, and which dialects each keyword found concerns.
+
+    A line goes only to the dialects whose keywords it holds (and to those holding a message open).
+    The keywords found do not overlap: each one found also stands for every keyword that may start
+    inside it — a prefix or a substring of it (the trie's longest match hides them), or a keyword that
+    begins with one of its tails (the line may go on as that keyword does). Bit i of a mask is the i-th
+    dialect. Built once per set of dialects, not per file.
+    """
+    owners: dict[bytes, int] = {}  # keyword → the dialects that list it
+    for i, own in enumerate(keywords):
+        for word in own:
+            owners[word] = owners.get(word, 0) | 1 << i
+    by_first: dict[int, list[tuple[bytes, int]]] = {}
+    for word, mask in owners.items():
+        by_first.setdefault(word[0], []).append((word, mask))
+    routes = {}
+    for found in owners:
+        mask = 0
+        for j in range(len(found)):
+            tail = found[j:]
+            for word, bits in by_first.get(tail[0], ()):
+                if word.startswith(tail) or tail.startswith(word):
+                    mask |= bits
+        routes[found] = mask
+    return re.compile(trie_pattern(owners)), routes
 
 
 def trie_pattern(words: Iterable[bytes]) -> bytes:
