@@ -124,13 +124,19 @@ def test_bucket_sizes_are_judged_against_the_model(rules) -> None:
     ('{"train_batch_size": 8,\n "fp16": {"enabled": true,,}}', ":2:27: not valid JSON"),
     ('{"train_batch_size": 8, "train_batch_size": 16}', "duplicate key 'train_batch_size'"),
     ("[1, 2]", ":1:1: a DeepSpeed config must be a JSON object"),
+    # neither JSON nor the hjson DeepSpeed falls back to
+    ('{"train_batch_size": 8,\n "fp16": {"enabled": true}', ":2:27: not valid JSON, nor the hjson DeepSpeed reads"),
+    ('{"train_batch_size": 8, // a comment\n "train_batch_size": 16}', "duplicate key 'train_batch_size'"),
 ])
 def test_a_bad_config_is_one_clear_error(tmp_path: Path, text: str, where: str) -> None:
+    """Named with its file, line and column; `check` says it in one line and exits 2."""
     path = tmp_path / "bad.json"
     path.write_text(text)
     with pytest.raises(ConfigError, match=str(path)) as exc:
         load_config(path)
     assert where in str(exc.value)
+    shown = run_cli("check", "--no-deepspeed", str(path))
+    assert shown.returncode == 2 and len(shown.stderr.strip().splitlines()) == 1, shown.stderr
 
 
 def test_config_keys_cover_what_deepspeed_reads() -> None:

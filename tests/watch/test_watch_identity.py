@@ -18,17 +18,11 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.watch.conftest import append, start_watch, stop, stored_steps, wait_for
-from tests.watch.test_watch_rotation import one_pass
+from tests.watch.test_watch_rotation import expect, one_pass
 from zerodoctor import tail as tail_module
 from zerodoctor.store.schema import files, quarantine
 
 LINES = 1000
-
-
-def _once_each(db: Path, run: str, steps: range) -> None:
-    rows = stored_steps(db)
-    assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} step(s) stored twice"
-    assert sorted(rows) == [(run, 0, s) for s in steps]
 
 
 @pytest.mark.parametrize("order", ["ingest-first", "discover-first"])
@@ -42,7 +36,7 @@ def test_a_run_directory_renamed_while_watched_is_the_same_run_at_the_same_offse
     if order == "ingest-first":  # the old path's tail sees it missing before the rescan finds the new one
         watcher.ingest()
     one_pass(watcher)
-    _once_each(runs / "zerodoctor.db", "exp", range(1, LINES + 11))
+    expect(runs / "zerodoctor.db", "exp", range(1, LINES + 11))
     assert list(watcher.tails) == [(runs / "exp-failed" / "rank-0.jsonl").resolve()]
     with watcher.engine.connect() as conn:
         assert conn.execute(select(files.c.path)).scalars().all() == [str(runs.resolve() / "exp-failed/rank-0.jsonl")]
@@ -61,7 +55,7 @@ def test_a_run_directory_moved_while_watch_is_down_reads_on_from_its_offset(tmp_
     again.roots.append(runs / "archive")
     with caplog.at_level(logging.INFO):
         one_pass(again)
-    _once_each(runs / "zerodoctor.db", "exp", range(1, LINES + 6))
+    expect(runs / "zerodoctor.db", "exp", range(1, LINES + 6))
     assert "exp/rank-0.jsonl moved (the same file" in caplog.text
 
 
@@ -79,7 +73,7 @@ def test_a_file_away_for_a_while_is_missing_then_reads_on_and_gone_only_after_th
     (tmp_path / "away").rename(runs / "exp")
     append(runs / "exp" / "rank-0.jsonl", "exp", 0, range(LINES + 3, LINES + 6))
     one_pass(watcher)
-    _once_each(runs / "zerodoctor.db", "exp", range(1, LINES + 6))  # before: read again from 0 (1000 of 1000)
+    expect(runs / "zerodoctor.db", "exp", range(1, LINES + 6))  # before: read again from 0 (1000 of 1000)
 
     monkeypatch.setattr(tail_module, "MISSING_GRACE_S", 0.0)
     (runs / "exp").rename(tmp_path / "away")
@@ -88,7 +82,7 @@ def test_a_file_away_for_a_while_is_missing_then_reads_on_and_gone_only_after_th
     (tmp_path / "away").rename(runs / "exp")
     append(runs / "exp" / "rank-0.jsonl", "exp", 0, range(LINES + 6, LINES + 8))
     one_pass(watcher)
-    _once_each(runs / "zerodoctor.db", "exp", range(1, LINES + 8))
+    expect(runs / "zerodoctor.db", "exp", range(1, LINES + 8))
 
 
 @pytest.mark.parametrize("how", ["copytruncate", "rewrite"])
@@ -107,7 +101,7 @@ def test_a_file_rewritten_and_grown_past_the_offset_between_two_polls_is_read_ag
     append(log, "r", 0, range(LINES + 1, 3 * LINES + 1))  # twice as long as what was read, before the next poll
     one_pass(watcher)
     assert os.stat(log).st_ino == inode
-    _once_each(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 3 * LINES + 1))
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 3 * LINES + 1))
     with watcher.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(quarantine)).scalar() == 0
 
@@ -136,12 +130,12 @@ def test_two_rotations_between_two_reads_lose_no_rotated_file(tmp_path, make_wat
     append(log, "r", 0, range(31, 36))
     with caplog.at_level(logging.WARNING):
         one_pass(watcher)
-    _once_each(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 36))  # before: 16-30 lost
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 36))  # before: 16-30 lost
     assert "rank-0.jsonl.1 read whole too (15 line(s))" in caplog.text
     append(log, "r", 0, range(36, 38))
     _rotate(log, 3)  # one more, as usual: the older generations are not read again
     one_pass(watcher)
-    _once_each(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 38))
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 38))
 
 
 def test_dated_rotations_are_followed_in_date_order(tmp_path, make_watcher):
@@ -154,7 +148,7 @@ def test_dated_rotations_are_followed_in_date_order(tmp_path, make_watcher):
     log.rename(log.with_name("rank-0.jsonl-20261202"))
     append(log, "r", 0, range(21, 26))
     one_pass(watcher)
-    _once_each(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 26))
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 26))
 
 
 def test_watch_follows_a_run_directory_renamed_under_it(tmp_path):
@@ -171,7 +165,7 @@ def test_watch_follows_a_run_directory_renamed_under_it(tmp_path):
     finally:
         code, _, err = stop(watch)
     assert code == 0, err
-    _once_each(runs / "zerodoctor.db", "exp", range(1, LINES + 11))
+    expect(runs / "zerodoctor.db", "exp", range(1, LINES + 11))
 
 
 @pytest.mark.parametrize("watching", [True, False])

@@ -26,7 +26,9 @@ def one_pass(watcher: Watcher) -> None:
 
 
 def expect(db: Path, run: str, steps: range | list[int]) -> None:
+    """Rank 0 of ``run`` stored exactly ``steps``, each once."""
     rows = stored_steps(db)
+    assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} step(s) stored twice"
     assert sorted(rows) == [(run, 0, s) for s in steps]
 
 
