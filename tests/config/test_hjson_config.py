@@ -1,12 +1,11 @@
 """A config with comments and trailing commas, which DeepSpeed reads (hjson) and trains with, is read the
-same by ``check`` and ``fix`` (before: exit 2, "not valid JSON"); a file neither JSON nor hjson reads is
-still one line naming file, line and column."""
+same by ``check`` and ``fix`` (before: exit 2, "not valid JSON"). A file neither reads is one line naming
+file, line and column: tests/config/test_check.py's bad-config cases."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-
 
 from tests.conftest import run_cli
 from tests.watch.test_watch_isolation import _write_run
