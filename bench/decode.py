@@ -26,7 +26,7 @@ import msgspec
 import orjson
 
 from zerodoctor.events import EVENT_ADAPTER, StepRecord
-from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.batches import make_parser, read_batches
 from zerodoctor.sources.jsonl import JsonlParser
 
 sys.path.insert(0, str(Path(__file__).parent))

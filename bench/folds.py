@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from zerodoctor.runview import Reads, RunView, Steps
+from zerodoctor.signals.view import Reads, RunView, Steps
 from zerodoctor.signals import signal_modules
 
 CONFIG = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,

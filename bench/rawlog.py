@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.batches import make_parser, read_batches
 
 WORDS = ("the model layer loss epoch data loader batch worker token sample node host info warning "
          "saving checkpoint evaluating tokenizer shard cache download config").split()

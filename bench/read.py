@@ -25,7 +25,7 @@ import msgspec
 import orjson
 
 from zerodoctor.events import StepRecord
-from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.batches import make_parser, read_batches
 
 sys.path.insert(0, str(Path(__file__).parent))
 from diagnose import RANKS, write_log  # noqa: E402 - the same step log diagnose's bench reads

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zerodoctor.report.html import to_html  # noqa: E402
 from zerodoctor.report.model import Report  # noqa: E402
-from zerodoctor.sources import Batch  # noqa: E402
+from zerodoctor.sources.batches import Batch  # noqa: E402
 from zerodoctor.store.db import open_engine  # noqa: E402
 from zerodoctor.store.ingest import Ingestor  # noqa: E402
 from zerodoctor.store import steps  # noqa: E402

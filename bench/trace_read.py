@@ -38,7 +38,7 @@ def read_once(reader: str, path: Path) -> None:
 
         count = len(orjson.loads(path.read_bytes())["traceEvents"])
     else:
-        from zerodoctor.sources import make_parser, read_batches
+        from zerodoctor.sources.batches import make_parser, read_batches
 
         parser = make_parser("chrome-trace", run_id="bench", path=path)
         batches = list(read_batches(path, parser))

@@ -138,7 +138,7 @@ def record(scenario: Scenario, out: Path, work: Path) -> dict:
 
 def diagnose(sample: Path) -> dict:
     """Findings and the numbers behind the stage-3 and offload verdicts."""
-    from zerodoctor.diagnosis import diagnose as run_diagnosis
+    from zerodoctor.pipeline.diagnose import diagnose as run_diagnosis
     from zerodoctor.pipeline import Pipeline, expand_inputs, rules_from
     from zerodoctor.store.db import open_engine
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from zerodoctor import deepspeed_defaults as ds
-from zerodoctor.units import GiB, KiB, MiB, format_bytes
+from zerodoctor.deepspeed import defaults as ds
+from zerodoctor.messages.units import GiB, KiB, MiB, format_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def test_the_batch_keys_are_the_engines_getters() -> None:
 
 
 def test_no_module_spells_a_default_or_a_unit_table_of_its_own() -> None:
-    homes = {ROOT / "zerodoctor" / "deepspeed_defaults.py", ROOT / "zerodoctor" / "units.py"}
+    homes = {ROOT / "zerodoctor" / "deepspeed" / "defaults.py", ROOT / "zerodoctor" / "messages" / "units.py"}
     spelled = re.compile(r"\b(5e8|5e7|1e5|500_000_000|50_000_000)\b|\"train_micro_batch_size_per_gpu\"|1 << 10|2\*\*20")
     offenders = [f"{path.relative_to(ROOT)}:{n}" for path in (ROOT / "zerodoctor").rglob("*.py") if path not in homes
                  for n, line in enumerate(path.read_text().splitlines(), 1) if spelled.search(line.split("#")[0])]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from zerodoctor import hookspecs
+from zerodoctor.plugins import hookspecs
 
 DOC = (ROOT / "docs" / "plugins.md").read_text()
 
@@ -36,9 +36,10 @@ def _zerodoctor(*args: str, site: Path | None = None) -> subprocess.CompletedPro
 
 def test_builtins_are_listed_with_the_hooks_they_implement() -> None:
     listed = {p["name"]: p for p in json.loads(_zerodoctor("plugins", "list", "--format", "json").stdout)}
-    assert listed["zerodoctor.builtins"]["origin"] == "built-in"
-    assert set(listed["zerodoctor.builtins"]["hooks"]) == {
-        "register_sources", "register_parsers", "register_dialects", "register_signals", "register_rules"}
+    assert {name: (p["origin"], set(p["hooks"])) for name, p in listed.items() if p["origin"] == "built-in"} == {
+        "zerodoctor.sources.plugin": ("built-in", {"register_sources", "register_parsers", "register_dialects"}),
+        "zerodoctor.signals.plugin": ("built-in", {"register_signals"}),
+        "zerodoctor.rulebook.plugin": ("built-in", {"register_rules"})}
 
 
 TWO_RANKS = """\
@@ -127,7 +128,7 @@ def test_every_hook_is_documented_with_its_real_arguments(name: str) -> None:
 
 
 BROKEN_PARTS = '''
-from zerodoctor.hookspecs import hookimpl
+from zerodoctor.plugins.hookspecs import hookimpl
 from zerodoctor.signals.base import Signal
 
 

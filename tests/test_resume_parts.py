@@ -106,7 +106,7 @@ def test_fix_and_resume_takes_its_policy_or_none(argv: list[str], expected: list
 
 def test_a_fix_and_resume_run_directory_reads_as_its_attempts(tmp_path) -> None:
     """``diagnose runs/<id>`` and ``watch runs/`` read every attempt; each is a run of its own, ``<id>.attempt-K``."""
-    from zerodoctor.sources import run_files, run_id_for
+    from zerodoctor.sources.batches import run_files, run_id_for
 
     job = tmp_path / "job"
     for number, name in ((1, "rank-0.jsonl"), (2, "console.log"), (10, "console.log")):
@@ -189,7 +189,7 @@ def test_append_refuses_to_relaunch_an_attempt_whose_ranks_still_run(tmp_path) -
     import sys
 
     from zerodoctor.resume.loop import Options, _pick_up
-    from zerodoctor.wrapper import RunError
+    from zerodoctor.launch.wrapper import RunError
 
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a rank of the killed job
     try:

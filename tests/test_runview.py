@@ -11,10 +11,11 @@ from types import ModuleType
 import pytest
 from sqlalchemy import event
 
-from zerodoctor import signals, tail
-from zerodoctor.pipeline import Pipeline, rules_from
-from zerodoctor.runview import Reads, ReadsConflict, RunView
-from zerodoctor.sources import Batch
+from zerodoctor import signals
+from zerodoctor.pipeline import Pipeline, rules_from, tail
+from zerodoctor.signals.base import StepSeries
+from zerodoctor.signals.view import Reads, ReadsConflict, RunView
+from zerodoctor.sources.batches import Batch
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.runs import list_runs
 from zerodoctor.events import STEP_METRICS
@@ -47,7 +48,7 @@ def fp16_run(tmp_path: Path, steps: int) -> list[tuple[Path, str]]:
 
 def values_of(view: RunView, modules) -> dict:
     values = signals.compute(view, modules)
-    return {k: (v.summary if isinstance(v, signals.StepSeries) else v) for k, v in values.items()}
+    return {k: (v.summary if isinstance(v, StepSeries) else v) for k, v in values.items()}
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ def test_each_rank_writes_one_private_trace_of_the_asked_steps(profiled: Recorde
 
 
 def test_the_trace_holds_the_asked_steps_and_the_probe_still_records_every_step(profiled: Recorded) -> None:
-    from zerodoctor.sources import make_parser, read_batches
+    from zerodoctor.sources.batches import make_parser, read_batches
 
     path = profiled.run_dir / "rank-1.pt.trace.json.gz"
     steps = [e for b in read_batches(path, make_parser("chrome-trace", "prof", path)) for e in b.events]

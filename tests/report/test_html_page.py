@@ -9,7 +9,7 @@ from pathlib import Path
 
 from zerodoctor.report.html import to_html
 from zerodoctor.report.model import Report
-from zerodoctor.sources import Batch
+from zerodoctor.sources.batches import Batch
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.series import POINTS, read_series

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from tests.conftest import ROOT
-from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.pipeline import rules_from
 from zerodoctor.report.text import render
 

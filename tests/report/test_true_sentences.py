@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import ROOT, parsed, run_cli
 from zerodoctor.pipeline import expand_inputs
-from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.batches import make_parser, read_batches
 
 INPUTS = [
     "samples/healthy-zero2",  # probe, CPU: steps and config, no device memory, no heartbeats

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.pipeline import rules_from
 
 RULES = rules_from()

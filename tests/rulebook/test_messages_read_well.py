@@ -152,7 +152,7 @@ def test_the_check_catches_a_hole() -> None:
 def test_a_log_holding_only_the_min_scale_exception_reads_whole(tmp_path) -> None:  # noqa: ANN001
     """Issue 11's case: ZD201 on the exception alone printed "n/a overflows (n/a after …), scale now n/a; n/a"."""
     from tests.conftest import ROOT
-    from zerodoctor.diagnosis import diagnose
+    from zerodoctor.pipeline.diagnose import diagnose
 
     real = (ROOT / "tests/fixtures/logs/deepspeed_collapse_min_scale_wrapped.log").read_text().splitlines()
     log = tmp_path / "exception-only.log"

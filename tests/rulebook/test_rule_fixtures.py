@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.pipeline import rules_from
 from zerodoctor.rulebook.loader import builtin_rules_dir
 

@@ -15,7 +15,7 @@ import random
 import pytest
 
 from zerodoctor import signals
-from zerodoctor.runview import Reads, RunView, Steps
+from zerodoctor.signals.view import Reads, RunView, Steps
 
 CORE = [m for m in signals.signal_modules() if m.__name__.startswith("zerodoctor.signals.")]
 CONFIGS = [{"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": power, "loss_scale_window": window,

@@ -15,7 +15,7 @@ import pytest
 
 import json
 
-from zerodoctor.runview import Reads, RunView
+from zerodoctor.signals.view import Reads, RunView
 from zerodoctor.signals import numerics
 
 deepspeed_loss_scaler = pytest.importorskip("deepspeed.runtime.fp16.loss_scaler")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, diagnose_json, run_cli
-from zerodoctor.sources import make_parser
+from zerodoctor.sources.batches import make_parser
 from zerodoctor.sources.flight_recorder import FlightRecorderError, dumps_in, load
 
 HELPER = Path(__file__).with_name("fr_hang.py")

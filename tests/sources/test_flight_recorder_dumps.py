@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, diagnose_json
-from zerodoctor.sources import run_files, run_id_for
+from zerodoctor.sources.batches import run_files, run_id_for
 from zerodoctor.sources.flight_recorder import dumps_in, is_dump
 
 DUMPS = ROOT / "tests" / "fixtures" / "flight_recorder"

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from tests.conftest import parsed, run_cli
 from zerodoctor import events
-from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.batches import make_parser, read_batches
 from zerodoctor.sources.jsonl import JsonlParser
 from zerodoctor.sources.rejects import BadLine
 from zerodoctor.sources.lines import MAX_LINE_BYTES

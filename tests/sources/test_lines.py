@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT, parsed
-from zerodoctor import sources
-from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources import batches
+from zerodoctor.sources.batches import make_parser, read_batches
 from zerodoctor.sources.jsonl import JsonlParser
 from zerodoctor.sources.lines import KEEP_OVERSIZE_PREFIX, read_blocks
 
@@ -119,7 +119,7 @@ def test_jsonl_batches_do_not_depend_on_chunks_nor_batch_size(tmp_path_factory, 
     path.write_bytes(b"".join(ended))
     whole = list(read_batches(path, make_parser("jsonl")))
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(sources, "read_blocks", partial(read_blocks, chunk=chunk))
+        m.setattr(batches, "read_blocks", partial(read_blocks, chunk=chunk))
         chunked = list(read_batches(path, make_parser("jsonl"), batch_lines=batch_lines))
     assert _outcome(chunked) == _outcome(whole)
     assert all(len(b.steps) + len(b.events) + len(b.rejected) <= batch_lines for b in chunked[:-1])
@@ -162,6 +162,6 @@ def test_a_console_log_reads_the_same_whatever_the_chunks(tmp_path: Path, crlf: 
     assert parsed(whole)
     for chunk in (2, 7, 4096):
         with pytest.MonkeyPatch.context() as m:
-            m.setattr(sources, "read_blocks", partial(read_blocks, chunk=chunk))
+            m.setattr(batches, "read_blocks", partial(read_blocks, chunk=chunk))
             chunked = list(read_batches(path, make_parser("text", "t"), batch_lines=5))
         assert _outcome(chunked) == _outcome(whole), chunk

@@ -15,7 +15,7 @@ import pytest
 
 from tests.corpus.score import CLAIMS
 from tests.sources.message_families import MESSAGES, Message
-from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.pipeline import rules_from
 
 # What DeepSpeed's launcher prints before any rank runs (deepspeed/launcher/launch.py's own format strings), so

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from zerodoctor.probe.crash import oom_fields
-from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.batches import make_parser, read_batches
 
 # torch 2.4+ (c10/cuda/CUDACachingAllocator.cpp), as a rank prints it
 MESSAGE_2_4 = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity "

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import ROOT, diagnose_json
 from tests.sources.trace_builder import event as _x
 from tests.sources.trace_builder import write_trace as _write
-from zerodoctor.sources import detect_format, make_parser, read_batches
+from zerodoctor.sources.batches import detect_format, make_parser, read_batches
 from zerodoctor.sources.chrome_trace import TraceFormatError, TraceReader
 
 HTA = ROOT / "tests" / "fixtures" / "traces" / "hta"

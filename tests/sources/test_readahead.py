@@ -13,8 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.conftest import step_rows
-from zerodoctor.pipeline import Pipeline, rules_from
-from zerodoctor import tail
+from zerodoctor.pipeline import Pipeline, rules_from, tail
 from zerodoctor.sources import readahead
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.schema import events, files, quarantine

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.pipeline import rules_from
-from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.batches import make_parser, read_batches
 from tests.conftest import parsed
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.pipeline import Pipeline, rules_from
 from zerodoctor.store.db import open_engine
-from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.batches import make_parser, read_batches
 from zerodoctor.messages.oom import oom_numbers
 from tests.conftest import parsed
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from zerodoctor.sources import make_parser, read_batches
+from zerodoctor.sources.batches import make_parser, read_batches
 from zerodoctor.sources.lines import MAX_LINE_BYTES
 from zerodoctor.sources.text import MAX_INTERVAL
 from tests.conftest import parsed

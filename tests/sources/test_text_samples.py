@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.pipeline import rules_from
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zerodoctor.sources import Batch
+from zerodoctor.sources.batches import Batch
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.series import read_series

@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 from tests.conftest import step_rows
 from zerodoctor.events import step_record
 from zerodoctor.pipeline import Pipeline, rules_from
-from zerodoctor.sources import Batch
-from zerodoctor.stepcolumns import Columns
+from zerodoctor.sources.batches import Batch
+from zerodoctor.events.columns import Columns
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store import steps
 from zerodoctor.store.db import open_engine

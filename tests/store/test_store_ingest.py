@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from zerodoctor.sources import Batch
+from zerodoctor.sources.batches import Batch
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, inspect, select
 from tests.conftest import step_rows
 from tests.watch.conftest import append, step_line
 from zerodoctor.pipeline import Pipeline
-from zerodoctor.sources import Batch
+from zerodoctor.sources.batches import Batch
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import events, files, quarantine, runs

@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 
 from tests.watch.conftest import append, start_watch, stop, stored_steps, wait_for
 from tests.watch.test_watch_rotation import expect, one_pass
-from zerodoctor import tail as tail_module
+from zerodoctor.pipeline import tail as tail_module
 from zerodoctor.store.schema import files, quarantine
 
 LINES = 1000

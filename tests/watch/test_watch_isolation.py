@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.watch.conftest import stored_steps
 from zerodoctor import pipeline as pipeline_module
-from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.signals import numerics
 from zerodoctor.store.status import collect
 

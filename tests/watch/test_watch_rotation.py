@@ -11,7 +11,7 @@ from sqlalchemy.exc import OperationalError
 
 from tests.conftest import ROOT
 from tests.watch.conftest import append, step_line, stored_steps
-from zerodoctor.diagnosis import diagnose
+from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import steps as chunked_steps
 from zerodoctor.store.db import open_engine

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from zerodoctor.deepspeed_defaults import BATCH_KEYS
+from zerodoctor.deepspeed.defaults import BATCH_KEYS
 
 
 # DeepSpeed's pydantic models by the config section they validate, to name the key as the user wrote it.

@@ -1,6 +1,6 @@
 """Config check: parameter count, world size, GPU memory → model-state memory per ZeRO option, and a pick.
 
-Rows come from the ZeRO paper's arithmetic (``zerodoctor.modelstates``), beside DeepSpeed's
+Rows come from the ZeRO paper's arithmetic (``zerodoctor.deepspeed.modelstates``), beside DeepSpeed's
 own estimators when DeepSpeed is installed. Those count bytes too, but print them divided
 by 2^30 and labelled "GB", and add the largest layer (4 bytes per parameter of it) to their
 ZeRO-3 figures, which a config alone cannot tell: it is counted as 0 here. Sizes in this
@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from zerodoctor.modelstates import model_state_bytes
+from zerodoctor.deepspeed.modelstates import model_state_bytes
 from zerodoctor.signals.memory import HEADROOM
-from zerodoctor.units import TYPED
+from zerodoctor.messages.units import TYPED
 
 # Fastest first: no offload, then optimizer offload (CPU Adam, PCIe once a step), then
 # ZeRO-3 (parameters gathered every layer), then ZeRO-3 with offloads.

@@ -13,16 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zerodoctor import deepspeed_config, events, signals
+from zerodoctor import events, signals
+from zerodoctor.deepspeed import config_file as deepspeed_config
 from zerodoctor.config import deepspeed_validate
 from zerodoctor.config.deepspeed_validate import Verdict
 from zerodoctor.config.memory_plan import PlanRow, plan, recommend
-from zerodoctor.deepspeed_config import ConfigSyntaxError
-from zerodoctor.deepspeed_defaults import BATCH_KEYS
+from zerodoctor.deepspeed.config_file import ConfigSyntaxError
+from zerodoctor.deepspeed.defaults import BATCH_KEYS
 from zerodoctor.rulebook.engine import evaluate
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.rulebook.loader import Rule
-from zerodoctor.runview import Reads, RunView
+from zerodoctor.signals.view import Reads, RunView
 
 
 class ConfigError(ValueError):

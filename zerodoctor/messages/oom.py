@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from zerodoctor.messages.numbers import NUM
-from zerodoctor.units import LOGGED
+from zerodoctor.messages.units import LOGGED
 
 SIZE = rf"({NUM}) ?({'|'.join(sorted(LOGGED, key=len, reverse=True))})"
 _FIELDS = {

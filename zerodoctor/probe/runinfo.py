@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zerodoctor import deepspeed_config
-from zerodoctor.deepspeed_defaults import BATCH_KEYS
+from zerodoctor.deepspeed import config_file as deepspeed_config
+from zerodoctor.deepspeed.defaults import BATCH_KEYS
 from zerodoctor.probe.privacy import redact_argv, redact_config
 
 # Exact names and prefixes worth seeing in a diagnosis. An allow-list, because a deny-list

@@ -20,7 +20,7 @@ from zerodoctor.report.plots import plot_specs
 from zerodoctor.report.text import steps_text
 from zerodoctor.report.units import evidence_items
 from zerodoctor.rulebook.finding import SEVERITY_ORDER, Finding, Unevaluated
-from zerodoctor.units import format_count, format_ranks
+from zerodoctor.messages.units import format_count, format_ranks
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#222}

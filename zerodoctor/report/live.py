@@ -18,14 +18,12 @@ import time
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from zerodoctor.report.html import document, to_html, worst
 from zerodoctor.report.model import Report
+from zerodoctor.rulebook.finding import Judgement
 from zerodoctor.store.series import RunSeries
-
-if TYPE_CHECKING:
-    from zerodoctor.pipeline import Judgement
 
 REFRESH_S = 5
 EVERY_S = 3.0

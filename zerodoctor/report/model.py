@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from zerodoctor.rulebook.finding import Finding, Unevaluated
+from zerodoctor.rulebook.finding import Finding, Judgement, Unevaluated
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store.series import RunSeries
-
-if TYPE_CHECKING:
-    from zerodoctor.pipeline import Judgement
 
 
 @dataclass

@@ -12,7 +12,7 @@ from zerodoctor.report.model import Report
 from zerodoctor.report.terminal import Row, escape, laid_out, wrap_width
 from zerodoctor.report.units import evidence_items
 from zerodoctor.rulebook.finding import Finding, Unevaluated
-from zerodoctor.units import format_count, format_ranks
+from zerodoctor.messages.units import format_count, format_ranks
 
 STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold blue"}
 SHOW_REJECTED = 5

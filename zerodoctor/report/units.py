@@ -4,7 +4,7 @@
 label is the head of the signal's doc (its clause before a parenthesis, comma or semicolon: the
 whole doc stays in ``rules show``, ``--explain`` and JSON), the unit says how to print the value
 (bytes as PyTorch prints them, GB figures in the same binary units, ratios as %, seconds as ms/s,
-a count with its word, a rank as "rank 6"). The numbers themselves come from ``zerodoctor/units.py``,
+a count with its word, a rank as "rank 6"). The numbers themselves come from ``zerodoctor/messages/units.py``,
 which templates use too. JSON keeps the signal names and raw values; only text, Markdown and HTML use this.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from zerodoctor import signals
 from zerodoctor.signals.base import Signal
-from zerodoctor.units import GB, format_bytes, format_count, format_int_list, format_large, format_seconds
+from zerodoctor.messages.units import GB, format_bytes, format_count, format_int_list, format_large, format_seconds
 
 SHOW_ITEMS = 8
 # counts: the label names what is counted ("steps skipped for overflow: 9"), so the number stands alone, whole

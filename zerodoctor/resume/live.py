@@ -51,7 +51,7 @@ class LiveJudge:
 
     def _run(self) -> None:
         from zerodoctor.pipeline import Pipeline, rules_from
-        from zerodoctor.sources import run_files
+        from zerodoctor.sources.batches import run_files
         from zerodoctor.store.db import open_engine
 
         engine = None

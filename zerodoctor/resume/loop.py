@@ -33,7 +33,7 @@ from zerodoctor.resume.live import EVERY_S, LiveJudge
 from zerodoctor.resume.policy import Policy, fix_key
 from zerodoctor.resume.relaunch import RelaunchError, config_argument, relaunch_argv
 from zerodoctor.rulebook.finding import Finding, Fix
-from zerodoctor.wrapper import RunError, bad_name, load_event, new_run_id, run
+from zerodoctor.launch.wrapper import RunError, bad_name, load_event, new_run_id, run
 
 
 @dataclass(frozen=True)
@@ -307,7 +307,7 @@ def _finding(data: dict[str, Any]) -> Finding:
 
 def _findings(directory: Path) -> list[Finding]:
     """The attempt's findings, as ``diagnose`` judges its run directory."""
-    from zerodoctor.diagnosis import diagnose
+    from zerodoctor.pipeline.diagnose import diagnose
     from zerodoctor.pipeline import rules_from
 
     return diagnose([directory], rules=rules_from(None)).findings

@@ -16,7 +16,7 @@ from zerodoctor.rulebook.hints import RunInputs, hint_for
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.rulebook.strength import evidence_strength
 from zerodoctor.rulebook.template import fill, plain
-from zerodoctor.signals import StepSeries
+from zerodoctor.signals.base import StepSeries
 
 
 def evaluate(rules: list[Rule], values: dict[str, Any], run: str, ranks: list[int]) -> tuple[

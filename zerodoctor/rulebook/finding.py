@@ -58,3 +58,16 @@ class Unevaluated:
         if self.hint:
             body["hint"] = self.hint
         return body
+
+
+@dataclass
+class Judgement:
+    """One run judged: what fired, what could not be judged, and the facts fixes need."""
+
+    run: str
+    findings: list[Finding] = field(default_factory=list)
+    unevaluated: list[Unevaluated] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    world_size_stated: int | None = None
+    set_aside: str | None = None  # why the run was not judged (its view failed); its rows are stored all the same

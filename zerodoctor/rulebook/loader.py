@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from zerodoctor.rulebook.expr import Condition, ExprError
 from zerodoctor.rulebook.template import Template
 from zerodoctor.rulebook.model import CATEGORIES, FixSpec, PhraseSpec, RuleSpec
-from zerodoctor.signals import Signal
+from zerodoctor.signals.base import Signal
 from zerodoctor.sources.readable import UnreadableFile, open_regular
 
 MAX_RULE_BYTES = 256 * 1024  # the largest shipped rule is ~5 KiB; a 50 MB one took 109 s and 3.2 GB

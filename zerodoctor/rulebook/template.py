@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from zerodoctor.rulebook.expr import Condition, Expression, ExprError, MissingSignal, Resolver
-from zerodoctor.units import format_bytes, format_count, format_int_list, format_large, format_ranks, format_seconds
+from zerodoctor.messages.units import format_bytes, format_count, format_int_list, format_large, format_ranks, format_seconds
 
 _FORMATS = ("bytes", "utc", "list", "pairs", "arrows", "each", "ranks", "duration", "large", "n")
 _PER_ITEM = ("list", "pairs", "arrows")  # these take a spec for each item: list:.0%

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerodoctor import plugins
-from zerodoctor.runview import Fold, RunView
-from zerodoctor.signals.base import Signal, StepSeries
 
+if TYPE_CHECKING:  # the view reads the store: loading the plugins (``zerodoctor --help``) must not
+    from zerodoctor.signals.base import Signal
+    from zerodoctor.signals.view import RunView
 
 log = logging.getLogger("zerodoctor.signals")
 
@@ -49,5 +50,3 @@ def compute(view: RunView, modules: list[ModuleType] | None = None) -> dict[str,
         values.update({k: v for k, v in computed.items() if v is not None})
     return values
 
-
-__all__ = ["Fold", "Signal", "StepSeries", "catalog", "compute", "signal_modules"]

@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from zerodoctor.runview import WINDOW, Steps
+from zerodoctor.signals.view import WINDOW, Steps
 
 
 @dataclass(frozen=True)

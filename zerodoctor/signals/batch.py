@@ -12,9 +12,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerodoctor import runview
-from zerodoctor.deepspeed_defaults import BATCH_KEYS as _KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
-from zerodoctor.runview import RunView, Steps
+from zerodoctor.signals import view as runview
+from zerodoctor.deepspeed.defaults import BATCH_KEYS as _KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
+from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.base import Signal
 
 SIGNALS = [

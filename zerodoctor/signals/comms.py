@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerodoctor import deepspeed_defaults as ds
-from zerodoctor import runview
-from zerodoctor.runview import RunView, Steps
+from zerodoctor.deepspeed import defaults as ds
+from zerodoctor.signals import view as runview
+from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.base import Signal, StepWindow, nested, ratios
 from zerodoctor.signals.config_values import config_int
 

@@ -14,10 +14,10 @@ import math
 import re
 from typing import Any, Iterator
 
-from zerodoctor import deepspeed_defaults as ds
+from zerodoctor.deepspeed import defaults as ds
 from zerodoctor.signals.base import Signal, nested
 from zerodoctor.signals.config_values import read_fp16
-from zerodoctor.runview import RunView
+from zerodoctor.signals.view import RunView
 
 # Top-level keys DeepSpeed (0.14-0.19) reads; a misspelt one is ignored without a word.
 TOP_LEVEL_KEYS = frozenset("""

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from zerodoctor.deepspeed_defaults import FP16
+from zerodoctor.deepspeed.defaults import FP16
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*(?:\.0+)?")  # pydantic's int from a string, whitespace stripped
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zerodoctor.runview import RunView
+from zerodoctor.signals.view import RunView
 from zerodoctor.signals.base import Signal
 from zerodoctor.sources.crashes import SIGNATURES
 

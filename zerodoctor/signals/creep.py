@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerodoctor import runview
-from zerodoctor.runview import RunView, Steps
+from zerodoctor.signals import view as runview
+from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.base import Signal, last_known
 from zerodoctor.messages.oom import oom_numbers
 

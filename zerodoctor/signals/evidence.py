@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zerodoctor.runview import RunView
+from zerodoctor.signals.view import RunView
 from zerodoctor.signals.base import Signal
 
 # Console messages that carry the batch and trainer settings, in the words a finding uses for them.

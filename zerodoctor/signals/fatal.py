@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from zerodoctor.messages import crashes
-from zerodoctor.runview import RunView
+from zerodoctor.signals.view import RunView
 from zerodoctor.signals.base import Signal
 
 NONE = "none"

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from operator import sub
 from typing import Any
 
-from zerodoctor import runview
+from zerodoctor.signals import view as runview
 from zerodoctor.messages import crashes
-from zerodoctor.runview import RunView, Steps
+from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.base import Signal, last_known
 
 # The promise: a stuck run is named within this long of its last progress. The environment may

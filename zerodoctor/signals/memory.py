@@ -21,14 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from zerodoctor import deepspeed_defaults as ds
-from zerodoctor import runview
-from zerodoctor.modelstates import model_state_bytes
-from zerodoctor.runview import RunView, Steps
+from zerodoctor.deepspeed import defaults as ds
+from zerodoctor.signals import view as runview
+from zerodoctor.deepspeed.modelstates import model_state_bytes
+from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.base import Signal, nested
 from zerodoctor.signals.config_values import config_int
 from zerodoctor.messages.oom import oom_numbers
-from zerodoctor.units import GB
+from zerodoctor.messages.units import GB
 
 HEADROOM = 0.7  # share of device memory model states may take; the rest is activations and buffers
 # Stranded (reserved but unallocated) bytes as a share of the memory the process could use. Real OOMs

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any
 
-from zerodoctor import runview
-from zerodoctor.runview import RunView, Steps
+from zerodoctor.signals import view as runview
+from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.base import Signal, last_known
 from zerodoctor.signals.config_values import Fp16Config, read_fp16
 

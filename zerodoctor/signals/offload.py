@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerodoctor import runview
-from zerodoctor.modelstates import model_state_bytes
-from zerodoctor.runview import RunView, Steps
+from zerodoctor.signals import view as runview
+from zerodoctor.deepspeed.modelstates import model_state_bytes
+from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.base import Signal, StepWindow, nested, ratios
 from zerodoctor.signals.memory import HEADROOM
-from zerodoctor.units import GB
+from zerodoctor.messages.units import GB
 
 _OFFLOADED = ("cpu", "nvme")
 # DeepSpeed builds these only for an optimizer offloaded to the host (runtime/engine.py _configure_basic_optimizer).

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from zerodoctor import runview
-from zerodoctor.runview import RunView, Steps
+from zerodoctor.signals import view as runview
+from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.base import Signal, nested
-from zerodoctor.units import GB
+from zerodoctor.messages.units import GB
 
 SIGNALS = [
     Signal("run.world_size", "ranks", "ranks in the job (run_start, else the ranks seen)"),

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerodoctor import runview
-from zerodoctor.runview import RunView
+from zerodoctor.signals import view as runview
+from zerodoctor.signals.view import RunView
 from zerodoctor.signals.base import Signal
 
 SIGNALS = [

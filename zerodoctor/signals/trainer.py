@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerodoctor.signals.base import Signal
-from zerodoctor.runview import RunView
+from zerodoctor.signals.view import RunView
 
 SIGNALS = [
     Signal("trainer.grad_accum_changed", "bool", "Accelerate replaced the config's gradient_accumulation_steps"),

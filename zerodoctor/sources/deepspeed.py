@@ -17,13 +17,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zerodoctor.deepspeed_defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
+from zerodoctor.deepspeed.defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.events import Event
 from zerodoctor.sources.dsblocks import CommsTable, ConfigDump
 from zerodoctor.sources.stepclock import StepClock
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.sources.text import Context, Line, strip_prefix
-from zerodoctor.units import LOGGED
+from zerodoctor.messages.units import LOGGED
 
 MIN_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
 

@@ -14,11 +14,11 @@ import json
 import re
 from typing import Any
 
-from zerodoctor.deepspeed_defaults import BATCH_KEYS
+from zerodoctor.deepspeed.defaults import BATCH_KEYS
 from zerodoctor.events import Event
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.sources.text import Context, Line
-from zerodoctor.units import LOGGED  # the comms logger's KB/MB are powers of 1024 (convert_size)
+from zerodoctor.messages.units import LOGGED  # the comms logger's KB/MB are powers of 1024 (convert_size)
 
 MAX_BLOCK_LINES = 2000  # a dump that never closes (a truncated log) is let go, not held forever
 _ATTR = re.compile(r"(?:^|\s)(\w+) \.{2,} (.*?)\s*$")

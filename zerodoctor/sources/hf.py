@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zerodoctor.deepspeed_defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
+from zerodoctor.deepspeed.defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.events import Event
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.sources.text import Context, Line

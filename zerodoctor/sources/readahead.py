@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from zerodoctor.sources import Batch, make_parser, read_batches, run_id_for
+from zerodoctor.sources.batches import Batch, make_parser, read_batches, run_id_for
 
 RANGE_BYTES = 8 << 20  # a range per task: ~20k lines of a probe's steps, one batch
 MIN_BYTES = 32 << 20  # below this, handing ranges to processes and back costs more than it saves

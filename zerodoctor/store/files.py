@@ -4,7 +4,7 @@ Exactly-once rests on this row: which file it is (node, device, inode, and a fin
 its first bytes) and how far it was read (byte offset, lines), the offset moved only in the
 transaction that stores the rows read up to it (``advance``). A row is found by its node and
 path: the nodes of one job write the same local path into one store, each its own file
-(``store/nodes.py``), and no node reads or moves another's row. The tail (``tail.py``)
+(``store/nodes.py``), and no node reads or moves another's row. The tail (``pipeline/tail.py``)
 compares the row's identity with the file at the path, and points the row at another file
 (``point_at``) when a rotation replaced the one it read. A row follows its file when the file's
 run directory is renamed or moved (``register``): a run is its run id, not its directory's name.

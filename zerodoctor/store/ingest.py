@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Float, Table, bindparam, case, delete, insert
 from sqlalchemy.exc import OperationalError
 
 from zerodoctor.events import Event
-from zerodoctor.sources import Batch
+from zerodoctor.sources.batches import Batch
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.store.db import describe, insert_new, storable_text
 from zerodoctor.store import files as stored_files

@@ -107,7 +107,7 @@ events = Table(
 )
 Index("ix_events_run_kind", events.c.run_id, events.c.kind)
 
-# The run view's fold state (runview.py), JSON, saved in the transaction that stores the rows
+# The run view's fold state (signals/view.py), JSON, saved in the transaction that stores the rows
 # and offsets it covers; ``version`` names the code that wrote it, so an upgrade rebuilds it.
 run_state = Table(
     "run_state",

@@ -4,7 +4,7 @@ Nearly every event of a run is a step, and one SQL row per step cost more than e
 else ``diagnose`` does (an ``executemany`` of 25 columns: ~3.4 µs a step on SQLite). So the
 steps of one rank from one stored batch are one row of ``step_chunks``: their columns as
 arrays (numpy, little-endian int64 / float64) in one blob, with the step range, the row count
-and the last time beside it for the queries (``stepcolumns.py`` has the arrays). The merges a
+and the last time beside it for the queries (``events/columns.py`` has the arrays). The merges a
 signal declares (min/max/sum/mean over the ranks of a step, sum/max/min over a rank's steps)
 run on those arrays.
 
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import msgspec
 from sqlalchemy import Connection, delete, func, insert, select
 
-from zerodoctor.stepcolumns import Columns
+from zerodoctor.events.columns import Columns
 from zerodoctor.store.schema import step_chunks
 
 if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run without steps never needs it

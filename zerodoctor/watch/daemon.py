@@ -32,10 +32,10 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from zerodoctor.pipeline import Judgement, Pipeline
-from zerodoctor.rulebook.finding import Finding
+from zerodoctor.pipeline import Pipeline
+from zerodoctor.rulebook.finding import Finding, Judgement
 from zerodoctor.rulebook.loader import Rule
-from zerodoctor.sources import Batch, run_files, source_patterns
+from zerodoctor.sources.batches import Batch, run_files, source_patterns
 from zerodoctor.sources.readable import UnreadableFile
 from zerodoctor.store import files as stored_files
 from zerodoctor.store import findings as stored_findings
@@ -44,7 +44,7 @@ from zerodoctor.watch import budget
 from zerodoctor.watch.budget import Interrupts, Stopping
 from zerodoctor.watch.lock import WriterLock, busy_dir
 from zerodoctor.watch.notify import Deliveries, Notifier
-from zerodoctor.tail import FileTail
+from zerodoctor.pipeline.tail import FileTail
 
 log = logging.getLogger("zerodoctor.watch")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zerodoctor.hookspecs import hookimpl
+from zerodoctor.plugins.hookspecs import hookimpl
 
 
 @hookimpl

@@ -7,7 +7,7 @@ import os
 import urllib.parse
 from typing import Callable, TypeVar
 
-from zerodoctor.hookspecs import SettingsError, hookimpl
+from zerodoctor.plugins.hookspecs import SettingsError, hookimpl
 from zerodoctor_webhook.notifier import STYLES, WebhookNotifier
 
 T = TypeVar("T")

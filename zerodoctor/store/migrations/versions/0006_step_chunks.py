@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from zerodoctor.events import STEP_METRICS, StepRecord
-from zerodoctor.stepcolumns import Columns
+from zerodoctor.events.columns import Columns
 from zerodoctor.store.schema import step_chunks
 from zerodoctor.store.steps import store
 

@@ -43,7 +43,7 @@ from typing import BinaryIO, Callable, Iterator, Literal
 
 from sqlalchemy import Connection
 
-from zerodoctor.sources import Batch, Parser, make_parser, read_batches, run_id_for
+from zerodoctor.sources.batches import Batch, Parser, make_parser, read_batches, run_id_for
 from zerodoctor.sources.readahead import Pool, ReadAhead
 from zerodoctor.sources.readable import HEAD_BYTES, UnreadableFile, check_regular, open_log, pread
 from zerodoctor.store import files as stored_files

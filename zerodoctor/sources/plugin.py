@@ -1,14 +1,12 @@
-"""Plugins: the core's own parts, registered through the same hooks a plugin uses.
+"""Sources as the core's own plugin: the file patterns, parsers and console dialects, registered
+through the same hooks a third-party package uses (``plugins.DEFAULT_PLUGINS``).
 
-Imports happen inside the hooks so that loading the plugin manager (``zerodoctor --help``)
-does not load pydantic or SQLAlchemy.
+Imports happen inside the hooks, so loading the plugin manager (``zerodoctor --help``) loads no parser.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from zerodoctor.hookspecs import hookimpl
+from zerodoctor.plugins.hookspecs import hookimpl
 
 
 @hookimpl
@@ -45,20 +43,3 @@ def register_dialects() -> list[type]:
 
     return [DeepSpeedDialect, TorchDialect, NcclDialect, HuggingFaceDialect, MegatronDialect, CrashDialect,
             FatalDialect, StackDumpDialect, AmpScalerDialect]
-
-
-@hookimpl
-def register_signals() -> list:
-    from zerodoctor.signals import (amp, batch, comms, config, crashes, creep, evidence, fatal, hang, memory,
-                                    numerics, offload, run, stacks, straggler, trace, trainer)
-
-    # Order matters: a module may read what earlier ones computed; evidence sums up last.
-    return [run, batch, numerics, amp, comms, trace, memory, creep, offload, config, hang, straggler, trainer, crashes,
-            fatal, stacks, evidence]
-
-
-@hookimpl
-def register_rules() -> list[Path]:
-    from zerodoctor.rulebook.loader import builtin_rules_dir
-
-    return [builtin_rules_dir()]

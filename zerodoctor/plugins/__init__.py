@@ -17,10 +17,11 @@ from typing import Any
 
 import pluggy
 
-from zerodoctor import hookspecs
+from zerodoctor.plugins import hookspecs
 
 GROUP = "zerodoctor"
-DEFAULT_PLUGINS = ("zerodoctor.builtins",)
+# each stage registers its own parts, sources before the signals that read them (as pytest's own plugins do)
+DEFAULT_PLUGINS = ("zerodoctor.sources.plugin", "zerodoctor.signals.plugin", "zerodoctor.rulebook.plugin")
 TRACE_ENV = "ZERODOCTOR_TRACE_HOOKS"
 
 

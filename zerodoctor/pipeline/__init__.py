@@ -13,20 +13,19 @@ import logging
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from zerodoctor import plugins, signals
 from zerodoctor.rulebook.engine import evaluate
-from zerodoctor.rulebook.finding import Finding, Unevaluated
+from zerodoctor.rulebook.finding import Judgement
 from zerodoctor.rulebook.loader import Rule, load_rules
-from zerodoctor.runview import Reads, RunView
-from zerodoctor.sources import Batch, UnsupportedFormat, detect_format, run_files, source_patterns
+from zerodoctor.signals.view import Reads, RunView
+from zerodoctor.sources.batches import Batch, UnsupportedFormat, detect_format, run_files, source_patterns
 from zerodoctor.sources.chrome_trace import traces_in
 from zerodoctor.sources.flight_recorder import dumps_in
 from zerodoctor.sources.readahead import Pool
@@ -35,7 +34,7 @@ from zerodoctor.store import runs as stored_runs
 from zerodoctor.store import setaside
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.series import RunSeries, read_series
-from zerodoctor.tail import Emit, FileTail
+from zerodoctor.pipeline.tail import Emit, FileTail
 
 Progress = Callable[[int, int], None]  # (bytes read so far, bytes in all) over the inputs
 
@@ -44,19 +43,6 @@ log = logging.getLogger("zerodoctor.pipeline")
 
 class InputError(ValueError):
     """An input path that cannot be read; the message names it."""
-
-
-@dataclass
-class Judgement:
-    """One run judged: what fired, what could not be judged, and the facts fixes need."""
-
-    run: str
-    findings: list[Finding] = field(default_factory=list)
-    unevaluated: list[Unevaluated] = field(default_factory=list)
-    values: dict[str, Any] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
-    world_size_stated: int | None = None
-    set_aside: str | None = None  # why the run was not judged (its view failed); its rows are stored all the same
 
 
 def rules_from(extra_dirs: list[Path] | None = None) -> list[Rule]:

@@ -28,7 +28,7 @@ from typing import BinaryIO, Callable
 from zerodoctor.probe import RUN_DIR_ENV, RUN_ID_ENV
 from zerodoctor.probe.crash import FAULT_SUFFIX
 from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode, redact_argv, redact_config
-from zerodoctor.rank_deaths import closing_events
+from zerodoctor.launch.rank_deaths import closing_events
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 SITE_DIR = ".probe"  # inside the run directory: the generated sitecustomize.py

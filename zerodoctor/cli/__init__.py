@@ -127,7 +127,7 @@ def diagnose(
                                        help="Processes parsing large JSONL files (default: one per core; 1: none)."),
 ) -> None:
     """Diagnose finished (or running) training from its events; exit 1 on findings at --fail-on."""
-    from zerodoctor.diagnosis import diagnose as run_diagnosis
+    from zerodoctor.pipeline.diagnose import diagnose as run_diagnosis
     from zerodoctor.pipeline import InputError
     from zerodoctor.report.progress import ingest_progress
     from zerodoctor.report.selection import SelectionError, apply, resolve
@@ -206,7 +206,7 @@ def compare(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the comparison to this file instead of stdout."),
 ) -> None:
     """What differs between two runs: config, per-step numbers side by side, rules that fire in one only."""
-    from zerodoctor.diagnosis import diagnose as run_diagnosis
+    from zerodoctor.pipeline.diagnose import diagnose as run_diagnosis
     from zerodoctor.pipeline import InputError
     from zerodoctor.report.compare import compare as compare_runs, side, to_json
     from zerodoctor.report.compare_view import lines, to_html
@@ -260,7 +260,7 @@ def run(
         "every rank: one trace per rank in the run directory, read back by diagnose."),
 ) -> None:
     """Run a training command with the probe injected; exit with the command's own status."""
-    from zerodoctor.wrapper import RunError, run as run_command
+    from zerodoctor.launch.wrapper import RunError, run as run_command
 
     if profile is not None:
         from zerodoctor.probe.profile import PROFILE_ENV, parse_steps
@@ -350,7 +350,7 @@ def watch(
 
     engine = open_engine(url)
     with writer_lock(engine) as lock:
-        from zerodoctor.hookspecs import SettingsError
+        from zerodoctor.plugins.hookspecs import SettingsError
         from zerodoctor.watch.notify import notifiers
 
         try:
@@ -521,7 +521,7 @@ def fix_command(
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
 ) -> None:
     """Apply the fixes of a run's findings to CONFIG; DeepSpeed must accept the result before it is written."""
-    from zerodoctor.diagnosis import diagnose as run_diagnosis
+    from zerodoctor.pipeline.diagnose import diagnose as run_diagnosis
     from zerodoctor.pipeline import InputError
 
     loaded = _load_rules(rules)
@@ -594,7 +594,7 @@ def main() -> None:
 
     plugins.hook().register_commands(app=app)
     try:
-        from zerodoctor.helptext import readable
+        from zerodoctor.cli.helptext import readable
 
         readable(typer.main.get_command(app)).main(args=_optional_values(sys.argv[1:]), prog_name="zerodoctor",
                                                    standalone_mode=True)

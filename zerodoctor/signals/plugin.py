@@ -1,0 +1,15 @@
+"""Signals as the core's own plugin: the modules that compute them, in the order they run."""
+
+from __future__ import annotations
+
+from zerodoctor.plugins.hookspecs import hookimpl
+
+
+@hookimpl
+def register_signals() -> list:
+    from zerodoctor.signals import (amp, batch, comms, config, crashes, creep, evidence, fatal, hang, memory,
+                                    numerics, offload, run, stacks, straggler, trace, trainer)
+
+    # Order matters: a module may read what earlier ones computed; evidence sums up last.
+    return [run, batch, numerics, amp, comms, trace, memory, creep, offload, config, hang, straggler, trainer, crashes,
+            fatal, stacks, evidence]
