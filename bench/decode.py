@@ -132,7 +132,7 @@ def main() -> None:
             print(f"{kind:<10} {min(len(lines), SAMPLE):>8} {floor:>10.2f} {now:>14.2f} {now / floor:>9.2f} "
                   f"{before:>10.2f} {before / floor:>9.2f} {before / now:>11.2f}")
         start = time.process_time()
-        lines = sum(len(b.steps) + len(b.events) for b in read_batches(path, make_parser("jsonl")))
+        lines = sum(b.step_count() + len(b.events) for b in read_batches(path, make_parser("jsonl")))
         whole = (time.process_time() - start) / lines * 1e6
         print(f"\nwhole log through read_batches, once: {lines} lines, {whole:.2f} µs a line")
 

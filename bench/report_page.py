@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from zerodoctor.report.html import to_html  # noqa: E402
 from zerodoctor.report.model import Report  # noqa: E402
 from zerodoctor.sources.batches import Batch  # noqa: E402
+from zerodoctor.store import files as stored_files  # noqa: E402
 from zerodoctor.store.db import open_engine  # noqa: E402
 from zerodoctor.store.ingest import Ingestor  # noqa: E402
 from zerodoctor.store import steps  # noqa: E402
@@ -44,7 +45,7 @@ def fill(engine, n_steps: int, ranks: int) -> int:  # noqa: ANN001 - SQLAlchemy 
     src.write_text("")
     burst = set(range(n_steps * 3 // 4, n_steps * 3 // 4 + 40))
     with engine.begin() as conn:
-        file_id = ingestor.register_file(conn, src, "jsonl")["id"]
+        file_id = stored_files.register(conn, src, "jsonl")["id"]
     batch: list[dict] = []
     scale = 65536.0
     for n in range(1, n_steps + 1):

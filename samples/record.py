@@ -145,7 +145,7 @@ def diagnose(sample: Path) -> dict:
     report = run_diagnosis([sample], rules=rules_from())
     with tempfile.TemporaryDirectory() as scratch:
         engine = open_engine(Path(scratch) / "s.db", scratch=True)
-        pipeline = Pipeline(engine, rules_from(), save_views=False)
+        pipeline = Pipeline(engine, rules_from(), lasting=False)
         pipeline.ingest(expand_inputs([sample]))
         (values,) = [pipeline.judge(name).values for name in pipeline.views]
         engine.dispose()

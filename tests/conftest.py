@@ -26,8 +26,9 @@ def parsed(batches) -> list[dict]:  # noqa: ANN001 - an iterable of sources.Batc
     out: list[tuple[int, int, dict]] = []
     for b in batches:
         out += [(line, len(out) + i, e) for i, (line, e) in enumerate(zip(b.event_lines, b.events))]
+        steps = [*zip(b.step_lines, b.steps), *(pair for name, cols in b.columns.items() for pair in cols.records(name))]
         out += [(line, len(out) + i, {k: v for k, v in msgspec.to_builtins(s).items() if v is not None})
-                for i, (line, s) in enumerate(zip(b.step_lines, b.steps))]
+                for i, (line, s) in enumerate(steps)]
     return [e for _, _, e in sorted(out, key=lambda x: (x[0], x[1]))]
 
 

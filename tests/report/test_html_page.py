@@ -10,6 +10,7 @@ from pathlib import Path
 from zerodoctor.report.html import to_html
 from zerodoctor.report.model import Report
 from zerodoctor.sources.batches import Batch
+from zerodoctor.store import files as stored_files
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.series import POINTS, read_series
@@ -27,7 +28,7 @@ def _page(tmp_path: Path, n_steps: int, overflow_every: int) -> tuple[str, dict]
              "mem_allocated_bytes": 2**30, "mem_reserved_bytes": 2**31} for n in range(1, n_steps + 1) for r in (0, 1)]
     rows.append({"v": 1, "t": 1e6, "run": "long", "rank": 1, "kind": "oom", "step": n_steps, "reserved_bytes": 2**31})
     with engine.begin() as conn:
-        file_id = ingestor.register_file(conn, source, "jsonl")["id"]
+        file_id = stored_files.register(conn, source, "jsonl")["id"]
         ingestor.add(conn, file_id, Batch.of(rows, end=1, last_line=len(rows)))
     with engine.connect() as conn:
         series = read_series(conn, ingestor.run_id(conn, "long"))

@@ -103,9 +103,14 @@ _LINES = st.lists(st.one_of(
 ), max_size=30)
 
 
+def _steps(batch) -> list[tuple[int, object]]:  # noqa: ANN001 - a sealed sources.Batch
+    """A sealed batch's steps as (line, record), in line order."""
+    return sorted((pair for name, cols in batch.columns.items() for pair in cols.records(name)), key=lambda p: p[0])
+
+
 def _outcome(batches: list) -> tuple:
     """What a reader got: events in line order with their line, rejects, and the last batch's end."""
-    lines = sorted([*(ln for b in batches for ln in b.event_lines), *(ln for b in batches for ln in b.step_lines)])
+    lines = sorted([*(ln for b in batches for ln in b.event_lines), *(ln for b in batches for ln, _ in _steps(b))])
     rejects = [(r.line, r.reason, r.raw, r.size) for b in batches for r in b.rejected]
     return repr(parsed(batches)), lines, rejects, batches[-1].end, batches[-1].last_line
 
@@ -122,7 +127,7 @@ def test_jsonl_batches_do_not_depend_on_chunks_nor_batch_size(tmp_path_factory, 
         m.setattr(batches, "read_blocks", partial(read_blocks, chunk=chunk))
         chunked = list(read_batches(path, make_parser("jsonl"), batch_lines=batch_lines))
     assert _outcome(chunked) == _outcome(whole)
-    assert all(len(b.steps) + len(b.events) + len(b.rejected) <= batch_lines for b in chunked[:-1])
+    assert all(b.step_count() + len(b.events) + len(b.rejected) <= batch_lines for b in chunked[:-1])
     assert [b.last_line for b in chunked] == [*range(batch_lines, len(lines) + 1, batch_lines), len(lines)]
     assert [b.end for b in chunked] == [len(b"".join(ended[:b.last_line])) for b in chunked]  # each batch's own end
 
@@ -136,7 +141,7 @@ def test_lines_msgspec_refuses_among_steps_cost_only_themselves(tmp_path: Path) 
     (batch,) = read_batches(path, make_parser("jsonl"))
     assert [r.line for r in batch.rejected] == [1, 2, 134, 135, 300]
     kept = [n for n in range(1, 301) if n not in (1, 2, 134, 135, 300)]
-    assert batch.step_lines == kept and [s.step for s in batch.steps] == kept
+    assert [line for line, _ in _steps(batch)] == kept and [s.step for _, s in _steps(batch)] == kept
 
 
 class _BrokenBatchPath(JsonlParser):
@@ -148,7 +153,7 @@ def test_a_bug_in_feed_lines_costs_no_line_feed_reads_them_all(tmp_path: Path) -
     path = tmp_path / "rank-0.jsonl"
     path.write_bytes(b"".join(json.dumps({**STEP, "step": i}).encode() + b"\n" for i in range(1, 6)) + b"junk\n")
     (batch,) = read_batches(path, _BrokenBatchPath())
-    assert [s.step for s in batch.steps] == [1, 2, 3, 4, 5]
+    assert [s.step for _, s in _steps(batch)] == [1, 2, 3, 4, 5]
     assert [(r.line, r.raw) for r in batch.rejected] == [(6, b"junk")]
 
 

@@ -39,7 +39,7 @@ def _write_log(path: Path) -> None:
 
 def _stored(path: Path, db: Path, jobs: int | None = None) -> dict:
     engine = open_engine(db, scratch=True)
-    pipeline = Pipeline(engine, rules_from(), save_views=False)
+    pipeline = Pipeline(engine, rules_from(), lasting=False)
     (row,) = pipeline.ingest([(path, "jsonl")], jobs=jobs)
     judged = pipeline.judge("r")
     with engine.connect() as conn:
@@ -117,7 +117,7 @@ def test_a_line_the_store_refuses_is_quarantined_at_its_own_number(tmp_path, sma
         conn.exec_driver_sql("CREATE TRIGGER refuse_step_1000 BEFORE INSERT ON step_chunks "
                              "WHEN NEW.first_step <= 1000 AND NEW.last_step >= 1000 "
                              "BEGIN SELECT RAISE(ABORT, 'refuse_step_1000'); END")
-    Pipeline(engine, rules_from(), save_views=False).ingest([(path, "jsonl")])
+    Pipeline(engine, rules_from(), lasting=False).ingest([(path, "jsonl")])
     with engine.connect() as conn:
         refused = conn.execute(select(quarantine.c.line, quarantine.c.raw)
                                .where(quarantine.c.reason.like("%refuse_step_1000%"))).all()
@@ -138,7 +138,7 @@ def test_every_large_file_of_a_run_is_read_ahead_by_the_one_pool(tmp_path, small
     real = readahead.Pool.submit
     monkeypatch.setattr(readahead.Pool, "submit", lambda self, *a: submitted.append(Path(a[0]).name) or real(self, *a))
     engine = open_engine(tmp_path / "store.db", scratch=True)
-    pipeline = Pipeline(engine, rules_from(), save_views=False)
+    pipeline = Pipeline(engine, rules_from(), lasting=False)
     rows = pipeline.ingest([(tmp_path / "run" / "rank-0.jsonl", "jsonl"), (tmp_path / "run" / "rank-1.jsonl", "jsonl")])
     assert [r["events"] for r in rows] == [3000, 3000]
     assert {"rank-0.jsonl", "rank-1.jsonl"} == set(submitted)
@@ -151,7 +151,7 @@ def test_jobs_1_reads_in_process(tmp_path, small_ranges, monkeypatch):
     _write_log(path)
     monkeypatch.setattr(readahead.Pool, "submit", lambda *a: pytest.fail("a range went to a worker"))
     engine = open_engine(tmp_path / "store.db", scratch=True)
-    (row,) = Pipeline(engine, rules_from(), save_views=False).ingest([(path, "jsonl")], jobs=1)
+    (row,) = Pipeline(engine, rules_from(), lasting=False).ingest([(path, "jsonl")], jobs=1)
     assert row["events"] > 3600
     engine.dispose()
 
@@ -173,7 +173,7 @@ def test_a_killed_worker_breaks_the_pool_and_every_file_is_still_read(tmp_path, 
     in_process = _stored(path, tmp_path / "plain.db", jobs=1)["file"]
     monkeypatch.setattr(readahead, "_parse_range", killed_on_the_third)
     engine = open_engine(tmp_path / "store.db", scratch=True)
-    rows = Pipeline(engine, rules_from(), save_views=False).ingest([(path, "jsonl"), (other, "jsonl")])
+    rows = Pipeline(engine, rules_from(), lasting=False).ingest([(path, "jsonl"), (other, "jsonl")])
     engine.dispose()
     assert [{k: r[k] for k in in_process} for r in rows] == [in_process, in_process]
 

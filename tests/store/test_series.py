@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from zerodoctor.sources.batches import Batch
+from zerodoctor.store import files as stored_files
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.series import read_series
@@ -35,7 +36,7 @@ def run(tmp_path: Path):
     rows.append({"v": 1, "t": 9000.0, "run": "r", "rank": 2, "kind": "oom", "step": STEPS + 1,
                  "requested_bytes": 2 << 30, "reserved_bytes": 70 << 30})
     with engine.begin() as conn:
-        file_id = ingestor.register_file(conn, source, "jsonl")["id"]
+        file_id = stored_files.register(conn, source, "jsonl")["id"]
         ingestor.add(conn, file_id, Batch.of(rows, end=1, last_line=len(rows)))
         run_id = ingestor.run_id(conn, "r")
     yield engine, run_id

@@ -19,6 +19,7 @@ from zerodoctor.sources.batches import Batch
 from zerodoctor.events.columns import Columns
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store import steps
+from zerodoctor.store import files as stored_files
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import step_chunks
@@ -65,7 +66,7 @@ def test_chunks_merge_as_the_rows_would(tmp_path_factory, batches):
     source.write_text("")
     rows = [row for batch in batches for row in batch]
     with engine.begin() as conn:
-        file_id = ingestor.register_file(conn, source, "jsonl")["id"]
+        file_id = stored_files.register(conn, source, "jsonl")["id"]
         for batch in batches:
             ingestor.add(conn, file_id, Batch.of([{"v": 1, "run": "r", "kind": "step", **r} for r in batch],
                                                  end=1, last_line=1))
@@ -104,11 +105,10 @@ def test_compaction_keeps_every_row_and_what_the_view_holds(tmp_path: Path):
         batch = Batch.of([{"v": 1, "t": float(n), "run": "run", "rank": r, "kind": "step", "step": n, "samples": 2}
                           for r in (0, 1)], end=n, last_line=n)
         with engine.begin() as conn:
-            tail_row = pipeline.ingestor.register_file(conn, source, "jsonl")
-            pipeline.ingestor.add(conn, tail_row["id"], batch)
-            pipeline.views["run"].add([], str(source), "jsonl")
-            pipeline._dirty.add("run")
+            tail = pipeline.tail(conn, source, "jsonl")
+            pipeline.store(conn, tail, batch, raw=bytes)
             pipeline.commit_views(conn)
+        tail.close()
     view = pipeline.views["run"]
     with engine.connect() as conn:
         chunks = conn.execute(select(func.count()).select_from(step_chunks)).scalar()
@@ -140,7 +140,7 @@ def test_an_infinite_time_is_stored_and_summed_as_it_is(tmp_path: Path):
     source = tmp_path / "rank-0.jsonl"
     source.write_text("")
     with engine.begin() as conn:
-        file_id = ingestor.register_file(conn, source, "jsonl")["id"]
+        file_id = stored_files.register(conn, source, "jsonl")["id"]
         ingestor.add(conn, file_id, Batch.of([{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": n,
                                                "step_time_s": math.inf if n == 2 else 1.0} for n in (1, 2)],
                                              end=1, last_line=2))

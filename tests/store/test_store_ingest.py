@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from zerodoctor.sources.batches import Batch
+from zerodoctor.sources.batches import Batch, make_parser, read_batches
 from zerodoctor.sources.rejects import Rejected
+from zerodoctor.store import files as stored_files
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import events, files, quarantine, step_chunks
@@ -32,7 +33,7 @@ def store(tmp_path: Path, store_url: str):
     source.write_text("")
     ingestor = Ingestor()
     with engine.begin() as conn:
-        file_id = ingestor.register_file(conn, source, "jsonl")["id"]
+        file_id = stored_files.register(conn, source, "jsonl")["id"]
     yield engine, ingestor, file_id
     engine.dispose()
 
@@ -78,3 +79,20 @@ def test_non_finite_payload_floats_are_stored_as_strict_json(store):
     bodies = [json.loads(text, parse_constant=reject) for text in stored]
     assert (bodies[0]["total_s"], bodies[0]["interval_s"]) == ("NaN", "Infinity")
     assert (bodies[1]["total_s"], bodies[1]["extra"]) == ("-Infinity", {"x": ["NaN"]})
+
+
+def test_the_store_takes_only_sealed_batches_and_a_read_hands_them_sealed(store, tmp_path: Path):
+    """Steps travel as columns from the reader on: a batch that still holds step records was not read
+    by a reader, and the store refuses it rather than seal it itself (it calls nothing above it)."""
+    engine, ingestor, file_id = store
+    unsealed = Batch(end=1, last_line=1)
+    unsealed.add([step(0, 1)], 1)
+    with engine.begin() as conn, pytest.raises(ValueError, match="unsealed"):
+        ingestor.add(conn, file_id, unsealed)
+    log = tmp_path / "rank-1.jsonl"
+    log.write_text("".join(json.dumps(step(1, n)) + "\n" for n in range(1, 4)))
+    (read,) = read_batches(log, make_parser("jsonl", run_id="r"))
+    assert not read.steps and read.columns["r"].n == 3
+    with engine.begin() as conn:
+        ingestor.add(conn, file_id, read)
+    assert counts(engine, file_id)[0] == 3

@@ -14,6 +14,7 @@ from tests.conftest import step_rows
 from tests.watch.conftest import append, step_line
 from zerodoctor.pipeline import Pipeline
 from zerodoctor.sources.batches import Batch
+from zerodoctor.store import files as stored_files
 from zerodoctor.store.db import open_engine
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import events, files, quarantine, runs
@@ -69,7 +70,7 @@ def test_file_offset_past_2_31_is_read_on(tmp_path, engine):
         f.write(b"\n")
     pipeline = Pipeline(engine, rules=[])
     with engine.begin() as conn:
-        file_id = pipeline.ingestor.register_file(conn, path, "jsonl")["id"]
+        file_id = stored_files.register(conn, path, "jsonl")["id"]
         pipeline.ingestor.add(conn, file_id, Batch(end=2**31 + 1, last_line=2))  # as if those lines had been read
     append(path, "r", 0, range(1, 4))
     row = ingest_file(engine, path, pipeline)

@@ -20,7 +20,7 @@ from zerodoctor.config.deepspeed_validate import Verdict
 from zerodoctor.config.memory_plan import PlanRow, plan, recommend
 from zerodoctor.deepspeed.config_file import ConfigSyntaxError
 from zerodoctor.deepspeed.defaults import BATCH_KEYS
-from zerodoctor.rulebook.engine import evaluate
+from zerodoctor.rulebook.engine import judge_view
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.signals.view import Reads, RunView
@@ -75,7 +75,8 @@ def judge_config(config: dict[str, Any], rules: list[Rule], *, name: str, world_
     modules = signals.signal_modules()
     view = RunView(0, name, Reads.of(modules))
     view.events["run_start"] = [start]
-    return evaluate(static_rules(rules), signals.compute(view, modules), name, [])  # no ranks: nothing ran
+    found, unevaluated, _ = judge_view(static_rules(rules), view, modules, ranks=[])  # no ranks: nothing ran
+    return found, unevaluated
 
 
 def check(path: Path, rules: list[Rule], *, world_size: int | None = None, params: int | None = None,

@@ -11,17 +11,18 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from zerodoctor import plugins, signals
-from zerodoctor.rulebook.engine import evaluate
+from zerodoctor.rulebook.engine import judge_view
 from zerodoctor.rulebook.finding import Judgement
 from zerodoctor.rulebook.loader import Rule, load_rules
 from zerodoctor.signals.view import Reads, RunView
@@ -29,14 +30,16 @@ from zerodoctor.sources.batches import Batch, UnsupportedFormat, detect_format, 
 from zerodoctor.sources.chrome_trace import traces_in
 from zerodoctor.sources.flight_recorder import dumps_in
 from zerodoctor.sources.readahead import Pool
+from zerodoctor.store import files as stored_files
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store import setaside
 from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.series import RunSeries, read_series
-from zerodoctor.pipeline.tail import Emit, FileTail
+from zerodoctor.pipeline.tail import FileTail, Polled
 
 Progress = Callable[[int, int], None]  # (bytes read so far, bytes in all) over the inputs
+COMMIT_EVENTS = 50_000  # a pass commits (views saved with the rows) at least this often
 
 log = logging.getLogger("zerodoctor.pipeline")
 
@@ -81,16 +84,18 @@ class Pipeline:
     and every other run goes on.
 
     Args:
-        save_views: persist each view with the rows (a lasting store); ``False`` for a
-            scratch store read once, where the views live only in memory.
+        lasting: the store outlives this command (``watch``, ``diagnose --db``): views are saved
+            with the rows and findings recorded with first/last seen. ``False``: a scratch store
+            read once (``diagnose``), where the views live only in memory and findings go only to
+            the report.
     """
 
     def __init__(self, engine: Engine, rules: list[Rule], *, modules: list[ModuleType] | None = None,
-                 save_views: bool = True) -> None:
-        self.engine, self.rules, self.save_views = engine, rules, save_views
+                 lasting: bool = True) -> None:
+        self.engine, self.rules, self.lasting = engine, rules, lasting
         self.modules = modules or signals.signal_modules()
         self.reads = Reads.of(self.modules)
-        self.ingestor = Ingestor(before_store=self._bring_views_up_to_date)
+        self.ingestor = Ingestor()
         self.views: dict[str, RunView] = {}
         self._current: set[str] = set()  # views checked against the store in this transaction
         self._dirty: set[str] = set()
@@ -100,25 +105,93 @@ class Pipeline:
     # -- ingest ---------------------------------------------------------------------
 
     def tail(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None) -> FileTail:
-        return FileTail(conn, self.ingestor, path, fmt, pool=pool)
+        return FileTail(conn, path, fmt, pool=pool)
 
-    def emit_for(self, tail: FileTail, then: Emit | None = None) -> Emit:
-        """What ``tail.poll`` calls with each stored batch: the views take its events, then ``then``."""
+    def store(self, conn: Connection, tail: FileTail, batch: Batch, raw: Callable[[], bytes]) -> Batch:
+        """Store one batch read from ``tail`` (what the tail calls, in ``conn``'s transaction): the views
+        of the runs it names are brought up to date with the store first (another writer may have
+        saved them), then the rows are written, then the views take the events stored. Returns the
+        batch stored: lines the store refused are kept aside (``Ingestor.add_or_quarantine``)."""
+        if batch.events or batch.columns:
+            self._bring_views_up_to_date(conn, batch)
+        batch = self.ingestor.add_or_quarantine(conn, tail.file_id, batch, tail.name, tail.lines + 1, raw=raw)
+        by_run: dict[str, list[dict]] = {name: [] for name in batch.runs()}
+        for e in batch.events:
+            by_run[e["run"]].append(e)
+        for name, run_events in by_run.items():
+            if name in self.set_aside:
+                continue
+            with self._isolated(name):
+                self.views[name].add(run_events, tail.name, tail.fmt)
+                self._dirty.add(name)
+        return batch
 
-        def emit(batch: Batch) -> None:
-            by_run: dict[str, list[dict]] = {name: [] for name in batch.runs()}
-            for e in batch.events:
-                by_run[e["run"]].append(e)
-            for name, run_events in by_run.items():
-                if name in self.set_aside:
-                    continue
-                with self._isolated(name):
-                    self.views[name].add(run_events, tail.name, tail.fmt)
-                    self._dirty.add(name)
-            if then is not None:
-                then(batch)
+    def ingest_pass(self, tails: Iterable[FileTail], *, seen: Callable[[FileTail, Batch], None] | None = None,
+                    unreadable: Callable[[FileTail, OSError], None] | None = None,
+                    stop: threading.Event | None = None) -> dict[FileTail, Polled]:
+        """One batch from each tail in turn, stored with the views brought along, committed every
+        ``COMMIT_EVENTS`` events and at the end: the pass both commands make (``diagnose`` until no
+        tail has more, then ``finish``; ``watch`` forever).
 
-        return emit
+        ``seen`` hears of each batch stored; ``unreadable`` of a file the pass could not read (it
+        goes on with the others; without it the error is raised). If the store fails, the pass is
+        rolled back, the views forget what it brought (``rolled_back``) and the error is raised: the
+        caller reads the offsets again (``resync``) or gives up.
+        """
+        pending = 0
+
+        def store(conn: Connection, tail: FileTail, batch: Batch, raw: Callable[[], bytes]) -> Batch:
+            nonlocal pending
+            stored = self.store(conn, tail, batch, raw)
+            pending += len(stored.events) + stored.step_count() + len(stored.rejected)
+            if seen is not None:
+                seen(tail, stored)
+            return stored
+
+        polled: dict[FileTail, Polled] = {}
+        with self.engine.connect() as conn:
+            trans = conn.begin()
+            try:
+                for tail in tails:
+                    if stop is not None and stop.is_set():
+                        break
+                    try:
+                        polled[tail] = tail.poll(conn, store)
+                    except OSError as exc:
+                        if unreadable is None:
+                            raise
+                        unreadable(tail, exc)
+                        continue
+                    if pending >= COMMIT_EVENTS:
+                        self.commit_views(conn)
+                        trans.commit()
+                        trans, pending = conn.begin(), 0
+                self.commit_views(conn)
+                trans.commit()
+            except BaseException:
+                try:
+                    trans.rollback()
+                except SQLAlchemyError:
+                    pass  # the connection went with the server: nothing was committed
+                self.rolled_back()
+                raise
+        return polled
+
+    def finish(self, tails: Iterable[FileTail], *, unterminated: bool) -> None:
+        """The files are complete (``diagnose``): what the passes left, and each parser's held state, stored
+        and folded to the end (``unterminated``: an unterminated last line counts too)."""
+        with self.engine.begin() as conn:
+            for tail in tails:
+                tail.finish(conn, self.store, unterminated=unterminated)
+            self.commit_views(conn, final=True)
+
+    def resync(self, conn: Connection, tails: Iterable[FileTail]) -> None:
+        """After a failed pass: the tails' offsets and the views are read again from the store."""
+        tails = list(tails)
+        self.rolled_back()
+        rows = stored_files.rows(conn, [tail.file_id for tail in tails])
+        for tail in tails:
+            tail.resync(rows[tail.file_id])
 
     def _bring_views_up_to_date(self, conn: Connection, batch: Batch) -> None:
         """Before a batch is stored: each run it names has a view matching the store (another writer may have saved)."""
@@ -128,7 +201,7 @@ class Pipeline:
             run_id = self.ingestor.run_id(conn, name)
             view = self.views.get(name)
             if view is not None and view.run_id == run_id and (
-                    name in self._current or not self.save_views
+                    name in self._current or not self.lasting
                     or (stored_runs.saved_generation(conn, run_id) or 0) == view.generation):
                 self._current.add(name)
                 continue
@@ -172,7 +245,7 @@ class Pipeline:
             with self._isolated(name), conn.begin_nested():
                 view.catch_up(conn)
                 view.settle(conn, final=final)
-                if self.save_views:  # a scratch store is read once: its chunks need no compacting
+                if self.lasting:  # a scratch store is read once: its chunks need no compacting
                     view.compact(conn)
                     view.save(conn)
         self._dirty.clear()
@@ -205,11 +278,13 @@ class Pipeline:
 
     def ingest(self, inputs: list[tuple[Path, str]], on_progress: Progress | None = None, *,
                jobs: int | None = None) -> list[dict]:
-        """Read ``inputs`` to their ends (``diagnose``), a batch from each in turn, and return their file rows.
+        """Read ``inputs`` to their ends (``diagnose``): passes until no file has more, then ``finish``;
+        returns their file rows.
 
-        Round-robin keeps the ranks of a run in step, so the view merges each step's ranks
-        as they arrive instead of holding one rank's whole file for the next. ``jobs``: processes
-        that parse large JSONL files ahead (default: one per core; 1: none, all read here).
+        A pass takes a batch from each file in turn, which keeps the ranks of a run in step, so the
+        view merges each step's ranks as they arrive instead of holding one rank's whole file for
+        the next. ``jobs``: processes that parse large JSONL files ahead (default: one per core; 1:
+        none, all read here).
         """
         tails: list[FileTail] = []
         # worker processes start only if a file is large enough to be parsed ahead
@@ -225,23 +300,20 @@ class Pipeline:
             with _gc_paused():
                 busy = list(tails)
                 while busy:
-                    with self.engine.begin() as conn:
-                        busy = [t for t in busy if t.poll(conn, self.ingestor, self.emit_for(t)) == "more"]
-                        self.commit_views(conn)
+                    polled = self.ingest_pass(busy)
+                    busy = [t for t in busy if polled[t] == "more"]
                     if on_progress is not None:
                         on_progress(sum(t.offset for t in tails), total)
-                with self.engine.begin() as conn:
-                    for t in tails:
-                        # A lasting store reads the file again later: a half-written last line waits for then.
-                        t.finish(conn, self.ingestor, self.emit_for(t), unterminated=not self.save_views)
-                    self.commit_views(conn, final=True)
+                # A lasting store reads the file again later: a half-written last line waits for then.
+                self.finish(tails, unterminated=not self.lasting)
         finally:
             if pool is not None:
                 pool.close()
             for t in tails:
                 t.close()
-        with self.engine.begin() as conn:
-            return [self.ingestor.register_file(conn, t.path, t.fmt) for t in tails]
+        with self.engine.connect() as conn:
+            rows = stored_files.rows(conn, [t.file_id for t in tails])
+        return [rows[t.file_id] for t in tails]
 
     # -- judge ----------------------------------------------------------------------
 
@@ -255,7 +327,7 @@ class Pipeline:
         return view
 
     def judge(self, name: str, *, now: float | None = None) -> Judgement:
-        """Signals and rules for one run; findings are recorded with first/last seen.
+        """Signals and rules for one run; in a lasting store, findings are recorded with first/last seen.
 
         ``now`` is the wall clock of a live judgement (what silence is measured against);
         after the fact it is the run's last event. A run set aside, before or by this
@@ -277,10 +349,10 @@ class Pipeline:
         with self.engine.connect() as conn:
             view = view.as_of_now(conn)
         view.now = now if now is not None else view.last_t
-        values = signals.compute(view, self.modules)
-        found, unevaluated = evaluate(self.rules, values, name, view.ranks())
-        with self.engine.begin() as conn:
-            stored_findings.record(conn, view.run_id, [f.to_json() for f in found], time.time())
+        found, unevaluated, values = judge_view(self.rules, view, self.modules)
+        if self.lasting:
+            with self.engine.begin() as conn:
+                stored_findings.record(conn, view.run_id, [f.to_json() for f in found], time.time())
         return Judgement(name, found, unevaluated, values, view.config, view.world_size_stated)
 
 

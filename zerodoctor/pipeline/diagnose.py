@@ -1,8 +1,14 @@
 """Diagnose: input paths → one ``Report`` (the pipeline, run once over a scratch store or ``--db``).
 
-``diagnose`` is ``watch`` that stops at end of file: the same ``Pipeline`` reads the files
-and judges every run they touched. The path ``-`` is standard input, spooled to a scratch file
-first: the sources read files (format sniffing, byte offsets), never streams.
+``diagnose`` is ``watch`` that stops at end of file: the same passes (``Pipeline.ingest_pass``)
+read the files and judges every run they touched. The path ``-`` is standard input, spooled to a
+scratch file first: the sources read files (format sniffing, byte offsets), never streams.
+
+The scratch store is an SQLite file with no fsync and its journal in memory, not an in-memory
+database: on a 1M-event 8-rank log both took the same time (4.1 vs 4.6 s, then 5.6 vs 5.6 s,
+alternating on a loaded 2-core machine), but a database in memory holds the whole run in the
+process (47 MB more peak RSS at 1M events, so ~0.5 GB at 10M) where a file leaves it to the page
+cache. Nothing is recorded in it but what the views need: findings go to the report only.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ def diagnose(paths: list[Path], *, db: str | None = None, rules: list[Rule], inp
         shown = {path: STDIN_NAME if path == spooled else str(path) for path, _ in inputs}
         engine = open_engine(db or Path(scratch) / "diagnose.db", scratch=db is None)
         try:
-            pipeline = Pipeline(engine, rules, save_views=db is not None)
+            pipeline = Pipeline(engine, rules, lasting=db is not None)
             rows = pipeline.ingest(inputs, on_progress, jobs=jobs)
             report = Report(inputs=[InputSummary(shown[path], fmt, row["events"], row["quarantined"], row["lines"])
                                     for (path, fmt), row in zip(inputs, rows)])

@@ -47,7 +47,6 @@ from zerodoctor.sources.batches import Batch, Parser, make_parser, read_batches,
 from zerodoctor.sources.readahead import Pool, ReadAhead
 from zerodoctor.sources.readable import HEAD_BYTES, UnreadableFile, check_regular, open_log, pread
 from zerodoctor.store import files as stored_files
-from zerodoctor.store.ingest import Ingestor
 
 log = logging.getLogger("zerodoctor.watch")
 
@@ -59,7 +58,9 @@ MISSING_GRACE_S = 30.0  # a file away from its path this long is gone (a run dir
 Polled = Literal["idle", "more", "missing", "gone"]
 # A rotated generation's name: the file's, then logrotate's ``.1``/``.2`` or dateext ``-20261202`` (maybe gzipped).
 _ROTATED = re.compile(r"(?:\.(?P<n>\d+)|-(?P<date>\d[\w.:+-]*?))(?:\.gz)?")
-Emit = Callable[[Batch], None]
+# What stores a batch read from a tail (the pipeline's ``store``), given the connection, the tail, the batch
+# and how to read the batch's bytes again; returns the batch stored (less any line the store refused).
+Store = Callable[[Connection, "FileTail", Batch, Callable[[], bytes]], Batch]
 
 
 class OpenFiles:
@@ -88,7 +89,7 @@ OPEN_FILES = OpenFiles()
 class FileTail:
     """Reads one path of a run directory into the store, resuming from its stored row."""
 
-    def __init__(self, conn: Connection, ingestor: Ingestor, path: Path, fmt: str, *, pool: Pool | None = None) -> None:
+    def __init__(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None) -> None:
         """Raises ``UnreadableFile`` (an ``OSError``) for a FIFO, device, socket, symlink loop or binary file.
 
         ``pool``: worker processes that may parse a large file ahead (``diagnose``: read to the end once).
@@ -100,7 +101,7 @@ class FileTail:
         # Opened before the row exists (a file that is no log gets none), and kept for the first read.
         self._opened: tuple[BinaryIO, str | None] | None = open_log(path)
         try:
-            row = ingestor.register_file(conn, path, fmt, self._opened[0])
+            row = stored_files.register(conn, path, fmt, self._opened[0])
             if "moved_from" in row:
                 log.info("%s is %s moved (the same file: inode and first bytes); reading on from byte %d",
                          row["path"], row["moved_from"], row["offset"])
@@ -127,15 +128,15 @@ class FileTail:
         self.fingerprint: str | None = row["fingerprint"]
         self.parser: Parser = make_parser(self.fmt, run_id=run_id_for(self.path), path=self.path)
 
-    def poll(self, conn: Connection, ingestor: Ingestor, emit: Emit) -> Polled:
+    def poll(self, conn: Connection, store: Store) -> Polled:
         """Store up to ``BATCH_LINES`` new complete lines: "more" when more are waiting, "missing" while the
         file is away from its path (``MISSING_GRACE_S``), "gone" once it is gone for good.
 
-        ``emit`` sees each stored batch (the caller learns which runs got events). Nothing
-        is committed here: the caller commits ``conn``'s transaction, and calls ``resync``
-        for every tail if that fails. A file being drained is read to its end.
+        ``store`` writes each batch read (the pipeline: rows, views). Nothing is committed
+        here: the caller commits ``conn``'s transaction, and calls ``resync`` for every tail if
+        that fails. A file being drained is read to its end.
         """
-        self._ingestor, self._emit = ingestor, emit
+        self._store = store
         try:
             st = check_regular(self.path)
         except UnreadableFile:  # a FIFO, a symlink loop…: nothing more to read at this path
@@ -199,14 +200,14 @@ class FileTail:
                  "it reads on from there", self.name, now - self.missing_since, self.offset, self.lines)
         return "gone"
 
-    def finish(self, conn: Connection, ingestor: Ingestor, emit: Emit, *, unterminated: bool = True) -> None:
+    def finish(self, conn: Connection, store: Store, *, unterminated: bool = True) -> None:
         """The file is complete (``diagnose``): store what ``poll`` leaves and the parser's held state.
         Call after ``poll`` stops answering "more".
 
         ``unterminated=False`` keeps an unterminated last line out: when the store is kept (``--db``)
         the file may still be growing, and its next read gets that line whole.
         """
-        self._ingestor, self._emit = ingestor, emit
+        self._store = store
         if self.handle is None and not self._open(conn):  # closed to stay under ``ulimit -n``, or gone
             return
         OPEN_FILES.used(self)
@@ -342,13 +343,11 @@ class FileTail:
             if batch.end == self.offset and not batch.events and not batch.step_count() and not batch.rejected:
                 continue
             lines_before, signed = self.lines, min(self.offset, HEAD_BYTES)
-            batch = self._ingestor.add_or_quarantine(conn, self.file_id, batch, self.name, self.lines + 1,
-                                                     raw=partial(pread, stream, batch.end - self.offset, self.offset))
+            batch = self._store(conn, self, batch, partial(pread, stream, batch.end - self.offset, self.offset))
             self.offset, self.lines = batch.end, batch.last_line
             if min(self.offset, HEAD_BYTES) != signed:  # the fingerprint grows with the first bytes read
                 self._sign(conn, stream)
             _log_rejected(self.name, batch)
-            self._emit(batch)
             if count == batches:
                 return self.lines - lines_before == BATCH_LINES or (self._ahead is not None and self._ahead.active)
         return False

@@ -6,7 +6,6 @@ Shared by text and Markdown, so neither says "no findings" where nothing was vis
 from __future__ import annotations
 
 from zerodoctor.report.model import InputSummary, Report
-from zerodoctor.rulebook.hints import needs
 
 SHOW_OTHER = 4
 # an input as a person calls it in a console log, and in a run the probe recorded
@@ -33,8 +32,7 @@ def not_judged_line(report: Report) -> str:
     """
     console = all(u.console_log for u in report.unevaluated)
     lacks = list(dict.fromkeys(w for u in report.unevaluated for w in u.lacks))
-    other = list(dict.fromkeys(m for u in report.unevaluated for m in u.missing
-                               if not set(needs(m)) & set(u.lacks)))
+    other = list(dict.fromkeys(m for u in report.unevaluated for m in u.unexplained))
     source = "this log" if console else "this run"
     named = [_WORDS.get(w, (w, w))[0 if console else 1] for w in lacks]
     why = [f"{source} has no {_or(named)}"] if named else []

@@ -8,8 +8,10 @@ healthy run costs 1/N of the evaluations.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
 
+from zerodoctor import signals
 from zerodoctor.rulebook.expr import Condition, MissingSignal
 from zerodoctor.rulebook.finding import Finding, Fix, Unevaluated
 from zerodoctor.rulebook.hints import RunInputs, hint_for
@@ -17,6 +19,22 @@ from zerodoctor.rulebook.loader import Rule
 from zerodoctor.rulebook.strength import evidence_strength
 from zerodoctor.rulebook.template import fill, plain
 from zerodoctor.signals.base import StepSeries
+
+if TYPE_CHECKING:
+    from zerodoctor.signals.view import RunView
+
+
+def judge_view(rules: list[Rule], view: RunView, modules: list[ModuleType], *,
+               ranks: list[int] | None = None) -> tuple[list[Finding], list[Unevaluated], dict[str, Any]]:
+    """One run's view → its signals → the rules' findings and what could not be judged, and the signals.
+
+    The one judgement every command makes: ``diagnose`` and ``watch`` on a run's view
+    (``Pipeline.judge``), ``check`` on a config made into the view of a run about to start
+    (``config/static.py``; ``ranks=[]``: nothing ran).
+    """
+    values = signals.compute(view, modules)
+    found, unevaluated = evaluate(rules, values, view.name, view.ranks() if ranks is None else ranks)
+    return found, unevaluated, values
 
 
 def evaluate(rules: list[Rule], values: dict[str, Any], run: str, ranks: list[int]) -> tuple[
@@ -40,8 +58,9 @@ def evaluate(rules: list[Rule], values: dict[str, Any], run: str, ranks: list[in
         except MissingSignal:
             missing = tuple(s for s in rule.condition.signals if s not in values)
             missing = missing or (rule.condition.signals[0],)
-            unevaluated.append(Unevaluated(rule.code, run, missing, hint_for(missing, inputs), inputs.lacks(missing),
-                                           not inputs.probe))
+            declared = [rule.signals[s] for s in missing]
+            unevaluated.append(Unevaluated(rule.code, run, missing, hint_for(declared, inputs), inputs.lacks(declared),
+                                           not inputs.probe, inputs.unexplained(declared)))
             continue
         findings.append(finding)
     return _without_needless_fallbacks(findings, {r.code for r in rules if r.spec.fallback}), unevaluated

@@ -50,6 +50,7 @@ class Unevaluated:
     hint: str | None = None  # the switch that would show the missing signals
     lacks: tuple[str, ...] = ()  # the inputs the run lacks that the missing signals come from (rulebook/hints.py)
     console_log: bool = False  # the run was read from console logs only: what the report calls its inputs
+    unexplained: tuple[str, ...] = ()  # missing signals whose inputs the run has (too few steps, a value not printed)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"rule": self.rule, "run": self.run, "missing": list(self.missing)}
@@ -71,3 +72,9 @@ class Judgement:
     config: dict[str, Any] = field(default_factory=dict)
     world_size_stated: int | None = None
     set_aside: str | None = None  # why the run was not judged (its view failed); its rows are stored all the same
+
+    @property
+    def in_progress(self) -> bool:
+        """The run still runs (``hang.in_progress``): a live watch judges it again on its timer, since
+        silence is what the hang rules judge and a rank that hangs writes nothing."""
+        return bool(self.values.get("hang.in_progress"))

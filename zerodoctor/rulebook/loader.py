@@ -69,6 +69,7 @@ class Rule:
     condition: Condition
     message: Template
     fixes: tuple[CompiledFix, ...]
+    signals: dict[str, Signal]  # the catalogue's entries for what the condition reads: where each comes from
 
     @property
     def code(self) -> str:
@@ -208,7 +209,7 @@ def _load_file(path: Path, catalog: dict[str, Signal], phrases: dict[str, Templa
     if errors or spec is None or condition is None or message is None:
         return None, errors
     compiled = tuple(CompiledFix(s, t, w, **f) for s, (t, w, f) in zip(spec.fixes, fixes))
-    return Rule(spec, path, condition, message, compiled), []
+    return Rule(spec, path, condition, message, compiled, {s: catalog[s] for s in condition.signals}), []
 
 
 class _TooLarge(ValueError):

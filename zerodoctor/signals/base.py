@@ -4,7 +4,7 @@ A signal is either a scalar for the run or a ``StepSeries`` (one value per optim
 step, merged across ranks, over the last ``WINDOW`` steps). Rules use a series as its
 ``summary`` in a plain condition and step by step in a ``for: N steps`` hold.
 
-A signal module never sees the run's steps as a list: the run view (``runview.py``) hands
+A signal module never sees the run's steps as a list: the run view (``signals/view.py``) hands
 each rank-merged step once, in step order and in blocks of columns, to the module's ``Fold``; a
 per-step signal is kept as a window of the last ``WINDOW`` steps. The helpers below work on a
 block's columns at once: a fold's cost is then a few list operations per block, not per step.
@@ -14,17 +14,28 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Sequence
+from functools import partial
+from typing import Any, Callable, Sequence
 
 from zerodoctor.signals.view import WINDOW, Steps
 
 
 @dataclass(frozen=True)
 class Signal:
+    """A named number: its unit, a one-line doc, and where it can come from — the inputs that show it
+    (``signals/inputs.py``; none: any log that printed it) and the switch that shows it in a console log."""
+
     name: str
     unit: str
     doc: str
     per_step: bool = False
+    shown_by: tuple[str, ...] = ()
+    switch: str | None = None
+
+
+def shown_by(*inputs: str, switch: str | None = None) -> Callable[..., Signal]:
+    """A maker of the signals that come from ``inputs`` and are shown in a console log by ``switch``."""
+    return partial(Signal, shown_by=inputs, switch=switch)
 
 
 @dataclass(frozen=True)

@@ -15,23 +15,27 @@ from typing import Any
 from zerodoctor.signals import view as runview
 from zerodoctor.deepspeed.defaults import BATCH_KEYS as _KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.signals.view import RunView, Steps
-from zerodoctor.signals.base import Signal
+from zerodoctor.signals.inputs import BATCH_DUMP, CONFIG, STEPS
+from zerodoctor.signals.base import shown_by
+
+_dumped = shown_by(CONFIG, switch=BATCH_DUMP)
+_stepwise = shown_by(STEPS)
 
 SIGNALS = [
-    Signal("batch.config_explicit", "bool", "the config sets train_batch_size, micro-batch and grad-accum all three"),
-    Signal("batch.config_product", "samples", "micro × grad-accum × world size from the values the user wrote"),
-    Signal("batch.train_batch_size", "samples", "global batch per optimizer step, as configured (or derived)"),
-    Signal("batch.micro_batch", "samples", "train_micro_batch_size_per_gpu, as configured (or derived)"),
-    Signal("batch.grad_accum", "micro-batches", "gradient_accumulation_steps, as configured (or derived)"),
-    Signal("batch.samples_per_micro", "samples", "samples the model received per micro-batch (median over ranks)"),
-    Signal("batch.micro_batches_per_step", "micro-batches", "backward calls per optimizer step (median over steps)"),
-    Signal("batch.effective_batch", "samples", "samples per optimizer step over all ranks, as fed"),
-    Signal("batch.effective_ratio", "ratio", "effective batch / configured train_batch_size"),
-    Signal("batch.mismatched_ranks", "ranks", "ranks whose fed samples per micro-batch differ from the config"),
-    Signal("batch.nonpositive", "values", "batch values DeepSpeed refused as not > 0"),
-    Signal("batch.missing", "ranks", "ranks whose DeepSpeed refused a config giving no batch size at all"),
-    Signal("batch.nonpositive_key", "name", "the batch value DeepSpeed refused as not > 0 (written or derived)"),
-    Signal("batch.nonpositive_value", "samples", "its value"),
+    _dumped("batch.config_explicit", "bool", "the config sets train_batch_size, micro-batch and grad-accum all three"),
+    _dumped("batch.config_product", "samples", "micro × grad-accum × world size from the values the user wrote"),
+    _dumped("batch.train_batch_size", "samples", "global batch per optimizer step, as configured (or derived)"),
+    _dumped("batch.micro_batch", "samples", "train_micro_batch_size_per_gpu, as configured (or derived)"),
+    _dumped("batch.grad_accum", "micro-batches", "gradient_accumulation_steps, as configured (or derived)"),
+    _stepwise("batch.samples_per_micro", "samples", "samples the model received per micro-batch (median over ranks)"),
+    _stepwise("batch.micro_batches_per_step", "micro-batches", "backward calls per optimizer step (median over steps)"),
+    _stepwise("batch.effective_batch", "samples", "samples per optimizer step over all ranks, as fed"),
+    _stepwise("batch.effective_ratio", "ratio", "effective batch / configured train_batch_size"),
+    _dumped("batch.mismatched_ranks", "ranks", "ranks whose fed samples per micro-batch differ from the config"),
+    _dumped("batch.nonpositive", "values", "batch values DeepSpeed refused as not > 0"),
+    _dumped("batch.missing", "ranks", "ranks whose DeepSpeed refused a config giving no batch size at all"),
+    _dumped("batch.nonpositive_key", "name", "the batch value DeepSpeed refused as not > 0 (written or derived)"),
+    _dumped("batch.nonpositive_value", "samples", "its value"),
 ]
 
 

@@ -19,20 +19,23 @@ from typing import Any
 from zerodoctor.deepspeed import defaults as ds
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
-from zerodoctor.signals.base import Signal, StepWindow, nested, ratios
+from zerodoctor.signals.inputs import COMM_TIMES, STEPS
+from zerodoctor.signals.base import StepWindow, nested, ratios, shown_by
 from zerodoctor.signals.config_values import config_int
 
+_timed = shown_by(STEPS, switch=COMM_TIMES)
+
 SIGNALS = [
-    Signal("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
-    Signal("comm.step_s", "s", "time in collectives per step (median)"),
-    Signal("comm.compute_s", "s", "forward + backward + optimizer time outside collectives, per step (median)"),
-    Signal("comm.top_op", "name", "collective with the most time"),
-    Signal("comm.top_op_share", "ratio", "share of collective time spent in comm.top_op"),
-    Signal("comm.allgather_share", "ratio",
+    _timed("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
+    _timed("comm.step_s", "s", "time in collectives per step (median)"),
+    _timed("comm.compute_s", "s", "forward + backward + optimizer time outside collectives, per step (median)"),
+    _timed("comm.top_op", "name", "collective with the most time"),
+    _timed("comm.top_op_share", "ratio", "share of collective time spent in comm.top_op"),
+    _timed("comm.allgather_share", "ratio",
            "share of collective time in all-gathers (ZeRO-3's parameter gathers; gradient reductions excluded)"),
-    Signal("comm.prefetch_bucket_size", "elements",
+    _timed("comm.prefetch_bucket_size", "elements",
            f"stage3_prefetch_bucket_size in effect (default {ds.STAGE3_PREFETCH_BUCKET_SIZE:.0e})"),
-    Signal("comm.persistence_threshold", "elements",
+    _timed("comm.persistence_threshold", "elements",
            f"stage3_param_persistence_threshold in effect (default {ds.STAGE3_PARAM_PERSISTENCE_THRESHOLD:.0e})"),
 ]
 

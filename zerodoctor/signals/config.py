@@ -15,7 +15,8 @@ import re
 from typing import Any, Iterator
 
 from zerodoctor.deepspeed import defaults as ds
-from zerodoctor.signals.base import Signal, nested
+from zerodoctor.signals.inputs import CONFIG, CONFIG_DUMP
+from zerodoctor.signals.base import nested, shown_by
 from zerodoctor.signals.config_values import read_fp16
 from zerodoctor.signals.view import RunView
 
@@ -53,50 +54,54 @@ BUCKET_TARGET_COLLECTIVES = 100  # what a proposed smaller-than-default bucket a
 FP16_MAX = 65504.0
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
+_dumped = shown_by(CONFIG, switch=CONFIG_DUMP)
+
 SIGNALS = [
-    Signal("config.string_numbers", "keys", "config values that are numbers written as JSON strings: "
-           "dotted key → the number"),
-    Signal("config.zero_stage", "stage", "zero_optimization.stage as written (DeepSpeed's default 0)"),
-    Signal("config.offload_param_ignored", "bool", "offload_param is set but ZeRO stage < 3, where it does nothing"),
-    Signal("config.checkpointing_knobs", "keys", "activation_checkpointing knobs set to true"),
-    Signal("config.fp16_enabled", "bool", "fp16.enabled is true"),
-    Signal("config.bf16_enabled", "bool", "bf16.enabled (or bfloat16.enabled) is true"),
-    Signal("config.min_loss_scale", "scale", "fp16.min_loss_scale as written"),
-    Signal("config.min_loss_scale_integral", "bool", "fp16.min_loss_scale is an integer (DeepSpeed ≥ 0.17 insists)"),
-    Signal("config.loss_scale", "scale", "fp16.loss_scale as written (0: dynamic)"),
-    Signal("config.initial_scale_power", "log2", "fp16.initial_scale_power as written (default 16)"),
-    Signal("config.static_scale_over_fp16_max", "bool", f"a static loss_scale above fp16's largest value {FP16_MAX:g}"),
-    Signal("config.min_scale_at_initial", "bool", "dynamic scaling with min_loss_scale ≥ 2^initial_scale_power"),
-    Signal("config.overflow_prone", "bool", "fp16 loss-scale settings that overflow or abort on the first bad steps"),
-    Signal("config.fp16_unusable", "keys", "fp16 values DeepSpeed refuses, or takes but its loss scaler cannot work "
-           "with: dotted key → why"),
-    Signal("config.fp16_unusable_patch", "patch", "merge patch setting each of them to DeepSpeed's default"),
-    Signal("config.scheduler", "name", "scheduler.type ('none' without a scheduler)"),
-    Signal("config.warmup_scheduler", "bool", "the scheduler warms up: WarmupLR or WarmupDecayLR"),
-    Signal("config.warmup_min_lr", "lr", "learning rate the warm-up starts from (WarmupLR default 0)"),
-    Signal("config.warmup_max_lr", "lr", "learning rate the warm-up ends at"),
-    Signal("config.warmup_steps", "steps", "scheduler warmup_num_steps (WarmupLR default 1000)"),
-    Signal("config.total_steps", "steps", "scheduler total_num_steps, else the last step of a run that ended"),
-    Signal("config.bucket_outliers", "keys", "ZeRO bucket sizes the user wrote larger than the whole model"),
-    Signal("config.bucket_waste_bytes", "bytes", "device memory those buckets hold and never fill"),
-    Signal("config.bucket_waste_share", "ratio", "that memory / the device's memory"),
-    Signal("config.bucket_patch", "patch", "merge patch sizing them to the model (one bucket holds all of it)"),
-    Signal("config.small_buckets", "keys", f"ZeRO bucket sizes the user wrote so small a step needs more than "
-                                           f"{BUCKET_MAX_COLLECTIVES:,} collectives"),
-    Signal("config.small_bucket_collectives", "collectives", "collectives per step the smallest of them makes"),
-    Signal("config.small_bucket_patch", "patch", f"merge patch aiming at {BUCKET_TARGET_COLLECTIVES} collectives "
-                                                 f"per step, never above DeepSpeed's default"),
-    Signal("config.unknown_keys", "keys", "keys DeepSpeed does not know (and ignores)"),
-    Signal("config.close_matches", "keys", "unknown key → the known key it is close to, where one is (dotted)"),
-    Signal("config.unknown_keys_patch", "patch", "merge patch renaming each misspelt key to its close match"),
-    Signal("config.auto_keys", "keys", "values written as \"auto\", for HF Trainer or Accelerate to fill"),
-    Signal("config.sequence_parallel_size", "ranks", "sequence_parallel_size (default 1)"),
-    Signal("config.accelerate_dp_size", "ranks", "world size / sequence_parallel_size: the ranks Accelerate fills for"),
-    Signal("config.auto_batch_checkable", "bool",
-           "train_batch_size is a number and the micro-batch or grad-accum is \"auto\""),
-    Signal("config.auto_batch_divisor", "samples", "data-parallel ranks × the micro-batch when written: "
-           "what an explicit train_batch_size must be a multiple of when the rest is \"auto\""),
-    Signal("config.auto_batch_remainder", "samples", "train_batch_size modulo that divisor"),
+    _dumped("config.string_numbers", "keys", "config values that are numbers written as JSON strings: "
+            "dotted key → the number"),
+    _dumped("config.zero_stage", "stage", "zero_optimization.stage as written (DeepSpeed's default 0)"),
+    _dumped("config.offload_param_ignored", "bool", "offload_param is set but ZeRO stage < 3, where it does nothing"),
+    _dumped("config.checkpointing_knobs", "keys", "activation_checkpointing knobs set to true"),
+    _dumped("config.fp16_enabled", "bool", "fp16.enabled is true"),
+    _dumped("config.bf16_enabled", "bool", "bf16.enabled (or bfloat16.enabled) is true"),
+    _dumped("config.min_loss_scale", "scale", "fp16.min_loss_scale as written"),
+    _dumped("config.min_loss_scale_integral", "bool", "fp16.min_loss_scale is an integer (DeepSpeed ≥ 0.17 insists)"),
+    _dumped("config.loss_scale", "scale", "fp16.loss_scale as written (0: dynamic)"),
+    _dumped("config.initial_scale_power", "log2", "fp16.initial_scale_power as written (default 16)"),
+    _dumped("config.static_scale_over_fp16_max", "bool", f"a static loss_scale above fp16's largest value "
+                                                         f"{FP16_MAX:g}"),
+    _dumped("config.min_scale_at_initial", "bool", "dynamic scaling with min_loss_scale ≥ 2^initial_scale_power"),
+    _dumped("config.overflow_prone", "bool", "fp16 loss-scale settings that overflow or abort on the first bad steps"),
+    _dumped("config.fp16_unusable", "keys", "fp16 values DeepSpeed refuses, or takes but its loss scaler cannot work "
+            "with: dotted key → why"),
+    _dumped("config.fp16_unusable_patch", "patch", "merge patch setting each of them to DeepSpeed's default"),
+    _dumped("config.scheduler", "name", "scheduler.type ('none' without a scheduler)"),
+    _dumped("config.warmup_scheduler", "bool", "the scheduler warms up: WarmupLR or WarmupDecayLR"),
+    _dumped("config.warmup_min_lr", "lr", "learning rate the warm-up starts from (WarmupLR default 0)"),
+    _dumped("config.warmup_max_lr", "lr", "learning rate the warm-up ends at"),
+    _dumped("config.warmup_steps", "steps", "scheduler warmup_num_steps (WarmupLR default 1000)"),
+    _dumped("config.total_steps", "steps", "scheduler total_num_steps, else the last step of a run that ended"),
+    _dumped("config.bucket_outliers", "keys", "ZeRO bucket sizes the user wrote larger than the whole model"),
+    _dumped("config.bucket_waste_bytes", "bytes", "device memory those buckets hold and never fill"),
+    _dumped("config.bucket_waste_share", "ratio", "that memory / the device's memory"),
+    _dumped("config.bucket_patch", "patch", "merge patch sizing them to the model (one bucket holds all of it)"),
+    _dumped("config.small_buckets", "keys", f"ZeRO bucket sizes the user wrote so small a step needs more than "
+                                            f"{BUCKET_MAX_COLLECTIVES:,} collectives"),
+    _dumped("config.small_bucket_collectives", "collectives", "collectives per step the smallest of them makes"),
+    _dumped("config.small_bucket_patch", "patch", f"merge patch aiming at {BUCKET_TARGET_COLLECTIVES} collectives "
+                                                  f"per step, never above DeepSpeed's default"),
+    _dumped("config.unknown_keys", "keys", "keys DeepSpeed does not know (and ignores)"),
+    _dumped("config.close_matches", "keys", "unknown key → the known key it is close to, where one is (dotted)"),
+    _dumped("config.unknown_keys_patch", "patch", "merge patch renaming each misspelt key to its close match"),
+    _dumped("config.auto_keys", "keys", "values written as \"auto\", for HF Trainer or Accelerate to fill"),
+    _dumped("config.sequence_parallel_size", "ranks", "sequence_parallel_size (default 1)"),
+    _dumped("config.accelerate_dp_size", "ranks", "world size / sequence_parallel_size: the ranks Accelerate fills "
+                                                  "for"),
+    _dumped("config.auto_batch_checkable", "bool",
+            "train_batch_size is a number and the micro-batch or grad-accum is \"auto\""),
+    _dumped("config.auto_batch_divisor", "samples", "data-parallel ranks × the micro-batch when written: "
+            "what an explicit train_batch_size must be a multiple of when the rest is \"auto\""),
+    _dumped("config.auto_batch_remainder", "samples", "train_batch_size modulo that divisor"),
 ]
 
 

@@ -16,28 +16,37 @@ from typing import Any
 
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
-from zerodoctor.signals.base import Signal, last_known
+from zerodoctor.signals.inputs import DEVICE, HEARTBEATS, STEPS
+from zerodoctor.signals.base import last_known, shown_by
 from zerodoctor.messages.oom import oom_numbers
 
 POINTS = 128  # the fit's window: recent enough to see a leak start, long enough to see through noise
 
+_device = shown_by(STEPS, DEVICE)
+_heartbeats = shown_by(HEARTBEATS)
+
 SIGNALS = [
-    Signal("creep.device_bytes_per_step", "bytes", "growth of allocated device memory per step (least squares)"),
-    Signal("creep.device_r2", "ratio", "how straight the climb is (R² of the fit; 1 = every step the same)"),
-    Signal("creep.device_growth_share", "ratio", "growth over the fitted steps / device memory"),
-    Signal("creep.device_steps_left", "steps", "steps until allocated memory reaches the device's memory at that rate"),
-    Signal("creep.device_points", "steps", "steps in the fit"),
-    Signal("creep.device_bytes", "bytes", "allocated memory at the last step"),
-    Signal("creep.device_limit_bytes", "bytes", "the device's memory, or the process's cap when an OOM message stated one"),
-    Signal("creep.device_capped", "bool", "the limit is the process's cap (an OOM message's 'allowed'), not the device"),
-    Signal("creep.host_bytes_per_step", "bytes", "growth of the RSS of the ranks of the fastest-growing host, per step"),
-    Signal("creep.host_r2", "ratio", "how straight the fastest-growing rank's climb is (R²)"),
-    Signal("creep.host_growth_share", "ratio", "growth over the fitted heartbeats / host memory"),
-    Signal("creep.host_steps_left", "steps", "steps until that host's ranks together reach its memory at that rate"),
-    Signal("creep.host_points", "heartbeats", "heartbeats in the fastest-growing rank's fit"),
-    Signal("creep.host_bytes", "bytes", "RSS of that host's ranks now"),
-    Signal("creep.host_limit_bytes", "bytes", "that host's memory (MemTotal, or the cgroup's limit)"),
-    Signal("creep.host_ranks", "ranks", "the ranks of that host"),
+    _device("creep.device_bytes_per_step", "bytes", "growth of allocated device memory per step (least squares)"),
+    _device("creep.device_r2", "ratio", "how straight the climb is (R² of the fit; 1 = every step the same)"),
+    _device("creep.device_growth_share", "ratio", "growth over the fitted steps / device memory"),
+    _device("creep.device_steps_left", "steps", "steps until allocated memory reaches the device's memory at that "
+                                                "rate"),
+    _device("creep.device_points", "steps", "steps in the fit"),
+    _device("creep.device_bytes", "bytes", "allocated memory at the last step"),
+    _device("creep.device_limit_bytes", "bytes", "the device's memory, or the process's cap when an OOM message "
+                                                 "stated one"),
+    _device("creep.device_capped", "bool", "the limit is the process's cap (an OOM message's 'allowed'), not the "
+                                           "device"),
+    _heartbeats("creep.host_bytes_per_step", "bytes", "growth of the RSS of the ranks of the fastest-growing host, "
+                                                      "per step"),
+    _heartbeats("creep.host_r2", "ratio", "how straight the fastest-growing rank's climb is (R²)"),
+    _heartbeats("creep.host_growth_share", "ratio", "growth over the fitted heartbeats / host memory"),
+    _heartbeats("creep.host_steps_left", "steps", "steps until that host's ranks together reach its memory at that "
+                                                  "rate"),
+    _heartbeats("creep.host_points", "heartbeats", "heartbeats in the fastest-growing rank's fit"),
+    _heartbeats("creep.host_bytes", "bytes", "RSS of that host's ranks now"),
+    _heartbeats("creep.host_limit_bytes", "bytes", "that host's memory (MemTotal, or the cgroup's limit)"),
+    _heartbeats("creep.host_ranks", "ranks", "the ranks of that host"),
 ]
 
 STEP_FIELDS = {"mem_allocated_bytes": "max"}

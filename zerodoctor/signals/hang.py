@@ -25,7 +25,8 @@ from typing import Any
 from zerodoctor.signals import view as runview
 from zerodoctor.messages import crashes
 from zerodoctor.signals.view import RunView, Steps
-from zerodoctor.signals.base import Signal, last_known
+from zerodoctor.signals.inputs import DUMPS, FLIGHT_RECORDER, HEARTBEATS
+from zerodoctor.signals.base import Signal, last_known, shown_by
 
 # The promise: a stuck run is named within this long of its last progress. The environment may
 # shorten it (tests of long evaluations and saves do; the 60 s default has its own real-run test).
@@ -45,6 +46,9 @@ MEDIAN_OF = 101
 # A rank's state, as a record (rules/phrases.yaml's rank-state words it)
 STATE = "rank, phase, since_t, for_s (seconds in that phase); op, group, seq, outer in a collective"
 
+_flight_recorder = shown_by(DUMPS, switch=FLIGHT_RECORDER)
+_heartbeats = shown_by(HEARTBEATS)
+
 SIGNALS = [
     Signal("hang.collective_timeouts", "events", "collective operations the NCCL watchdog timed out (one per rank)"),
     Signal("hang.collective", "name", "the collective that timed out (OpType of the most reported SeqNum)"),
@@ -55,29 +59,36 @@ SIGNALS = [
     Signal("hang.behind_ranks", "ranks", "ranks that timed out on an older collective (a smaller SeqNum)"),
     Signal("hang.silent_ranks", "ranks", "ranks of the job that reported no timeout while others did"),
     Signal("hang.failed_ranks", "ranks", "ranks that exited non-zero or by a signal"),
-    Signal("hang.window_s", "s", f"no step for this long is a stall: max({HANG_WITHIN_S:g} s, {STEP_TIMES:g} median "
-                                 f"steps) less {NAMING_LATENCY_S:g} s to name it"),
-    Signal("hang.stalled_s", "s", "seconds since the last completed step, at the judgement's now"),
-    Signal("hang.kind", "name", "none | rank (stuck while others wait) | collective (all wait in it) | "
-                                "busy (no rank waits) | silent (some ranks' heartbeats stopped) | gone (all did)"),
+    _heartbeats("hang.window_s", "s", f"no step for this long is a stall: max({HANG_WITHIN_S:g} s, {STEP_TIMES:g} "
+                                      f"median steps) less {NAMING_LATENCY_S:g} s to name it"),
+    _heartbeats("hang.stalled_s", "s", "seconds since the last completed step, at the judgement's now"),
+    _heartbeats("hang.in_progress", "bool", "the run still runs: its ranks send heartbeats, one has not ended, and "
+                                            "not all went quiet (a live watch judges it again with no new events)"),
+    _heartbeats("hang.kind", "name", "none | rank (stuck while others wait) | collective (all wait in it) | "
+                                     "busy (no rank waits) | silent (some ranks' heartbeats stopped) | gone (all did)"),
     Signal("hang.last_step", "step", "last step completed on every rank before the stall"),
     Signal("hang.stuck_ranks", "ranks", "the ranks the others wait for, or whose heartbeats stopped"),
     Signal("hang.stuck_states", "records", f"where each stuck rank is and since when ({STATE}); a silent rank's "
                                            "quiet_s says how long its heartbeats have stopped, its state is its last"),
     Signal("hang.waiting_states", "records", f"where the other ranks are, and since when ({STATE})"),
     Signal("hang.busy_states", "records", f"what each rank does while no step completes ({STATE})"),
-    Signal("hang.recovered", "episodes", "stalls (a rank stuck, a collective, silence) that ended with steps resuming"),
-    Signal("hang.recovered_lasted_s", "s", "how long the last of them lasted"),
-    Signal("hang.recovered_step", "step", "the step that ended it"),
-    Signal("hang.recovered_kind", "name", "what it was: rank | collective | silent, as hang.kind"),
-    Signal("hang.recovered_stuck_states", "records", f"where its stuck ranks were, at its end ({STATE}; quiet_s as above)"),
-    Signal("hang.recovered_waiting_states", "records", f"where the other ranks were, at its end ({STATE})"),
-    Signal("hang.recovered_ranks", "ranks", "the ranks that were stuck"),
-    Signal("hang.fr_behind", "ranks", "how many ranks' flight recorder dumps place them behind the others on a group"),
-    Signal("hang.fr_behind_ranks", "ranks", "those ranks"),
-    Signal("hang.fr_lags", "records", "per rank behind: rank, group, seq (its last recorded or pg_status's last "
-                                      "enqueued collective) and op (where recorded), head (the group's furthest seq) "
-                                      "and beat: its last heartbeat's state, when it has one"),
+    _heartbeats("hang.recovered", "episodes", "stalls (a rank stuck, a collective, silence) that ended with steps "
+                                              "resuming"),
+    _heartbeats("hang.recovered_lasted_s", "s", "how long the last of them lasted"),
+    _heartbeats("hang.recovered_step", "step", "the step that ended it"),
+    _heartbeats("hang.recovered_kind", "name", "what it was: rank | collective | silent, as hang.kind"),
+    _heartbeats("hang.recovered_stuck_states", "records", f"where its stuck ranks were, at its end ({STATE}; quiet_s "
+                                                          "as above)"),
+    _heartbeats("hang.recovered_waiting_states", "records", f"where the other ranks were, at its end ({STATE})"),
+    _heartbeats("hang.recovered_ranks", "ranks", "the ranks that were stuck"),
+    _flight_recorder("hang.fr_behind", "ranks", "how many ranks' flight recorder dumps place them behind the others "
+                                                "on a group"),
+    _flight_recorder("hang.fr_behind_ranks", "ranks", "those ranks"),
+    _flight_recorder("hang.fr_lags", "records", "per rank behind: rank, group, seq (its last recorded or pg_status's "
+                                                "last "
+                                                "enqueued collective) and op (where recorded), head (the group's "
+                                                "furthest seq) "
+                                                "and beat: its last heartbeat's state, when it has one"),
     Signal("hang.log_stalled_s", "s", "a console log with clock times: seconds it went on after its last step's "
                                       "line, with no error and no end (0: less than a window)"),
     Signal("hang.log_last_step", "step", "the last step the log showed before it went on without steps"),
@@ -217,6 +228,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out.update(_log_stall(view))
     out.update(_flight_recorder(view))
     out.update(_timeouts(view, values))
+    if "hang.stalled_s" in out:  # heartbeats, a rank not ended: silence from here on is a stall to name
+        out["hang.in_progress"] = out["hang.kind"] != "gone"
     return out
 
 

@@ -25,7 +25,8 @@ from zerodoctor.deepspeed import defaults as ds
 from zerodoctor.signals import view as runview
 from zerodoctor.deepspeed.modelstates import model_state_bytes
 from zerodoctor.signals.view import RunView, Steps
-from zerodoctor.signals.base import Signal, nested
+from zerodoctor.signals.inputs import CONFIG, DEVICE, STEPS
+from zerodoctor.signals.base import Signal, nested, shown_by
 from zerodoctor.signals.config_values import config_int
 from zerodoctor.messages.oom import oom_numbers
 from zerodoctor.messages.units import GB
@@ -36,6 +37,9 @@ HEADROOM = 0.7  # share of device memory model states may take; the rest is acti
 # and the tails of split segments) and were cured by a smaller batch, not an allocator setting.
 FRAGMENTED_SHARE = 0.03  # at least this much stranded, and enough with the free memory: fragmentation
 ROUNDING_SHARE = 0.01  # under this much stranded: the allocator's rounding, a capacity OOM
+
+_planned = shown_by(CONFIG, DEVICE)
+_stepwise = shown_by(STEPS)
 
 SIGNALS = [
     Signal("memory.oom_count", "events", "out-of-memory errors"),
@@ -63,16 +67,18 @@ SIGNALS = [
     Signal("memory.oom_partly_fragmented", "bool",
            f"stranded + free covered the request but stranded was only {ROUNDING_SHARE:.0%}-{FRAGMENTED_SHARE:.0%} "
            "of usable device memory: capacity first"),
-    Signal("memory.alloc_retries", "retries", "cudaMalloc retries (cache flushes) in the steps, the OOM's own retry excluded"),
+    _stepwise("memory.alloc_retries", "retries", "cudaMalloc retries (cache flushes) in the steps, the OOM's own "
+                                                 "retry excluded"),
     Signal("memory.expandable_segments", "bool", "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True"),
-    Signal("memory.alloc_conf", "text", "PYTORCH_CUDA_ALLOC_CONF as recorded ('unset' when absent)"),
-    Signal("memory.stage2_fit_known", "bool", "parameters, world size and device memory are all known"),
+    _stepwise("memory.alloc_conf", "text", "PYTORCH_CUDA_ALLOC_CONF as recorded ('unset' when absent)"),
+    _planned("memory.stage2_fit_known", "bool", "parameters, world size and device memory are all known"),
     Signal("memory.reduce_bucket_size", "elements",
            f"zero_optimization.reduce_bucket_size in effect (default {ds.REDUCE_BUCKET_SIZE:.0e})"),
-    Signal("memory.stage2_gb", "GB", "model states per GPU under ZeRO-2, no offload (ZeRO paper)"),
-    Signal("memory.stage2_fits", "bool", f"ZeRO-2 model states fit in {HEADROOM:.0%} of device memory"),
-    Signal("memory.stage2_offload_gb", "GB", "model states per GPU under ZeRO-2 with optimizer offload"),
-    Signal("memory.stage2_offload_fits", "bool", f"ZeRO-2 + optimizer offload fits in {HEADROOM:.0%} of device memory"),
+    _planned("memory.stage2_gb", "GB", "model states per GPU under ZeRO-2, no offload (ZeRO paper)"),
+    _planned("memory.stage2_fits", "bool", f"ZeRO-2 model states fit in {HEADROOM:.0%} of device memory"),
+    _planned("memory.stage2_offload_gb", "GB", "model states per GPU under ZeRO-2 with optimizer offload"),
+    _planned("memory.stage2_offload_fits", "bool", f"ZeRO-2 + optimizer offload fits in {HEADROOM:.0%} of device "
+                                                   "memory"),
 ]
 
 

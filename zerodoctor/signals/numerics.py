@@ -17,41 +17,46 @@ from typing import Any
 
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
-from zerodoctor.signals.base import Signal, last_known
+from zerodoctor.signals.inputs import FP16_LINES, STEPS, STEP_LINES
+from zerodoctor.signals.base import last_known, shown_by
 from zerodoctor.signals.config_values import Fp16Config, read_fp16
 
 CLEAN_STREAK = 20  # clean steps in a row that end the calibration phase / make a scale "held"
 RECENT = 100  # steps in the recent-overflow window
 MIN_SCALE_MESSAGE = "loss scale already at minimum"
 
+_fp16 = shown_by(STEPS, switch=FP16_LINES)
+_stepwise = shown_by(STEPS, switch=STEP_LINES)
+
 SIGNALS = [
-    Signal("fp16.enabled", "bool", "fp16 mixed precision is on"),
-    Signal("fp16.dynamic", "bool", "fp16 with dynamic loss scaling (loss_scale 0)"),
-    Signal("fp16.static_scale", "scale", "the fixed loss_scale, when one is set"),
-    Signal("fp16.min_loss_scale", "scale", "min_loss_scale (DeepSpeed default 1)"),
-    Signal("fp16.overflow_count", "steps", "steps skipped for overflow"),
-    Signal("fp16.overflow_rate", "ratio", "skipped steps / steps"),
-    Signal("fp16.recent_overflow_rate", "ratio", f"skipped share of the last {RECENT} steps (fewer in a short run)"),
-    Signal("fp16.recent_steps", "steps", f"steps in that window: {RECENT}, or all of a shorter run"),
-    Signal("fp16.calibration_overflows", "steps", f"overflows before the first {CLEAN_STREAK} clean steps in a row"),
-    Signal("fp16.late_overflows", "steps", "overflows after calibration"),
-    Signal("fp16.first_late_overflow_step", "step", "first overflow after calibration"),
-    Signal("fp16.loss_scale_last", "scale", "loss scale of the last recorded step"),
-    Signal("fp16.scale_below_one", "bool", "the last recorded scale is below 1: the gradients overflow fp16 unscaled"),
-    Signal("fp16.max_held_scale", "scale", f"largest scale that ran {CLEAN_STREAK} steps without overflow"),
-    Signal("fp16.overflows_to_min", "overflows", "consecutive overflows left before DeepSpeed aborts at min scale"),
-    Signal("fp16.calibrated_scale_power", "log2", "log2 of the first scale that held: an initial_scale_power that skips calibration"),
-    Signal("fp16.suggested_lr", "lr", "stable_lr when lr grew into the overflows, else half the last lr"),
-    Signal("fp16.hit_min_scale", "bool", "DeepSpeed raised 'Current loss scale already at minimum'"),
-    Signal("fp16.stable_lr", "lr", "largest lr before late overflows began"),
-    Signal("fp16.lr_last", "lr", "lr of the last recorded step"),
-    Signal("numerics.nonfinite_loss_steps", "steps", "steps whose loss was NaN or inf"),
-    Signal("numerics.nonfinite_grad_steps", "steps", "applied (not skipped) steps whose grad norm was NaN or inf"),
-    Signal("numerics.first_nonfinite_step", "step", "first step with a non-finite loss or applied grad norm"),
-    Signal("numerics.unscaled_skips", "steps", "steps skipped for non-finite gradients with no loss scale to lower "
-                                               "(bf16, or a precision the log does not name)"),
-    Signal("numerics.unscaled_skip_rate", "ratio", "those skipped steps / steps"),
-    Signal("numerics.skip_precision", "name", "bf16 | unknown: the precision those skips ran in"),
+    _fp16("fp16.enabled", "bool", "fp16 mixed precision is on"),
+    _fp16("fp16.dynamic", "bool", "fp16 with dynamic loss scaling (loss_scale 0)"),
+    _fp16("fp16.static_scale", "scale", "the fixed loss_scale, when one is set"),
+    _fp16("fp16.min_loss_scale", "scale", "min_loss_scale (DeepSpeed default 1)"),
+    _fp16("fp16.overflow_count", "steps", "steps skipped for overflow"),
+    _fp16("fp16.overflow_rate", "ratio", "skipped steps / steps"),
+    _fp16("fp16.recent_overflow_rate", "ratio", f"skipped share of the last {RECENT} steps (fewer in a short run)"),
+    _fp16("fp16.recent_steps", "steps", f"steps in that window: {RECENT}, or all of a shorter run"),
+    _fp16("fp16.calibration_overflows", "steps", f"overflows before the first {CLEAN_STREAK} clean steps in a row"),
+    _fp16("fp16.late_overflows", "steps", "overflows after calibration"),
+    _fp16("fp16.first_late_overflow_step", "step", "first overflow after calibration"),
+    _fp16("fp16.loss_scale_last", "scale", "loss scale of the last recorded step"),
+    _fp16("fp16.scale_below_one", "bool", "the last recorded scale is below 1: the gradients overflow fp16 unscaled"),
+    _fp16("fp16.max_held_scale", "scale", f"largest scale that ran {CLEAN_STREAK} steps without overflow"),
+    _fp16("fp16.overflows_to_min", "overflows", "consecutive overflows left before DeepSpeed aborts at min scale"),
+    _fp16("fp16.calibrated_scale_power", "log2", "log2 of the first scale that held: an initial_scale_power that "
+                                                 "skips calibration"),
+    _fp16("fp16.suggested_lr", "lr", "stable_lr when lr grew into the overflows, else half the last lr"),
+    _fp16("fp16.hit_min_scale", "bool", "DeepSpeed raised 'Current loss scale already at minimum'"),
+    _fp16("fp16.stable_lr", "lr", "largest lr before late overflows began"),
+    _fp16("fp16.lr_last", "lr", "lr of the last recorded step"),
+    _stepwise("numerics.nonfinite_loss_steps", "steps", "steps whose loss was NaN or inf"),
+    _stepwise("numerics.nonfinite_grad_steps", "steps", "applied (not skipped) steps whose grad norm was NaN or inf"),
+    _stepwise("numerics.first_nonfinite_step", "step", "first step with a non-finite loss or applied grad norm"),
+    _stepwise("numerics.unscaled_skips", "steps", "steps skipped for non-finite gradients with no loss scale to lower "
+                                                  "(bf16, or a precision the log does not name)"),
+    _stepwise("numerics.unscaled_skip_rate", "ratio", "those skipped steps / steps"),
+    _stepwise("numerics.skip_precision", "name", "bf16 | unknown: the precision those skips ran in"),
 ]
 
 

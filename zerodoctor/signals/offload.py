@@ -13,7 +13,8 @@ from typing import Any
 from zerodoctor.signals import view as runview
 from zerodoctor.deepspeed.modelstates import model_state_bytes
 from zerodoctor.signals.view import RunView, Steps
-from zerodoctor.signals.base import Signal, StepWindow, nested, ratios
+from zerodoctor.signals.inputs import OPTIMIZER_TIME, STEPS
+from zerodoctor.signals.base import StepWindow, nested, ratios, shown_by
 from zerodoctor.signals.memory import HEADROOM
 from zerodoctor.messages.units import GB
 
@@ -21,13 +22,16 @@ _OFFLOADED = ("cpu", "nvme")
 # DeepSpeed builds these only for an optimizer offloaded to the host (runtime/engine.py _configure_basic_optimizer).
 _HOST_OPTIMIZERS = ("DeepSpeedCPUAdam", "DeepSpeedCPUAdagrad", "DeepSpeedCPULion")
 
+_stepwise = shown_by(STEPS)
+_timed = shown_by(STEPS, switch=OPTIMIZER_TIME)
+
 SIGNALS = [
-    Signal("offload.optimizer", "bool", "offload_optimizer.device is cpu or nvme"),
-    Signal("offload.param", "bool", "offload_param.device is cpu or nvme"),
-    Signal("offload.optimizer_fraction", "ratio", "optimizer step time / step time, per step", per_step=True),
-    Signal("offload.optimizer_only_gb", "GB", "model states per GPU under ZeRO-3 with optimizer-only offload"),
-    Signal("offload.optimizer_only_fits", "bool",
-           f"ZeRO-3 with optimizer-only offload fits in {HEADROOM:.0%} of device memory"),
+    _stepwise("offload.optimizer", "bool", "offload_optimizer.device is cpu or nvme"),
+    _stepwise("offload.param", "bool", "offload_param.device is cpu or nvme"),
+    _timed("offload.optimizer_fraction", "ratio", "optimizer step time / step time, per step", per_step=True),
+    _stepwise("offload.optimizer_only_gb", "GB", "model states per GPU under ZeRO-3 with optimizer-only offload"),
+    _stepwise("offload.optimizer_only_fits", "bool",
+              f"ZeRO-3 with optimizer-only offload fits in {HEADROOM:.0%} of device memory"),
 ]
 
 

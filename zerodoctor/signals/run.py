@@ -7,24 +7,30 @@ from typing import Any
 
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
-from zerodoctor.signals.base import Signal, nested
+from zerodoctor.signals.inputs import CONFIG, DEVICE, RUN_DUMP, STEPS
+from zerodoctor.signals.base import Signal, nested, shown_by
 from zerodoctor.messages.units import GB
 
+_device = shown_by(DEVICE)
+_dumped = shown_by(CONFIG, switch=RUN_DUMP)
+_stepwise = shown_by(STEPS)
+
 SIGNALS = [
-    Signal("run.world_size", "ranks", "ranks in the job (run_start, else the ranks seen)"),
-    Signal("run.world_size_stated", "ranks", "world size the run itself stated (run_start or a logged message), not guessed"),
-    Signal("run.ranks_seen", "ranks", "ranks that wrote at least one event"),
-    Signal("run.zero_stage", "stage", "ZeRO stage 0-3"),
-    Signal("run.precision", "name", "fp16, bf16 or fp32"),
+    _dumped("run.world_size", "ranks", "ranks in the job (run_start, else the ranks seen)"),
+    _dumped("run.world_size_stated", "ranks", "world size the run itself stated (run_start or a logged message), not "
+                                              "guessed"),
+    _dumped("run.ranks_seen", "ranks", "ranks that wrote at least one event"),
+    _dumped("run.zero_stage", "stage", "ZeRO stage 0-3"),
+    _dumped("run.precision", "name", "fp16, bf16 or fp32"),
     Signal("run.params", "parameters", "model parameters, unpartitioned"),
-    Signal("run.steps", "steps", "optimizer steps recorded"),
-    Signal("run.first_step", "step", "first optimizer step recorded"),
-    Signal("run.last_step", "step", "last optimizer step recorded"),
-    Signal("run.device_memory_bytes", "bytes", "total memory of one accelerator"),
-    Signal("run.device_memory_gb", "GB", "total memory of one accelerator, 10^9 bytes"),
-    Signal("run.device_name", "name", "accelerator name"),
-    Signal("run.exit_code", "code", "worst exit code among ranks that reported one"),
-    Signal("run.dropped_events", "events", "events the probe dropped rather than make training wait, all ranks"),
+    _stepwise("run.steps", "steps", "optimizer steps recorded"),
+    _stepwise("run.first_step", "step", "first optimizer step recorded"),
+    _stepwise("run.last_step", "step", "last optimizer step recorded"),
+    _device("run.device_memory_bytes", "bytes", "total memory of one accelerator"),
+    _device("run.device_memory_gb", "GB", "total memory of one accelerator, 10^9 bytes"),
+    _dumped("run.device_name", "name", "accelerator name"),
+    _dumped("run.exit_code", "code", "worst exit code among ranks that reported one"),
+    _dumped("run.dropped_events", "events", "events the probe dropped rather than make training wait, all ranks"),
 ]
 
 

@@ -16,19 +16,22 @@ import statistics
 from typing import Any
 
 from zerodoctor.signals.view import RunView
-from zerodoctor.signals.base import Signal
+from zerodoctor.signals.inputs import STEPS, STEP_TIMES
+from zerodoctor.signals.base import shown_by
+
+_timed = shown_by(STEPS, switch=STEP_TIMES)
 
 SIGNALS = [
-    Signal("straggler.rank", "rank", "the rank the others wait for: the one that waits least in collectives"),
-    Signal("straggler.ranks", "ranks", "that rank, as a list"),
-    Signal("straggler.cost_s", "s", "per step, how much longer the other ranks wait in collectives than it does"),
-    Signal("straggler.share", "ratio", "that cost / the median rank's step time: the share of each step lost "
+    _timed("straggler.rank", "rank", "the rank the others wait for: the one that waits least in collectives"),
+    _timed("straggler.ranks", "ranks", "that rank, as a list"),
+    _timed("straggler.cost_s", "s", "per step, how much longer the other ranks wait in collectives than it does"),
+    _timed("straggler.share", "ratio", "that cost / the median rank's step time: the share of each step lost "
                                        "(0 when only one rank reports its times: there is no other to wait for)"),
-    Signal("straggler.step_s", "s", "mean step time (the median over ranks)"),
-    Signal("straggler.outside_extra_s", "s", "its time outside the engine per step, beyond the others' (median)"),
-    Signal("straggler.device_extra_s", "s", "its forward+backward+step time outside collectives, beyond the others'"),
-    Signal("straggler.data_s", "s", "its time in the DataLoader per step"),
-    Signal("straggler.others_data_s", "s", "the other ranks' time in the DataLoader per step (median)"),
+    _timed("straggler.step_s", "s", "mean step time (the median over ranks)"),
+    _timed("straggler.outside_extra_s", "s", "its time outside the engine per step, beyond the others' (median)"),
+    _timed("straggler.device_extra_s", "s", "its forward+backward+step time outside collectives, beyond the others'"),
+    _timed("straggler.data_s", "s", "its time in the DataLoader per step"),
+    _timed("straggler.others_data_s", "s", "the other ranks' time in the DataLoader per step (median)"),
 ]
 
 MIN_STEPS = 20  # steps per rank before a rank can be called a straggler

@@ -14,34 +14,40 @@ from typing import Any
 
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView
-from zerodoctor.signals.base import Signal
+from zerodoctor.signals.inputs import PROFILE, TRACES
+from zerodoctor.signals.base import shown_by
+
+_traced = shown_by(TRACES, switch=PROFILE)
 
 SIGNALS = [
-    Signal("trace.present", "flag", "the run has profiler trace figures (a trace read beside or instead of its logs)"),
-    Signal("trace.timeline", "name", "device: GPU streams were measured; host: a CPU-only trace's threads"),
-    Signal("trace.steps", "steps", "profiled steps read, summed over ranks"),
-    Signal("trace.first_step", "step", "the first profiled step (the trace's ProfilerStep#N)"),
-    Signal("trace.last_step", "step", "the last profiled step"),
-    Signal("trace.ranks", "ranks", "the ranks whose traces were read"),
-    Signal("trace.comm_fraction", "ratio", "time some collective runs / profiled step time"),
-    Signal("trace.exposed_comm_fraction", "ratio", "time a collective runs while no compute does / profiled step time"),
-    Signal("trace.overlap_share", "ratio", "share of collective time hidden behind compute"),
-    Signal("trace.allgather_fraction", "ratio", "all-gather time / profiled step time"),
-    Signal("trace.allgather_exposed_fraction", "ratio", "all-gather time no compute hides / profiled step time"),
-    Signal("trace.allgather_overlap_share", "ratio", "share of all-gather time hidden behind compute"),
-    Signal("trace.idle_fraction", "ratio", "time nothing runs on the measured timeline / profiled step time"),
-    Signal("trace.idle_cause", "name",
-           "where the host was while the timeline idled, the largest of: dataloader, optimizer (Optimizer.step), "
-           "host (anything else: Python, kernel launches, waits)"),
-    Signal("trace.idle_cause_share", "ratio", "share of the idle time spent in trace.idle_cause"),
-    Signal("trace.host_gap_fraction", "ratio", "time of the steps' CPU ranges with no operator on any thread / step time"),
-    Signal("trace.top_exposed_op", "name", "the collective op of the longest exposed collective"),
-    Signal("trace.top_exposed_s", "s", "exposed time of the longest exposed collective"),
-    Signal("trace.top_exposed_bytes", "bytes", "message size of the longest exposed collective (when recorded)"),
-    Signal("trace.top_exposed_step", "step", "the profiled step it ran in"),
-    Signal("trace.allgather_top_exposed_s", "s", "exposed time of the longest exposed all-gather"),
-    Signal("trace.allgather_top_exposed_bytes", "bytes", "message size of the longest exposed all-gather (when recorded)"),
-    Signal("trace.allgather_top_exposed_step", "step", "the profiled step it ran in"),
+    _traced("trace.present", "flag", "the run has profiler trace figures (a trace read beside or instead of its logs)"),
+    _traced("trace.timeline", "name", "device: GPU streams were measured; host: a CPU-only trace's threads"),
+    _traced("trace.steps", "steps", "profiled steps read, summed over ranks"),
+    _traced("trace.first_step", "step", "the first profiled step (the trace's ProfilerStep#N)"),
+    _traced("trace.last_step", "step", "the last profiled step"),
+    _traced("trace.ranks", "ranks", "the ranks whose traces were read"),
+    _traced("trace.comm_fraction", "ratio", "time some collective runs / profiled step time"),
+    _traced("trace.exposed_comm_fraction", "ratio", "time a collective runs while no compute does / profiled step "
+                                                    "time"),
+    _traced("trace.overlap_share", "ratio", "share of collective time hidden behind compute"),
+    _traced("trace.allgather_fraction", "ratio", "all-gather time / profiled step time"),
+    _traced("trace.allgather_exposed_fraction", "ratio", "all-gather time no compute hides / profiled step time"),
+    _traced("trace.allgather_overlap_share", "ratio", "share of all-gather time hidden behind compute"),
+    _traced("trace.idle_fraction", "ratio", "time nothing runs on the measured timeline / profiled step time"),
+    _traced("trace.idle_cause", "name",
+            "where the host was while the timeline idled, the largest of: dataloader, optimizer (Optimizer.step), "
+            "host (anything else: Python, kernel launches, waits)"),
+    _traced("trace.idle_cause_share", "ratio", "share of the idle time spent in trace.idle_cause"),
+    _traced("trace.host_gap_fraction", "ratio", "time of the steps' CPU ranges with no operator on any thread / step "
+                                                "time"),
+    _traced("trace.top_exposed_op", "name", "the collective op of the longest exposed collective"),
+    _traced("trace.top_exposed_s", "s", "exposed time of the longest exposed collective"),
+    _traced("trace.top_exposed_bytes", "bytes", "message size of the longest exposed collective (when recorded)"),
+    _traced("trace.top_exposed_step", "step", "the profiled step it ran in"),
+    _traced("trace.allgather_top_exposed_s", "s", "exposed time of the longest exposed all-gather"),
+    _traced("trace.allgather_top_exposed_bytes", "bytes", "message size of the longest exposed all-gather (when "
+                                                          "recorded)"),
+    _traced("trace.allgather_top_exposed_step", "step", "the profiled step it ran in"),
 ]
 
 FOLD_EVENTS = ("trace",)

@@ -150,9 +150,10 @@ class Batch:
 
     @classmethod
     def of(cls, parsed: list, rejected: list[Rejected] | None = None, *, end: int, last_line: int) -> Batch:
-        """A batch of events and steps in any mix (all from line ``last_line``), each routed as ``add`` does."""
+        """A sealed batch of events and steps in any mix (all from line ``last_line``), each routed as ``add`` does."""
         batch = cls(rejected=list(rejected or ()), end=end, last_line=last_line)
         batch.add(parsed, last_line)
+        batch.seal()
         return batch
 
     def runs(self) -> set[str]:
@@ -227,8 +228,17 @@ def read_batches(
     unterminated last line is read (unless ``unterminated=False``: a writer may still finish
     it). ``stream``, when given, is read instead of opening ``path`` (a tailer keeps a
     rotated-away file open to drain it); ``path`` still names it. Either way the bytes are
-    those ``open_log`` gives: gzip and UTF-16/32 decoded.
+    those ``open_log`` gives: gzip and UTF-16/32 decoded. Batches come sealed (``Batch.seal``): the
+    shape the store takes them in.
     """
+    for batch in _parsed_batches(path, parser, start=start, first_line=first_line, final=final,
+                                 batch_lines=batch_lines, stream=stream, unterminated=unterminated):
+        batch.seal()
+        yield batch
+
+
+def _parsed_batches(path: Path, parser: Parser, *, start: int, first_line: int, final: bool, batch_lines: int,
+                    stream: BinaryIO | None, unterminated: bool) -> Iterator[Batch]:
     name = str(path)
     if getattr(parser, "reads_whole_file", False):
         # read once its writer is done with it, whole: from a later offset there is nothing new to read

@@ -183,8 +183,5 @@ def _parse_range(path: str, fmt: str, identity: tuple[int, int], start: int, end
     finally:
         os.close(fd)
     parser = make_parser(fmt, run_id=run_id_for(Path(path)), path=Path(path))
-    batches = list(read_batches(Path(path), parser, start=0, first_line=1, batch_lines=batch_lines,
-                                stream=io.BytesIO(data)))
-    for batch in batches:
-        batch.seal()
-    return batches
+    return list(read_batches(Path(path), parser, start=0, first_line=1, batch_lines=batch_lines,
+                             stream=io.BytesIO(data)))

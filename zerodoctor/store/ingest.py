@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import Callable
 
 from sqlalchemy import Connection, Float, Table, bindparam, case, delete, insert, select, update
 from sqlalchemy.exc import OperationalError
@@ -28,23 +27,13 @@ _ENVELOPE = {"v", "t", "run", "rank", "kind"}
 
 
 class Ingestor:
-    """Writes batches into the store; caches run ids so each run costs one lookup.
+    """Writes sealed batches (``Batch.seal``: steps as columns, as the readers hand them) into the
+    store; caches run ids so each run costs one lookup. It calls nothing above it: the pipeline
+    brings its views up to date around each write (``Pipeline.store``)."""
 
-    Args:
-        before_store: called with each batch just before its rows are written, in the same
-            transaction: the pipeline brings the views of the batch's runs up to date from
-            what is stored without it.
-    """
-
-    def __init__(self, before_store: Callable[[Connection, Batch], None] | None = None) -> None:
-        self.before_store = before_store
+    def __init__(self) -> None:
         self._run_ids: dict[str, int] = {}
         self._event_insert = _BulkInsert(events)
-
-    def register_file(self, conn: Connection, path: Path, fmt: str, stream: BinaryIO | None = None) -> dict:
-        """The file's row, created at offset 0 or taken over from where the file was before it moved
-        (``store/files.py``; ``stream``: the file opened): the file whose batches ``add`` stores."""
-        return stored_files.register(conn, path, fmt, stream)
 
     def forget_file(self, conn: Connection, file_id: int) -> list[int]:
         """Delete the file's rows (steps, events, quarantine) and its row, in ``conn``'s transaction.
@@ -77,9 +66,8 @@ class Ingestor:
 
     def add(self, conn: Connection, file_id: int, batch: Batch) -> None:
         """Insert ``batch`` and move the file's offset to ``batch.end``, in ``conn``'s transaction."""
-        batch.seal()
-        if self.before_store is not None and (batch.events or batch.columns):
-            self.before_store(conn, batch)
+        if batch.steps:
+            raise ValueError("an unsealed batch: its steps are not columns yet (Batch.seal)")
         other_rows: list[tuple] = []
         spans: dict[int, list[float]] = {}
         run_ids = self._run_ids
@@ -152,6 +140,7 @@ class Ingestor:
             some = Batch(end=batch.end, last_line=batch.last_line)
             for line, parsed in units:
                 some.add(parsed, line)
+            some.seal()
             try:
                 with conn.begin_nested():
                     self.add(conn, file_id, some)

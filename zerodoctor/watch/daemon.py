@@ -14,7 +14,6 @@ import os
 import signal
 import threading
 import time
-from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -51,7 +50,6 @@ log = logging.getLogger("zerodoctor.watch")
 
 _WAKING = [FileModifiedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
            DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
-COMMIT_EVENTS = 50_000
 STORE_RETRY_S = (0.5, 30.0)  # the first wait for a store that went away, and the longest (doubling between)
 NOTIFY_JOIN_S = 60.0  # a webhook's retries take ~23.5 s at most; a stuck notifier is left behind
 STOP_JOIN_S = 5.0  # once stopped by a signal: a send in flight stays pending (delivered at least once)
@@ -184,55 +182,37 @@ class Watcher:
                 self.pipeline.forget_file(conn, file_id)
 
     def ingest(self) -> bool:
-        """One pass over every tailed file; True when some file has more lines waiting."""
+        """One pass over every tailed file (``Pipeline.ingest_pass``); True when some file has more lines waiting."""
         if self.lock is not None and self.lock.check():  # not one write on a lock the store dropped
             self._recover()
-        more = False
-        pending = 0
 
-        def emit(batch: Batch, path: Path) -> None:
-            nonlocal pending
-            pending += len(batch.events) + batch.step_count() + len(batch.rejected)
+        def seen(tail: FileTail, batch: Batch) -> None:
             runs = batch.runs()
             self._changed.update(runs)
             for name in runs:
-                self._files_of.setdefault(name, set()).add(path)
+                self._files_of.setdefault(name, set()).add(tail.path)
 
-        with self.engine.connect() as conn:
-            trans = conn.begin()
-            try:
-                for path, tail in list(self.tails.items()):
-                    if self.stop.is_set():
-                        break
-                    try:
-                        polled = tail.poll(conn, self.pipeline.ingestor,
-                                           self.pipeline.emit_for(tail, partial(emit, path=path)))
-                    except OSError as exc:
-                        log.error("%s: %s", path, exc)
-                        continue
-                    if polled == "gone":
-                        tail.close()
-                        del self.tails[path]
-                    more |= polled == "more"
-                    if pending >= COMMIT_EVENTS:
-                        self.pipeline.commit_views(conn)
-                        trans.commit()
-                        trans, pending = conn.begin(), 0
-                self.pipeline.commit_views(conn)
-                trans.commit()
-            except Exception as exc:  # noqa: BLE001 - a days-long watch outlives a failed pass
-                # A batch refused for its content is quarantined by the tail; what is left is the
-                # store failing (or a bug): nothing of the pass is kept, its lines are read again.
-                try:
-                    trans.rollback()
-                except SQLAlchemyError:
-                    pass  # the connection went with the server: nothing was committed
-                if self._store_away(exc):
-                    raise  # the loop waits for the store, then reads the offsets again (``_recover``)
-                log.error("store write failed, will read those lines again: %s", describe(exc, self.engine.url),
-                          exc_info=not isinstance(exc, SQLAlchemyError))
+        def unreadable(tail: FileTail, exc: OSError) -> None:
+            log.error("%s: %s", tail.path, exc)
+
+        try:
+            polled = self.pipeline.ingest_pass(list(self.tails.values()), seen=seen, unreadable=unreadable,
+                                               stop=self.stop)
+        except Exception as exc:  # noqa: BLE001 - a days-long watch outlives a failed pass
+            # A batch refused for its content is quarantined by the tail; what is left is the
+            # store failing (or a bug): nothing of the pass is kept, its lines are read again.
+            if self._store_away(exc):
+                raise  # the loop waits for the store, then reads the offsets again (``_recover``)
+            log.error("store write failed, will read those lines again: %s", describe(exc, self.engine.url),
+                      exc_info=not isinstance(exc, SQLAlchemyError))
+            with self.engine.connect() as conn:
                 self._resync(conn)
-        return more
+            return False
+        for path, tail in list(self.tails.items()):
+            if polled.get(tail) == "gone":
+                tail.close()
+                del self.tails[path]
+        return "more" in polled.values()
 
     def judge(self, *, force: bool = False) -> float | None:
         """Judge the changed runs that are due; return seconds until the next one is (None: none waits)."""
@@ -268,8 +248,7 @@ class Watcher:
             self._in_progress.discard(name)
             return
         found, config, run_id = judged.findings, judged.config, self.pipeline.view(name).run_id
-        # heartbeats, a rank not ended, and not the whole job gone quiet: judged on the timer too
-        if "hang.stalled_s" in judged.values and judged.values.get("hang.kind") != "gone":
+        if judged.in_progress:  # judged on the timer too
             self._in_progress.add(name)
         else:
             self._in_progress.discard(name)
@@ -314,10 +293,7 @@ class Watcher:
         self.deliveries.start(force=force)
 
     def _resync(self, conn) -> None:  # noqa: ANN001 - SQLAlchemy Connection
-        self.pipeline.rolled_back()  # its views and run ids may hold what the rollback removed
-        rows = stored_files.rows(conn, [tail.file_id for tail in self.tails.values()])
-        for tail in self.tails.values():
-            tail.resync(rows[tail.file_id])
+        self.pipeline.resync(conn, self.tails.values())  # its views and run ids may hold what a rollback removed
 
     # -- modes ----------------------------------------------------------------------
 
