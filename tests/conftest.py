@@ -144,3 +144,23 @@ def _drop_schema(admin, schema: str) -> None:  # noqa: ANN001 - an SQLAlchemy En
     with admin.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
     admin.dispose()
+
+
+def ingested_series(tmp_path: Path, rows: list[dict], run: str):  # noqa: ANN201 - signals.plots.RunSeries
+    """``rows`` written as each rank's ``rank-N.jsonl`` of one run directory, read the way ``diagnose`` reads
+    them, and the plot series of ``run`` as its view keeps it."""
+    from zerodoctor.pipeline import Pipeline, rules_from
+    from zerodoctor.store.db import open_engine
+
+    run_dir = tmp_path / f"{run}-{len(rows)}"
+    run_dir.mkdir()
+    for rank in sorted({r["rank"] for r in rows}):
+        (run_dir / f"rank-{rank}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r["rank"] == rank))
+    engine = open_engine(run_dir / "store.db", scratch=True)
+    try:
+        pipeline = Pipeline(engine, rules_from(), lasting=False)
+        pipeline.ingest([(path, "jsonl") for path in sorted(run_dir.glob("rank-*.jsonl"))], jobs=1)
+        return pipeline.series(run)
+    finally:
+        engine.dispose()
+

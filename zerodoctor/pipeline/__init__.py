@@ -25,6 +25,8 @@ from zerodoctor import plugins, signals
 from zerodoctor.rulebook.engine import judge_view
 from zerodoctor.rulebook.finding import Judgement
 from zerodoctor.rulebook.loader import Rule, load_rules
+from zerodoctor.signals import plots
+from zerodoctor.signals.plots import RunSeries
 from zerodoctor.signals.view import Reads, RunView
 from zerodoctor.sources.batches import Batch, UnsupportedFormat, detect_format, run_files, source_patterns
 from zerodoctor.sources.chrome_trace import traces_in
@@ -35,7 +37,6 @@ from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store import setaside
 from zerodoctor.store.ingest import Ingestor
-from zerodoctor.store.series import RunSeries, read_series
 from zerodoctor.pipeline.tail import FileTail, Polled
 
 Progress = Callable[[int, int], None]  # (bytes read so far, bytes in all) over the inputs
@@ -355,11 +356,14 @@ class Pipeline:
                 stored_findings.record(conn, view.run_id, [f.to_json() for f in found], time.time())
         return Judgement(name, found, unevaluated, values, view.config, view.world_size_stated)
 
-
     def series(self, name: str) -> RunSeries:
-        """What the run's plots draw, downsampled in the store (the view keeps no per-step lists)."""
-        with self.engine.connect() as conn:
-            return read_series(conn, self.ingestor.run_id(conn, name))
+        """What the run's plots draw, as its view keeps it (``signals/plots.py``): a page costs the same
+        at any run length (after a restart, the first page folds the run's steps again, once)."""
+        view = self.view(name)
+        if view is not None and view.behind:
+            with self.engine.connect() as conn:
+                view.fold_again(conn)
+        return plots.series(view)
 
 
 def _size(path: Path) -> int:

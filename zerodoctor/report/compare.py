@@ -11,7 +11,7 @@ from typing import Any
 
 from zerodoctor.report.model import Report
 from zerodoctor.rulebook.finding import Finding
-from zerodoctor.store.series import RunSeries
+from zerodoctor.signals.plots import RunSeries
 
 class _Absent:
     """A key one config does not set (JSON leaves it out; text says "absent")."""

@@ -23,7 +23,7 @@ from typing import Callable
 from zerodoctor.report.html import document, to_html, worst
 from zerodoctor.report.model import Report
 from zerodoctor.rulebook.finding import Judgement
-from zerodoctor.store.series import RunSeries
+from zerodoctor.signals.plots import RunSeries
 
 REFRESH_S = 5
 EVERY_S = 3.0

@@ -7,7 +7,7 @@ from typing import Any
 
 from zerodoctor.rulebook.finding import Finding, Judgement, Unevaluated
 from zerodoctor.sources.rejects import Rejected
-from zerodoctor.store.series import RunSeries
+from zerodoctor.signals.plots import RunSeries
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 from zerodoctor.report.units import quantity
 from zerodoctor.rulebook.finding import Finding
 from zerodoctor.signals.base import nested
-from zerodoctor.store.series import RunSeries
+from zerodoctor.signals.plots import RunSeries
 
 SIGNIFICANT = 4  # digits kept per number: a plot has a few hundred pixels, the page stays small
 

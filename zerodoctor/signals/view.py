@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from types import ModuleType
-from typing import Any, Iterable, Literal
+from typing import Any, ClassVar, Iterable, Literal
 
 from sqlalchemy import Connection
 
@@ -49,6 +49,9 @@ class Fold:
     with string keys), so ``dump``/``load`` round-trip them through the store. A subclass
     overrides ``add_steps`` (a block at once: the fast way) or ``step`` (one row at a time).
     """
+
+    judged: ClassVar[bool] = True  # some signal reads it: a judgement's copy of the view folds what waits into it
+    saved: ClassVar[bool] = True  # saved with the view; an unsaved fold is folded again from the store when asked
 
     def add_steps(self, block: Steps, view: RunView) -> None:
         """The next rank-merged steps, in order (every step exactly once, in blocks of any size).
@@ -117,7 +120,8 @@ class Reads:
     def version(self) -> str:
         """Names the code a saved state came from: any change to what is folded rebuilds it."""
         shape = [__version__, WINDOW, sorted(self.step_fields.items()), sorted(self.rank_fields.items()),
-                 sorted(self.fold_events), {m: [f.name for f in dataclasses.fields(c)] for m, c in self.folds.items()}]
+                 sorted(self.fold_events),
+                 {m: [f.name for f in dataclasses.fields(c)] for m, c in self.folds.items() if c.saved}]
         return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
@@ -146,6 +150,7 @@ class RunView:
         self.mark: int | None = None  # step chunks with a higher id are not in ``per_rank`` yet
         self._first: tuple[int, dict[str, Any]] | None = None
         self._small: set[tuple[int, int]] = set()  # (file, rank) with new small chunks: what ``compact`` looks at
+        self.behind: set[str] = set()  # unsaved folds, loaded empty: they lack the steps through released_through
 
     # -- what signals read ------------------------------------------------------------
 
@@ -250,7 +255,7 @@ class RunView:
             return self
         now = copy.copy(self)
         # Folds are JSON by contract: a round trip copies them in a tenth of deepcopy's time.
-        now.folds = {m: type(f).load(json.loads(json.dumps(f.dump()))) for m, f in self.folds.items()}
+        now.folds = {m: type(f).load(json.loads(json.dumps(f.dump()))) for m, f in self.folds.items() if f.judged}
         now._fold_steps(conn, self.last_step)
         return now
 
@@ -258,6 +263,17 @@ class RunView:
     def _unfolded(self) -> bool:
         """Some rank reported a step the folds have not had yet."""
         return self.last_step is not None and (self.released_through is None or self.last_step > self.released_through)
+
+    def fold_again(self, conn: Connection) -> None:
+        """Bring the unsaved folds (``Fold.saved``) that a load left empty up to the others: one read of
+        the run's steps, paid only by whoever asks for them (the plots of a live page after a restart)."""
+        if not self.behind or self.released_through is None:
+            self.behind.clear()
+            return
+        for block in stored_steps.merged_steps(conn, self.run_id, self.reads.step_fields, upto=self.released_through):
+            for module in self.behind:
+                self.folds[module].add_steps(block, self)
+        self.behind.clear()
 
     def _fold_steps(self, conn: Connection, upto: int) -> None:
         for block in stored_steps.merged_steps(conn, self.run_id, self.reads.step_fields, after=self.released_through,
@@ -274,7 +290,7 @@ class RunView:
             "released_through": self.released_through, "last_step": self.last_step, "mark": self.mark,
             "late_rows": self.late_rows,
             "last_t": self.last_t, "per_rank": self.per_rank, "formats": self.formats,
-            "folds": {m: fold.dump() for m, fold in self.folds.items()},
+            "folds": {m: fold.dump() for m, fold in self.folds.items() if fold.saved},
         })
 
     @classmethod
@@ -293,7 +309,8 @@ class RunView:
             state["released_through"], state["last_step"], state["mark"], state["late_rows"], state["last_t"])
         view.formats = state["formats"]
         view.per_rank = {int(r): totals for r, totals in state["per_rank"].items()}
-        view.folds = {m: reads.folds[m].load(s) for m, s in state["folds"].items() if m in reads.folds}
+        view.folds.update({m: reads.folds[m].load(s) for m, s in state["folds"].items() if m in reads.folds})
+        view.behind = {m for m, cls in reads.folds.items() if not cls.saved}
         for e in stored.run_events(conn, run_id, exclude=tuple(reads.fold_events)):
             view.events.setdefault(e["kind"], []).append(_public(e))
         return view
