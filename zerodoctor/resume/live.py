@@ -6,23 +6,26 @@ training on nothing (ZD203); a hang waits until someone notices. Every ``EVERY_S
 files are read on from where the last look stopped (a store in the attempt's directory keeps the
 offsets, as ``watch``'s does) and the run is judged with the wall clock as now. The first error
 finding the caller wants (the policy covers it, and a fix is left to try) stops the job the way
-launchers expect: SIGTERM to its process group, SIGKILL after ``GRACE_S``. The loop then judges the
+launchers expect: SIGTERM to its process group, SIGKILL after ``GRACE_S``, each time to its ranks
+too (``launch/processes.py``: torchrun's ranks run in sessions of their own). The loop then judges the
 ended attempt like any other, with this finding first. A failure here only switches it off.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
+from zerodoctor.launch.processes import signal_job
 from zerodoctor.rulebook.finding import Finding
 
 EVERY_S = 5.0
 GRACE_S = 30.0
+POLL_S = 0.2  # how often a stopping job is looked at
+KILLED_S = 10.0  # how long SIGKILLed processes may take to go (one in uninterruptible sleep may not)
 JUDGE_DB = ".live-judgement.db"  # in the attempt's directory, removed when the attempt ends
 
 
@@ -76,12 +79,20 @@ class LiveJudge:
                 engine.dispose()
 
     def _terminate(self, finding: Finding) -> None:
+        """SIGTERM to the job, SIGKILL to whatever of it is left after ``grace_s``: the launcher's group and its
+        ranks alike, since a launcher that exits on SIGTERM (or dies by SIGKILL) may leave its ranks running."""
         self.say(f"{finding.rule} {finding.name} while the job runs: stopping it (SIGTERM, SIGKILL after "
                  f"{self.grace_s:g} s)")
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self._pgid, sig)
-            except ProcessLookupError:
-                return  # already ended
-            if self._done.wait(self.grace_s):
+        if not signal_job(self._pgid, self.directory, signal.SIGTERM):
+            return  # already ended
+        # then until none of it is left (signal 0 only asks), so that no rank outlives the attempt into the next
+        for sig, wait_s in ((signal.SIGKILL, self.grace_s), (None, KILLED_S)):
+            deadline = time.monotonic() + wait_s
+            while signal_job(self._pgid, self.directory, 0):
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(POLL_S)
+            else:
                 return
+            if sig is not None:
+                signal_job(self._pgid, self.directory, sig)
