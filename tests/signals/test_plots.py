@@ -84,8 +84,9 @@ def test_steps_folded_a_few_at_a_time_draw_what_one_fold_of_them_all_draws(monke
     monkeypatch.setattr(plots, "POINTS", 16)
     steps = list(range(5, 5 + 1000))
     columns = {name: [None] * len(steps) for name in plots.STEP_FIELDS}
-    columns.update(step=steps, loss=[float((s * 7919) % 101) for s in steps], overflow=[s % 97 == 0 for s in steps],
-                   mem_allocated_bytes=[s * 1000 if s % 3 else None for s in steps])
+    columns.update(step=steps, plot_loss=[float((s * 7919) % 101) for s in steps],
+                   plot_overflow=[s % 97 == 0 for s in steps],
+                   plot_mem_allocated_bytes=[s * 1000 if s % 3 else None for s in steps])
     whole, pieces = plots.Fold(), plots.Fold()
     whole.add_steps(Steps(columns), None)
     rng, at = random.Random(7), 0

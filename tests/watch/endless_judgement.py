@@ -13,11 +13,11 @@ import os
 import sys
 from pathlib import Path
 
-from zerodoctor import pipeline
 from zerodoctor.cli import main
+from zerodoctor.rulebook import engine
 from zerodoctor.watch import budget
 
-_evaluate = pipeline.evaluate
+_evaluate = engine.evaluate
 
 
 def _endless(rules, values, name, ranks):  # noqa: ANN001, ANN202 - rulebook.engine.evaluate's signature
@@ -28,7 +28,7 @@ def _endless(rules, values, name, ranks):  # noqa: ANN001, ANN202 - rulebook.eng
     return _evaluate(rules, values, name, ranks)
 
 
-pipeline.evaluate = _endless
+engine.evaluate = _endless  # what judge_view calls, under every judgement
 budget.JUDGE_BUDGET_S = float(os.environ.get("ZERODOCTOR_TEST_BUDGET_S", budget.JUDGE_BUDGET_S))
 sys.argv = ["zerodoctor", *sys.argv[1:]]
 sys.exit(main())

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.watch.conftest import stored_steps
-from zerodoctor import pipeline as pipeline_module
+from zerodoctor.rulebook import engine as rule_engine
 from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.signals import numerics
 from zerodoctor.store.status import collect
@@ -143,14 +143,14 @@ def test_a_run_whose_view_fails_is_set_aside_once_and_every_other_run_goes_on(
 
 def test_a_run_whose_judgement_fails_is_set_aside_and_shown_in_status(
         tmp_path: Path, make_watcher, monkeypatch: pytest.MonkeyPatch) -> None:
-    evaluate = pipeline_module.evaluate
+    evaluate = rule_engine.evaluate
 
     def failing(rules, values, name, ranks):  # noqa: ANN001, ANN202
         if name == "poison":
             raise ZeroDivisionError("boom in a rule")
         return evaluate(rules, values, name, ranks)
 
-    monkeypatch.setattr(pipeline_module, "evaluate", failing)
+    monkeypatch.setattr(rule_engine, "evaluate", failing)
     runs = tmp_path / "runs"
     _write_run(runs, "healthy", {"min_loss_scale": 0.5}, list(range(1, 51)))
     _write_run(runs, "poison", {}, list(range(1, 51)))

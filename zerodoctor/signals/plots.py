@@ -7,8 +7,9 @@ power of two); when the run outgrows ``POINTS`` buckets the width doubles and ne
 so a run holds between ``POINTS / 2`` and ``POINTS`` buckets whatever its length. Each bucket
 keeps the min and max of every column (a spike inside a bucket still shows); the marks a reader
 looks for (every overflow, every non-finite step) are kept unbucketed, the last ``MAX_MARKS`` of
-each. The merges across ranks are declared here like any module's (``STEP_FIELDS``), so the
-plots and the signals can never merge one field two ways (``Reads`` refuses a conflict).
+each. The merges across ranks are declared here like any module's (``STEP_FIELDS``), under names of
+the plots' own (``plot_loss``), so the store merges them with the signals' fields in one read, and a
+plugin may still merge a field its own way (the docs' worst loss across ranks).
 
 This module names no signal: it only keeps what ``series`` turns into the report's ``RunSeries``.
 """
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run wi
     import numpy as np
 
 POINTS = 800
+_PREFIX = "plot_"  # the fold's merged columns: plot_loss is loss as the plots merge it
 MAX_MARKS = 2000  # overflow / non-finite marks kept (the latest): a plot holds no more that can be told apart
 
 SIGNALS: list = []
@@ -36,7 +38,9 @@ _PLOTTED = {
     "mem_allocated_bytes": "max", "mem_reserved_bytes": "max", "mem_peak_bytes": "max",
 }
 COLUMNS = tuple(_PLOTTED)
-STEP_FIELDS = {**_PLOTTED, "overflow": "max", "loss_nonfinite": "max", "grad_nonfinite": "max"}  # and the marks
+_MARKS = {"overflow": "max", "loss_nonfinite": "max", "grad_nonfinite": "max"}
+# merged under names of its own (``plot_loss``…): a plugin may merge the same field its own way
+STEP_FIELDS = {_PREFIX + name: (name, how) for name, how in {**_PLOTTED, **_MARKS}.items()}
 RANK_FIELDS = {"plot_comm_s": ("comm_s", "sum"), "plot_step_time_s": ("step_time_s", "sum")}
 _INTEGRAL = {name for name, how in _PLOTTED.items() if name in STEP_INTS and how != "mean"}
 _OOM_FIELDS = ("requested_bytes", "allocated_bytes", "reserved_bytes", "free_bytes", "capacity_bytes")
@@ -104,7 +108,7 @@ class Fold(runview.Fold):
             self.hi[b] = hi
             self.n[b] += count
         for name in COLUMNS:
-            values = np.array(columns[name], dtype=np.float64)  # None → NaN
+            values = np.array(columns[_PREFIX + name], dtype=np.float64)  # None → NaN
             present = ~np.isnan(values)
             if not present.any():
                 continue
@@ -121,10 +125,12 @@ class Fold(runview.Fold):
         self._marks(columns)
 
     def _marks(self, columns: dict[str, list[Any]]) -> None:
-        for i, (step, overflow) in enumerate(zip(columns["step"], columns["overflow"])):
-            if overflow:
-                self.overflows.append([step, columns["loss_scale"][i]])
-            if columns["loss_nonfinite"][i] or columns["grad_nonfinite"][i]:
+        overflows, scales = columns[_PREFIX + "overflow"], columns[_PREFIX + "loss_scale"]
+        loss_bad, grad_bad = columns[_PREFIX + "loss_nonfinite"], columns[_PREFIX + "grad_nonfinite"]
+        for i, step in enumerate(columns["step"]):
+            if overflows[i]:
+                self.overflows.append([step, scales[i]])
+            if loss_bad[i] or grad_bad[i]:
                 self.nonfinite.append(step)
         del self.overflows[:-MAX_MARKS], self.nonfinite[:-MAX_MARKS]
 

@@ -1,6 +1,7 @@
 """Run view: one run's events → the bounded view its signals read, kept up to date batch by batch.
 
-Signal modules declare what they read (``STEP_FIELDS`` with a merge across ranks,
+Signal modules declare what they read (``STEP_FIELDS`` with a merge across ranks — ``name: merge``, or
+``name: (field, merge)`` for a field merged under a name of the module's own —
 ``RANK_FIELDS`` with an aggregate over a rank's steps, ``FOLD_EVENTS``) and fold it
 (``Fold``). The view keeps the rare event kinds (run_start, oom, exception, …) as they
 arrive; step rows it never touches one by one: in the transaction that stored them, the
@@ -89,14 +90,14 @@ class ReadsConflict(ValueError):
 class Reads:
     """What the signal modules read, merged: the one place the view learns its shape."""
 
-    step_fields: dict[str, str]
+    step_fields: dict[str, Any]  # name → merge, or (field, merge)
     rank_fields: dict[str, tuple[str, str]]
     fold_events: dict[str, tuple[str, ...]]  # kind → modules folding it
     folds: dict[str, type[Fold]]
 
     @classmethod
     def of(cls, modules: Iterable[ModuleType]) -> Reads:
-        step_fields: dict[str, str] = {}
+        step_fields: dict[str, Any] = {}
         rank_fields: dict[str, tuple[str, str]] = {}
         fold_events: dict[str, tuple[str, ...]] = {}
         folds: dict[str, type[Fold]] = {}

@@ -143,8 +143,10 @@ def rows_of(conn: Connection, run_id: int, *, lo: int | None = None, hi: int | N
     return Columns.concat(parts) if parts else None
 
 
-def merge(cols: Columns, fields: dict[str, str]) -> dict[str, list[Any]]:
-    """One row per step, in step order: ``step``, ``t`` (the latest) and each ``field → merge`` over its ranks.
+def merge(cols: Columns, fields: dict[str, Any]) -> dict[str, list[Any]]:
+    """One row per step, in step order: ``step``, ``t`` (the latest) and each ``name → merge`` over its ranks,
+    of the field ``name`` or, for ``name → (field, merge)``, of ``field`` under another name (one field merged
+    two ways: the plots' mean loss beside a plugin's worst).
 
     A merge over ranks none of which reported the field is None.
     """
@@ -155,8 +157,9 @@ def merge(cols: Columns, fields: dict[str, str]) -> dict[str, list[Any]]:
     starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
     out: dict[str, list[Any]] = {"step": steps[starts].tolist(),
                                  "t": np.maximum.reduceat(cols.values["t"][order], starts).tolist()}
-    for name, how in fields.items():
-        out[name] = _reduce(cols.column(name)[order], _ordered(cols.mask(name), order), starts, how)
+    for name, spec in fields.items():
+        field, how = (name, spec) if isinstance(spec, str) else spec
+        out[name] = _reduce(cols.column(field)[order], _ordered(cols.mask(field), order), starts, how)
     return out
 
 
@@ -193,7 +196,7 @@ def _reduce(values: np.ndarray, mask: np.ndarray | None, starts: np.ndarray, how
     return out
 
 
-def merged_steps(conn: Connection, run_id: int, fields: dict[str, str], *, after: int | None = None,
+def merged_steps(conn: Connection, run_id: int, fields: dict[str, Any], *, after: int | None = None,
                  upto: int | None = None, block: int = 8192) -> Iterator[Steps]:
     """The run's steps in ``(after, upto]`` merged over ranks (``merge``), in step order, in blocks of
     at most ``block`` steps. A full read goes a window of steps at a time (about ``_WINDOW_ROWS`` rows
