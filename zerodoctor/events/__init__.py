@@ -84,6 +84,10 @@ class Step(_Envelope):
         "max_memory_allocated() (the probe never resets the user's peak counter)")
     alloc_retries: Int64 | None = Field(None, description="cumulative num_alloc_retries of the caching allocator")
     inactive_split_bytes: Int64 | None = Field(None, description="inactive_split_bytes.all.current of the allocator")
+    inferred: bool | None = Field(
+        None, description="true when no line showed this step: a console log's gap (step=50 after step 40) "
+        "filled from DeepSpeed's skipped count, overflows first; its count is exact, its position is not. "
+        "Absent on observed steps")
 
 
 class Comm(_Envelope):

@@ -26,6 +26,7 @@ INTS = ("step", "rank", "line", "nonfinite", *STEP_INTS)
 _NONFINITE = {"loss_nonfinite": 1, "grad_nonfinite": 2}  # derived fields: bits of ``nonfinite``
 _FLAGGED = ("loss", "grad_norm")
 _FIELDS = ("step", "rank", *FLOATS, *STEP_INTS)
+_BOOLS = ("overflow", "inferred")  # stored 0/1, given back as bools
 _EXACT = float(2**53)  # float64 holds every integer below it
 
 
@@ -110,8 +111,9 @@ class Columns:
                 row["loss"] = float("nan")
             if nonfinite[i] & 2:
                 row["grad_norm"] = float("nan")
-            if row.get("overflow") is not None:
-                row["overflow"] = bool(row["overflow"])
+            for flag in _BOOLS:
+                if row.get(flag) is not None:
+                    row[flag] = bool(row[flag])
             out.append((lines[i], StepRecord(v=1, run=run, **row)))
         return out
 

@@ -6,7 +6,8 @@ and most of them only at some steps or log levels. The clock gathers the lines o
 numbers it: by the number the line prints when it prints one, else by counting. When a line
 reveals steps that printed nothing (``step=50`` after step 40), the gap is filled from the
 ``skipped`` count: the missing overflows first, then clean steps, so counts and rates are
-right even where the exact positions inside the gap are not knowable. The first numbered step
+right even where the exact positions inside the gap are not knowable; those steps carry
+``inferred: true``, so nothing takes their positions for observed ones. The first numbered step
 anchors the count when the log does not show the run's start, or when it lies further than
 ``MAX_INTERVAL`` past ``deepspeed.initialize``'s ``step=0`` (a resumed run prints that before
 ``load_checkpoint`` restores the counters); later gaps are filled up to ``MAX_INTERVAL`` steps.
@@ -137,5 +138,6 @@ class StepClock:
         for i in range(gap):
             flagged = i < missing
             self.overflows += flagged
-            out.append(self.context.event("step", p.line, rank=p.rank, step=number - gap + i, overflow=flagged))
+            out.append(self.context.event("step", p.line, rank=p.rank, step=number - gap + i, overflow=flagged,
+                                          inferred=True))
         return out
