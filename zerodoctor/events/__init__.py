@@ -309,6 +309,7 @@ StepRecord = msgspec.defstruct(
 STEP_METRICS = tuple(name for name in Step.model_fields if name not in (*_Envelope.model_fields, "kind", "step"))
 STEP_INTS = tuple(m for m in STEP_METRICS if _record_type(Step.model_fields[m]) != typing.Optional[float])
 STEP_FLOATS = tuple(m for m in STEP_METRICS if m not in STEP_INTS)
+STEP_BOOLS = tuple(m for m in STEP_INTS if _record_type(Step.model_fields[m]) == typing.Optional[bool])  # kept 0/1
 
 
 def step_record(event: Event) -> Any:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
-from zerodoctor.events import STEP_FLOATS, STEP_INTS, StepRecord
+from zerodoctor.events import STEP_BOOLS, STEP_FLOATS, STEP_INTS, StepRecord
 
 if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run without steps never needs it
     import numpy as np
@@ -26,7 +26,6 @@ INTS = ("step", "rank", "line", "nonfinite", *STEP_INTS)
 _NONFINITE = {"loss_nonfinite": 1, "grad_nonfinite": 2}  # derived fields: bits of ``nonfinite``
 _FLAGGED = ("loss", "grad_norm")
 _FIELDS = ("step", "rank", *FLOATS, *STEP_INTS)
-_BOOLS = ("overflow", "inferred")  # stored 0/1, given back as bools
 _EXACT = float(2**53)  # float64 holds every integer below it
 
 
@@ -111,7 +110,7 @@ class Columns:
                 row["loss"] = float("nan")
             if nonfinite[i] & 2:
                 row["grad_norm"] = float("nan")
-            for flag in _BOOLS:
+            for flag in STEP_BOOLS:  # stored 0/1, given back as bools
                 if row.get(flag) is not None:
                     row[flag] = bool(row[flag])
             out.append((lines[i], StepRecord(v=1, run=run, **row)))
