@@ -197,7 +197,9 @@ def finish_run_dir(run_dir: Path, run_id: str, returncode: int) -> None:
             now = time.time()
             lines = [json.dumps(events.new(e.pop("kind"), t=now, run=run_id, rank=rank, **e)) for e in closing]
             with open(path, "ab") as f:
-                f.write("\n".join(lines).encode() + b"\n")
+                # a rank SIGKILLed mid-write left half a line: ours starts on a fresh one, or both are lost
+                fresh = b"\n" if not _ends_in_newline(path) else b""
+                f.write(fresh + "\n".join(lines).encode() + b"\n")
         if fault_file.is_file() and fault_file.stat().st_size == 0:
             fault_file.unlink()  # the fault handler's file of a rank that did not crash
     if not starts:
@@ -219,6 +221,15 @@ def _first_and_last(path: Path, tail_bytes: int = 1 << 20) -> tuple[dict, dict]:
         f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
         lines = [line for line in f.read().split(b"\n") if line.strip()]
     return load_event(head), load_event(lines[-1]) if lines else {}
+
+
+def _ends_in_newline(path: Path) -> bool:
+    """Whether the file is empty or its last byte ends a line."""
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def load_event(line: bytes) -> dict:
