@@ -359,6 +359,7 @@ def watch(
             raise fail(str(exc)) from None
         roots = list(dict.fromkeys(d.resolve() for d in dirs))  # DIR and DIR/../DIR are one root
         watcher = Watcher(engine, roots, loaded, announce, notifiers=targets, lock=lock)
+        lock.stop = watcher.stop  # a stop signal also ends a wait for a dead watcher's lock
         pages = None
         if html is not None:
             from zerodoctor.report.live import LivePages

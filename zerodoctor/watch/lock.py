@@ -26,6 +26,7 @@ import os
 import re
 import socket
 import stat
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +37,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from zerodoctor.store.db import StoreError, shown
 from zerodoctor.store.nodes import node_of
+from zerodoctor.watch.budget import Stopping
 
 
 STALE_WAIT_S = 10.0  # a dead watcher's lock outlives it until the server notices: waited for this long
@@ -46,6 +48,8 @@ class StoreBusy(StoreError):
 
 
 class WriterLock(Protocol):
+    stop: threading.Event  # the watcher's own (SIGTERM sets it): a wait for a dead holder ends with ``Stopping``
+
     def claim(self, run_dir: Path) -> str | None:
         """None once this watcher may write ``run_dir``'s files; else who holds it."""
 
@@ -84,6 +88,9 @@ def writer_lock(engine: Engine) -> Iterator[WriterLock]:
 class _WholeStore:
     """The file lock covers the whole store: every run directory is this watcher's."""
 
+    def __init__(self) -> None:
+        self.stop = threading.Event()  # never waited on: the flock is taken or refused at once
+
     def claim(self, run_dir: Path) -> str | None:
         return None
 
@@ -98,6 +105,7 @@ class _AdvisoryLocks:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.held: set[int] = set()
+        self.stop = threading.Event()
         self.conn = self._session()
 
     def _session(self) -> Connection:
@@ -108,7 +116,8 @@ class _AdvisoryLocks:
     def claim(self, run_dir: Path) -> str | None:
         """Take the directory's lock. One held by a watcher of this host that is dead (SIGKILLed a
         moment ago) is waited for, up to ``STALE_WAIT_S``: the server drops it only once it notices
-        the closed socket, after the query that session was running."""
+        the closed socket, after the query that session was running. A stop (SIGTERM) ends that
+        wait at once with ``Stopping``, which the watch loop ends on like any stop."""
         key = lock_key(run_dir)
         if key in self.held:
             return None
@@ -117,7 +126,8 @@ class _AdvisoryLocks:
             holder = self._holder(key)
             if not _dead_here(holder) or time.monotonic() > deadline:
                 return holder
-            time.sleep(0.1)
+            if self.stop.wait(0.1):
+                raise Stopping("stopped while waiting for a dead watcher's lock")
         self.held.add(key)
         return None
 
