@@ -85,6 +85,8 @@ def test_a_stalled_writer_never_blocks_training_and_counts_what_it_dropped(tmp_p
     shown = run_cli("diagnose", "--fail-on", "never", str(kept))
     assert shown.returncode == 0, shown.stderr
     assert "run stall: the probe dropped 300 events" in " ".join(shown.stdout.split())
+    body = json.loads(run_cli("diagnose", "--format", "json", "--fail-on", "never", str(kept)).stdout)
+    assert body["dropped_events"] == [{"run": "stall", "count": 300}]
 
 
 def test_a_run_that_dropped_nothing_says_nothing(tmp_path):
@@ -93,3 +95,5 @@ def test_a_run_that_dropped_nothing_says_nothing(tmp_path):
     CrashRecorder(writer).end()
     last = json.loads((tmp_path / "rank-0.jsonl").read_text().splitlines()[-1])
     assert last["kind"] == "run_end" and "dropped_events" not in last  # absent, not zero
+    body = json.loads(run_cli("diagnose", "--format", "json", "--fail-on", "never", str(tmp_path)).stdout)
+    assert "dropped_events" not in body

@@ -18,4 +18,6 @@ def to_json(report: Report) -> dict[str, Any]:
     }
     if report.set_aside:  # only when it happens: a run set aside is a bug to report, not a usual field
         out["set_aside"] = [{"run": run, "reason": why} for run, why in report.set_aside.items()]
+    if report.dropped:  # only when the probe had to: its writer fell behind, these events are not in the run
+        out["dropped_events"] = [{"run": run, "count": count} for run, count in report.dropped.items()]
     return out
