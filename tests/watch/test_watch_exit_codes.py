@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -63,3 +64,7 @@ def test_runs_whose_pages_cannot_be_drawn_still_have_their_findings_announced(tm
     assert "ZD623" in watched.stdout and "run nan" in watched.stdout  # before: never announced
     assert "ZD204" in watched.stdout and "run steps" in watched.stdout
     assert "internal error" not in watched.stderr and "Traceback" not in watched.stderr
+    assert "page was not written" not in watched.stderr, watched.stderr  # and the pages are drawn too
+    page = (tmp_path / "html" / "nan.html").read_text()
+    data = re.search(r'<script type="application/json" id="zd-data">(.*?)</script>', page, re.S).group(1)
+    assert json.loads(data.replace("<\\/", "</"))["runs"]  # strict JSON: no NaN in it

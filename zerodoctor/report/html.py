@@ -7,6 +7,7 @@ as a diff, then the plots (``report/plots.py``) with the finding's steps marked.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from functools import lru_cache
 from html import escape
@@ -44,7 +45,7 @@ def _asset(name: str) -> str:
 
 def document(title: str, body: str, runs: list[dict[str, Any]], *, refresh_s: int | None = None) -> str:
     """The page around ``body``; ``runs`` ([{"id", "plots"}]) is drawn into the ``<div id="{id}-{plot}">``s."""
-    data = json.dumps({"runs": runs}, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    data = json.dumps(_plottable({"runs": runs}), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else ""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{refresh}'
             f'<meta name="viewport" content="width=device-width,initial-scale=1"><title>{escape(title)}</title>'
@@ -53,6 +54,18 @@ def document(title: str, body: str, runs: list[dict[str, Any]], *, refresh_s: in
                 f'<script type="application/json" id="zd-data">{data}</script>'
                 f"<script>{_asset('uPlot.iife.min.js')}</script><script>{_asset('plots.js')}</script>"
                 if any(r["plots"] for r in runs) else "") + "</body></html>")
+
+
+def _plottable(value: Any) -> Any:
+    """The plot data with every NaN or infinity as null: JSON has no such numbers, and a plot draws a gap
+    there (a config's ``min_loss_scale: NaN`` once cost its run the whole page)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _plottable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plottable(v) for v in value]
+    return value
 
 
 def worst(findings: Iterable[Finding]) -> Finding | None:
