@@ -69,7 +69,9 @@ class Fold(runview.Fold):
             return
         points = self.host.setdefault(str(event["rank"]), [])
         if points and points[-1][0] == event["last_step"]:
-            points[-1][1] = event["rss_bytes"]  # one point per step: a stalled rank is no climb
+            # One point per step, the most the rank held at it: a stalled rank is no climb, and a
+            # heartbeat during exit, after the kept tensors are freed, does not undo the leak.
+            points[-1][1] = max(points[-1][1], event["rss_bytes"])
         else:
             points.append([event["last_step"], event["rss_bytes"]])
             del points[:-POINTS]
