@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -144,3 +146,20 @@ def test_the_probe_never_calls_torchs_reset_peak_memory_stats(monkeypatch):
     for _ in range(3):
         read()
     assert calls == []
+
+
+EXITING = """
+import atexit, json, sys
+from zerodoctor.probe.phase import RankPhase
+phase = RankPhase()
+phase.last_step = 40
+atexit.register(lambda: print(json.dumps([phase.heartbeat()["rss_bytes"], before])))
+before = phase.heartbeat()["rss_bytes"]
+"""
+
+
+def test_a_heartbeat_during_interpreter_exit_reports_no_memory(tmp_path):
+    """After the training script returns its kept tensors are freed: RSS then is not the run's memory."""
+    done = subprocess.run([sys.executable, "-c", EXITING], capture_output=True, text=True, cwd=ROOT, check=True)
+    at_exit, while_running = json.loads(done.stdout)
+    assert while_running > 10 * 2**20 and at_exit is None

@@ -58,10 +58,17 @@ class RankPhase:
             self.now = (name, time.time(), None, None, None, None)
 
     def heartbeat(self) -> dict[str, Any]:
-        """The fields of one ``heartbeat`` event (called on the writer's thread)."""
+        """The fields of one ``heartbeat`` event (called on the writer's thread).
+
+        Once the main thread has finished, the interpreter is exiting: what training kept is
+        already freed, so the memory read then is no point on the run's memory curve (it would
+        read as a leak that stopped at the last step). The heartbeat still says the rank lives.
+        """
         phase, since, outer, op, group, seq = self.now
+        exiting = not threading.main_thread().is_alive()
         return {"phase": phase, "since_t": since, "outer": outer, "op": op, "group": group, "seq": seq,
-                "last_step": self.last_step, "rss_bytes": rss_bytes(), "pinned_bytes": pinned_bytes()}
+                "last_step": self.last_step, "rss_bytes": None if exiting else rss_bytes(),
+                "pinned_bytes": None if exiting else pinned_bytes()}
 
 
 def rss_bytes() -> int | None:
