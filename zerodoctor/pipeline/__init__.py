@@ -28,7 +28,7 @@ from zerodoctor.rulebook.loader import Rule, load_rules
 from zerodoctor.signals import plots
 from zerodoctor.signals.plots import RunSeries
 from zerodoctor.signals.view import Reads, RunView
-from zerodoctor.sources.batches import Batch, UnsupportedFormat, detect_format, run_files, source_patterns
+from zerodoctor.sources.batches import Batch, UnsupportedFormat, detect_format, run_files, source_patterns, strays
 from zerodoctor.sources.chrome_trace import traces_in
 from zerodoctor.sources.flight_recorder import dumps_in
 from zerodoctor.sources.readahead import Pool
@@ -60,6 +60,8 @@ def expand_inputs(paths: list[Path], input_format: str | None = None) -> list[tu
     out: list[tuple[Path, str]] = []
     for path in paths:
         if path.is_dir():
+            for stray in strays(path):  # a copy beside a rank's file would count its steps twice
+                log.warning("%s: not read: no rank's file (rank-<r>.jsonl, <r> the rank's number; a copy?)", stray)
             files = run_files(path)
             if not files:
                 patterns = ", ".join(p for p, _ in source_patterns())

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerodoctor.sources.names import rank_event_files
+
 
 @dataclass(frozen=True)
 class Saved:
@@ -27,7 +29,7 @@ class Saved:
 def saved_in(run_dir: Path) -> list[Saved]:
     """Checkpoints every rank file of ``run_dir`` recorded as saved (rank 0's record is enough: saves are collective)."""
     found: dict[str, Saved] = {}
-    for path in sorted(run_dir.glob("rank-*.jsonl")):
+    for path in rank_event_files(run_dir):
         with open(path, "rb") as f:
             for line in f:
                 if b'"checkpoint"' not in line:

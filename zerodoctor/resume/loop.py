@@ -34,6 +34,7 @@ from zerodoctor.resume.policy import Policy, fix_key
 from zerodoctor.resume.relaunch import RelaunchError, config_argument, relaunch_argv
 from zerodoctor.rulebook.finding import Finding, Fix
 from zerodoctor.launch.wrapper import RunError, bad_name, load_event, new_run_id, run
+from zerodoctor.sources.names import rank_event_files
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ def _pick_up(run_dir: Path, trail: dict[str, Any], command: list[str], options: 
     config = last.get("config")
     argv = (relaunch_argv(command, options.config_arg, Path(config), options.resume_arg, checkpoint)
             if config else list(command))
-    for stale in directory.glob("rank-*.jsonl"):  # the interrupted start's events: its steps would repeat
+    for stale in rank_event_files(directory):  # the interrupted start's events: its steps would repeat
         stale.rename(stale.with_suffix(".interrupted"))
     return Next(argv, _env_of(trail), _read_json(directory / FIX_FILE))
 
@@ -314,7 +315,7 @@ def _findings(directory: Path) -> list[Finding]:
 
 
 def _fix_not_in_effect(directory: Path) -> bool:
-    for path in directory.glob("rank-*.jsonl"):
+    for path in rank_event_files(directory):
         with open(path, "rb") as f:
             if any(b'"fix_check"' in line and b'"in_effect":false' in line for line in f):
                 return True
@@ -333,7 +334,7 @@ def _world_size(directory: Path) -> int:
 def _run_starts(directory: Path) -> list[dict[str, Any]]:
     """The first event of each rank file of an attempt: its run_start, when the rank got that far."""
     starts = []
-    for path in sorted(directory.glob("rank-*.jsonl")):
+    for path in rank_event_files(directory):
         with open(path, "rb") as f:
             start = load_event(f.readline())
         if start.get("kind") == "run_start":

@@ -23,6 +23,7 @@ from zerodoctor.events.columns import Columns
 from zerodoctor.sources.chrome_trace import is_trace_file, looks_like_trace, traces_in
 from zerodoctor.sources.flight_recorder import dumps_in, is_dump_file
 from zerodoctor.sources.lines import CHUNK, MAX_LINE_BYTES, Block, read_blocks
+from zerodoctor.sources.names import named_by
 from zerodoctor.sources.readable import open_log
 from zerodoctor.sources.rejects import BadLine, Rejected
 
@@ -59,11 +60,12 @@ def run_files(directory: Path) -> list[tuple[Path, str]]:
 
     Rank event files win over ``console.log``: reading both would count every step twice. A
     fix-and-resume run's directory holds its attempts, each a run directory: their files, each
-    attempt its own run (``<id>.attempt-K``).
+    attempt its own run (``<id>.attempt-K``). A file the glob finds that is none of its pattern's files
+    (``names.named_by``: ``rank-0.1.jsonl``, a copy beside rank 0's) is not read (``strays``).
     """
     known = parsers()
     for pattern, fmt in source_patterns():
-        found = sorted(directory.glob(pattern))
+        found = [path for path in sorted(directory.glob(pattern)) if named_by(path.name, pattern)]
         if found and fmt in known:
             return [(path, fmt) for path in found]
     if attempts := attempt_dirs(directory):  # one run's attempts, each its own run directory
@@ -74,6 +76,14 @@ def run_files(directory: Path) -> list[tuple[Path, str]]:
     if "chrome-trace" in known:  # a folder of profiler traces (TensorBoard's plugin folder): known by content
         return [(path, "chrome-trace") for path in traces_in(directory)]
     return []
+
+
+def strays(directory: Path) -> list[Path]:
+    """Files of a run directory (or of its attempts) that a source pattern's glob finds but no pattern
+    stands for (``names.named_by``): ``run_files`` leaves them unread, and ``diagnose`` says so."""
+    patterns = [pattern for pattern, _ in source_patterns()]
+    found = {path for d in (directory, *attempt_dirs(directory)) for pattern in patterns for path in d.glob(pattern)}
+    return sorted(path for path in found if not any(named_by(path.name, pattern) for pattern in patterns))
 
 
 ATTEMPT_DIRS = "attempt-[0-9]*"  # `run --fix-and-resume` keeps each attempt of a run in one (zerodoctor/resume/)
@@ -96,7 +106,7 @@ def run_id_for(path: Path) -> str:
     A flight recorder dump, whatever its prefix, or a profiler trace is one rank's file of the run its
     directory holds.
     """
-    in_run = any(fnmatch(path.name, p) for p, _ in source_patterns()) or is_dump_file(path) or is_trace_file(path)
+    in_run = any(named_by(path.name, p) for p, _ in source_patterns()) or is_dump_file(path) or is_trace_file(path)
     if not in_run:
         return path.stem
     if fnmatch(path.parent.name, ATTEMPT_DIRS):  # <id>/attempt-K/: the run id the probe writes, <id>.attempt-K

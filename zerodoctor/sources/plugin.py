@@ -13,9 +13,11 @@ from zerodoctor.plugins.hookspecs import hookimpl
 def register_sources() -> list[tuple[str, str]]:
     # Events written by the probe are the better evidence; the console is the fallback.
     # A flight recorder dump or a profiler trace beside them is read as well (``pipeline.expand_inputs``).
+    # ``rank-*`` is a rank's number (``names.named_by``): a copy such as rank-0.1.jsonl is no rank's file.
     from zerodoctor.sources.flight_recorder import DUMP_PATTERN
+    from zerodoctor.sources.names import RANK_EVENTS
 
-    return [("rank-*.jsonl", "jsonl"), ("console.log", "text"), (DUMP_PATTERN, "flight-recorder")]
+    return [(RANK_EVENTS, "jsonl"), ("console.log", "text"), (DUMP_PATTERN, "flight-recorder")]
 
 
 @hookimpl
