@@ -6,6 +6,7 @@ import json
 
 from tests.conftest import run_cli
 from tests.watch.conftest import append, step_line
+from zerodoctor.probe.writer import EventWriter
 
 
 def test_status_json_contract_and_text_reasons(tmp_path):
@@ -66,3 +67,26 @@ def test_live_table_has_one_row_per_run_with_its_counts(tmp_path):
         ["r1", "2", "12", "2", "2", "1", "1 min ago"],
         ["r2", "0", "0", "0", "0", "0", "-"],
     ]
+
+
+def test_status_shows_the_events_a_probe_dropped_per_run_and_rank(tmp_path):
+    """Real probe writers: rank 1 of ``lossy`` has 7 events refused, which its ``run_end`` counts; ``calm`` none."""
+    runs = tmp_path / "runs"
+    for run, rank, refused in (("lossy", 0, 0), ("lossy", 1, 7), ("calm", 0, 0)):
+        writer = EventWriter(runs / run, run, rank)
+        for step in range(1, 4):
+            writer.emit("step", step=step, loss=1.0, samples=8, micro_batches=1)
+        for _ in range(refused):
+            writer.emit("teleport")  # a kind the schema refuses: dropped and counted, never written
+        writer.close(exit_code=0)
+    assert run_cli("watch", "--once", "-q", str(runs)).returncode == 0
+    db = str(runs / "zerodoctor.db")
+
+    report = {r["run"]: r for r in json.loads(run_cli("status", "--db", db, "--format", "json").stdout)["runs"]}
+    assert report["lossy"]["dropped_events"] == {"count": 7, "ranks": [1]}
+    assert "dropped_events" not in report["calm"]  # absent, not zero
+
+    shown = "\n" + run_cli("status", "--db", db).stdout
+    blocks = {b.split()[0]: " ".join(b.split()) for b in shown.split("\nrun ")[1:]}  # run name → its lines
+    assert "the probe dropped 7 events on rank 1 rather than make training wait" in blocks["lossy"]
+    assert "dropped" not in blocks["calm"]

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from zerodoctor.messages.units import format_count, plural
 from zerodoctor.report.terminal import escape
 from zerodoctor.report.text import finding_line
 from zerodoctor.store.status import RunStatus
@@ -23,6 +24,8 @@ def to_json(statuses: list[RunStatus]) -> dict[str, Any]:
         "findings": s.findings,
         "last_event_t": s.last_event_t,
         **({"set_aside": s.set_aside} if s.set_aside is not None else {}),  # only a run set aside has it
+        **({"dropped_events": {"count": sum(s.dropped.values()), "ranks": list(s.dropped)}}
+           if s.dropped else {}),  # only when the probe had to: absent, not zero
     } for s in statuses]}
 
 
@@ -39,6 +42,11 @@ def render(statuses: list[RunStatus], console: Console, now: float | None = None
         console.print(f"[bold]run {escape(s.run)}[/]  {last}  {found}")
         if s.set_aside is not None:
             console.print(f"  [bold red]set aside[/]: not judged, its view failed ({escape(s.set_aside)})")
+        if s.dropped:
+            ranks = ", ".join(map(str, s.dropped))
+            console.print(f"  [yellow]the probe dropped {format_count(sum(s.dropped.values()), 'event')}[/] on "
+                          f"{plural('rank', len(s.dropped))} {ranks} rather than make training wait; "
+                          "its record has gaps")
         for f in s.files:
             kept = f"  [yellow]{f.quarantined} quarantined[/]" if f.quarantined else ""
             console.print(f"  {escape(f.path)}  {f.events} events{kept}  offset {f.offset}")

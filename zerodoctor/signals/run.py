@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from zerodoctor.events.dropped import dropped_by_rank
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import CONFIG, DEVICE, RUN_DUMP, STEPS
@@ -30,6 +31,8 @@ SIGNALS = [
     _device("run.device_memory_gb", "GB", "total memory of one accelerator, 10^9 bytes"),
     _dumped("run.device_name", "name", "accelerator name"),
     _dumped("run.exit_code", "code", "worst exit code among ranks that reported one"),
+    _dumped("run.ranks_ended", "ranks", "ranks that said they ended (run_end, the probe's or the wrapper's for a "
+                                        "rank that died)"),
     _dumped("run.dropped_events", "events", "events the probe dropped rather than make training wait, all ranks"),
 ]
 
@@ -61,7 +64,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if precision is None and config:
         precision = "fp16" if nested(config, "fp16.enabled") else "bf16" if nested(config, "bf16.enabled") else None
     codes = [e["exit_code"] for e in view.events.get("run_end", []) if e.get("exit_code") is not None]
-    dropped = [e["dropped_events"] for e in view.events.get("run_end", []) if e.get("dropped_events")]
+    dropped = dropped_by_rank(view.events.get("run_end", []))
     mem = start.get("device_memory_bytes")
     stated = view.world_size_stated
     return {
@@ -78,5 +81,6 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "run.device_memory_gb": mem / GB if mem else None,
         "run.device_name": start.get("device_name"),
         "run.exit_code": max(codes, key=abs) if codes else None,
-        "run.dropped_events": sum(dropped) if dropped else None,
+        "run.ranks_ended": len({e["rank"] for e in view.events.get("run_end", [])}) or None,
+        "run.dropped_events": sum(dropped.values()) if dropped else None,
     }

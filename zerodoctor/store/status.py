@@ -1,4 +1,5 @@
-"""Store, status: per run, its files (events, quarantined lines and why, offsets) and its findings.
+"""Store, status: per run, its files (events, quarantined lines and why, offsets), its findings and the
+events its probe dropped.
 
 Read-only and safe beside a running ``watch``: SQLite's WAL gives this a consistent
 snapshot while the watcher commits. A file belongs to the run named by its directory
@@ -8,12 +9,14 @@ the runs whose events it holds.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
 from sqlalchemy import Connection, func, select
 
+from zerodoctor.events.dropped import dropped_by_rank
 from zerodoctor.store import files as stored_files
 from zerodoctor.store import setaside
 from zerodoctor.store.findings import for_run
@@ -40,6 +43,7 @@ class RunStatus:
     findings: list[dict[str, Any]] = field(default_factory=list)
     last_event_t: float | None = None
     set_aside: str | None = None  # why the run is not judged (``store/setaside.py``)
+    dropped: dict[int, int] = field(default_factory=dict)  # rank → events its probe dropped, ranks that did
 
 
 def collect(conn: Connection, reasons: int = FIRST_REASONS) -> list[RunStatus]:
@@ -50,6 +54,8 @@ def collect(conn: Connection, reasons: int = FIRST_REASONS) -> list[RunStatus]:
     for rid, name, last in conn.execute(select(runs.c.id, runs.c.name, runs.c.last_event_t).order_by(runs.c.id)):
         by_name[name] = RunStatus(name, findings=for_run(conn, rid), last_event_t=last, set_aside=aside.get(rid))
         run_ids[rid] = name
+    for rid, ends in _run_ends(conn).items():
+        by_name[run_ids[rid]].dropped = dropped_by_rank(ends)
 
     stored = {fid: FileStatus(path, n, q, off, node=node)
               for fid, path, n, q, off, node in stored_files.progress(conn)}
@@ -77,6 +83,17 @@ def collect(conn: Connection, reasons: int = FIRST_REASONS) -> list[RunStatus]:
                 name = PurePath(stored[fid].path).parent.name
                 by_name.setdefault(name, RunStatus(name)).files.append(stored[fid])
     return list(by_name.values())
+
+
+def _run_ends(conn: Connection) -> dict[int, list[dict[str, Any]]]:
+    """Run id → its ``run_end`` events (one a rank, or two: few rows), by the (run, kind) index."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for rid, rank, payload in conn.execute(select(events.c.run_id, events.c.rank, events.c.payload)
+                                           .where(events.c.run_id.in_(select(runs.c.id)),
+                                                  events.c.kind == "run_end")):
+        body = json.loads(payload) if isinstance(payload, str) else dict(payload)
+        out.setdefault(rid, []).append({**body, "rank": rank})
+    return out
 
 
 def _first_reasons(conn: Connection, limit: int) -> list[tuple[int, int, str]]:
