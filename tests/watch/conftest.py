@@ -144,7 +144,7 @@ def make_watcher(tmp_path: Path, rules) -> Iterable[Callable[..., Watcher]]:
         (tmp_path / "runs").mkdir(exist_ok=True)
         sink = announced if announced is not None else []
         watcher = Watcher(open_engine(tmp_path / "runs" / "zerodoctor.db"), [tmp_path / "runs"], rules,
-                          lambda finding, config: sink.append(finding))
+                          lambda finding, config, change: sink.append(finding))
         made.append(watcher)
         return watcher
 

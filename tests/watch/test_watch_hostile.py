@@ -100,7 +100,7 @@ def test_run_dir_reachable_twice_is_read_once(tmp_path, rules):
     (runs / "alias").symlink_to("r", target_is_directory=True)
     # A root given twice under two spellings, and a run directory with a symlink alias beside it.
     watcher = Watcher(open_engine(tmp_path / "z.db"), [runs, runs / "r" / ".." / "r", runs / "alias"], rules,
-                      lambda finding, config: None)
+                      lambda finding, config, change: None)
     try:
         one_pass(watcher)
     finally:

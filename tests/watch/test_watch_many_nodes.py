@@ -105,7 +105,7 @@ def test_two_nodes_console_logs_at_the_same_local_path_are_each_read_once(tmp_pa
                     f.writelines(log[half])
             watched = node.run("watch", "--once", "-q", "--db", pg_url, str(node.local))
             assert watched.returncode == 0, watched.stderr
-            watcher = Watcher(open_engine(runs / "zerodoctor.db"), [runs], rules, lambda finding, config: None)
+            watcher = Watcher(open_engine(runs / "zerodoctor.db"), [runs], rules, lambda finding, config, change: None)
             watcher.once()
             watcher.engine.dispose()
     each = [stored_count(runs / "zerodoctor.db") for runs in alone]

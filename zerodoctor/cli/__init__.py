@@ -319,7 +319,7 @@ def watch(
 
     from rich.console import Console
 
-    from zerodoctor.report.terminal import wrap_width
+    from zerodoctor.report.terminal import escape, wrap_width
     from zerodoctor.report.text import finding_block, finding_line
     from zerodoctor.store.db import DEFAULT_DB_NAME, open_engine, url_for
     from zerodoctor.watch.daemon import Watcher, stop_on_signals
@@ -345,8 +345,11 @@ def watch(
         raise fail(problem)
     console = Console(highlight=False, soft_wrap=True)
 
-    def announce(finding, config: dict) -> None:  # noqa: ANN001 - a rulebook Finding
-        console.print(finding_block(finding, config, wrap_width(console)) if full else finding_line(finding.to_json()))
+    def announce(finding, config: dict, change: str | None) -> None:  # noqa: ANN001 - a rulebook Finding
+        said = finding_block(finding, config, wrap_width(console)) if full else finding_line(finding.to_json())
+        if change is not None:  # said before, with other numbers or severity: say what it was
+            said = f"[bold]changed[/] [dim]({escape(change)})[/]\n{said}" if full else f"{said} [dim]({escape(change)})[/]"
+        console.print(said)
 
     engine = open_engine(url)
     with writer_lock(engine) as lock:

@@ -31,6 +31,8 @@ SIGNALS = [
     _device("run.device_memory_gb", "GB", "total memory of one accelerator, 10^9 bytes"),
     _dumped("run.device_name", "name", "accelerator name"),
     _dumped("run.exit_code", "code", "worst exit code among ranks that reported one"),
+    _dumped("run.ranks_ended", "ranks", "ranks that said they ended (run_end, the probe's or the wrapper's for a "
+                                        "rank that died)"),
     _dumped("run.dropped_events", "events", "events the probe dropped rather than make training wait, all ranks"),
 ]
 
@@ -79,5 +81,6 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "run.device_memory_gb": mem / GB if mem else None,
         "run.device_name": start.get("device_name"),
         "run.exit_code": max(codes, key=abs) if codes else None,
+        "run.ranks_ended": len({e["rank"] for e in view.events.get("run_end", [])}) or None,
         "run.dropped_events": sum(dropped.values()) if dropped else None,
     }

@@ -1,18 +1,19 @@
-"""Store: findings per run with first/last seen, so a finding is announced once."""
+"""Store: findings per run with first/last seen, and what ``watch`` said of each, so it is said once (again
+only when it changed: ``watch/changes.py``)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, delete, select, update
 
 from zerodoctor.store.db import insert_new
-from zerodoctor.store.schema import findings
+from zerodoctor.store.schema import deliveries, findings
 
 
 def record(conn: Connection, run_id: int, bodies: list[dict[str, Any]], now: float) -> None:
-    """Upsert finding bodies (keyed by rule); ``unannounced`` says which ones watch has not printed."""
+    """Upsert finding bodies (keyed by rule); ``announcements`` says which ones watch has said, and what."""
     known = {
         rule: fid for fid, rule in conn.execute(
             select(findings.c.id, findings.c.rule).where(findings.c.run_id == run_id))
@@ -34,12 +35,18 @@ def for_run(conn: Connection, run_id: int) -> list[dict[str, Any]]:
     return [json.loads(b) if isinstance(b, str) else b for (b,) in rows]
 
 
-def unannounced(conn: Connection, run_id: int) -> dict[str, int]:
-    """Rule → finding id of the run's findings ``watch`` has not printed yet."""
-    return dict(conn.execute(select(findings.c.rule, findings.c.id).where(
-        findings.c.run_id == run_id, findings.c.notified.is_(False))).all())
+def announcements(conn: Connection, run_id: int) -> dict[str, tuple[int, bool, dict[str, Any] | None]]:
+    """Rule → (finding id, announced by ``watch``, what it said then) of the run's findings."""
+    rows = conn.execute(select(findings.c.rule, findings.c.id, findings.c.notified, findings.c.said)
+                        .where(findings.c.run_id == run_id))
+    return {rule: (fid, notified, json.loads(said) if isinstance(said, str) else said)
+            for rule, fid, notified, said in rows}
 
 
-def mark_announced(conn: Connection, finding_ids: list[int]) -> None:
-    if finding_ids:
-        conn.execute(update(findings).where(findings.c.id.in_(finding_ids)).values(notified=True))
+def mark_said(conn: Connection, said: dict[int, dict[str, Any]], *, again: bool = False) -> None:
+    """Record what ``watch`` said of each finding (id → ``watch/changes.said_of``); ``again``: it said
+    a finding anew, so the notifiers are to deliver it anew too (their deliveries are forgotten)."""
+    for fid, what in said.items():
+        conn.execute(update(findings).where(findings.c.id == fid).values(notified=True, said=what))
+    if again and said:
+        conn.execute(delete(deliveries).where(deliveries.c.finding_id.in_(list(said))))

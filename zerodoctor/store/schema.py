@@ -140,6 +140,7 @@ findings = Table(
     Column("first_seen_t", Float, nullable=False),
     Column("last_seen_t", Float, nullable=False),
     Column("notified", Boolean, nullable=False, default=False),
+    Column("said", JSON),  # what watch last announced: severity and evidence numbers (watch/changes.py)
     UniqueConstraint("run_id", "rule"),
 )
 

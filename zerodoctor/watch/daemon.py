@@ -1,4 +1,5 @@
-"""Watch: directories of runs → store, rules judged as events arrive, each new finding announced once.
+"""Watch: directories of runs → store, rules judged as events arrive, each new finding announced once
+(again when it changes materially), each run said when first seen and when it ends.
 
 watchdog's observer (inotify, or polling for network filesystems) only wakes the loop;
 what to read is decided by the stored offsets, and a periodic pass over every file and
@@ -39,7 +40,7 @@ from zerodoctor.sources.readable import UnreadableFile
 from zerodoctor.store import files as stored_files
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store.db import StoreError, describe, shown
-from zerodoctor.watch import budget
+from zerodoctor.watch import budget, changes
 from zerodoctor.watch.budget import Interrupts, Stopping
 from zerodoctor.watch.lock import WriterLock, busy_dir
 from zerodoctor.watch.notify import Deliveries, Notifier
@@ -54,7 +55,8 @@ STORE_RETRY_S = (0.5, 30.0)  # the first wait for a store that went away, and th
 NOTIFY_JOIN_S = 60.0  # a webhook's retries take ~23.5 s at most; a stuck notifier is left behind
 STOP_JOIN_S = 5.0  # once stopped by a signal: a send in flight stays pending (delivered at least once)
 
-Announce = Callable[[Finding, dict], None]
+# (finding, its run's config, None the first time, else what it said before: ``watch/changes.py``)
+Announce = Callable[[Finding, dict, "str | None"], None]
 _Stamp = tuple[int | None, ...]
 
 
@@ -98,6 +100,7 @@ class Watcher:
         self._judged_at: dict[str, float] = {}
         self._interval: dict[str, float] = {}
         self._in_progress: set[str] = set()  # runs whose ranks send heartbeats and have not all ended
+        self._run_states: dict[str, str] = {}  # what this watch last said of each run (``watch/changes.py``)
         self._files_of: dict[str, set[Path]] = {}  # run → the files its events came from (``_now_for``)
 
     # -- one pass -------------------------------------------------------------------
@@ -252,13 +255,25 @@ class Watcher:
             self._in_progress.add(name)
         else:
             self._in_progress.discard(name)
+        self._say_run(name, judged)
         with self.engine.begin() as conn:
-            unannounced = stored_findings.unannounced(conn, run_id)
-            fresh = [f for f in found if f.rule in unannounced]
+            known = stored_findings.announcements(conn, run_id)
+            first, again = {}, {}
             # Announced before the commit: a crash in between repeats an alert rather than losing it.
-            for finding in fresh:
-                self.announce(finding, config)
-            stored_findings.mark_announced(conn, [unannounced[f.rule] for f in fresh])
+            for finding in found:
+                if finding.rule not in known:
+                    continue
+                fid, announced, said = known[finding.rule]
+                body = finding.to_json()
+                if announced and (why := changes.change(said, body)):
+                    self.announce(finding, config, why)
+                    again[fid] = changes.said_of(body)
+                elif not announced or said is None:  # new; or announced by a watch that kept no ``said``
+                    if not announced:
+                        self.announce(finding, config, None)
+                    first[fid] = changes.said_of(body)
+            stored_findings.mark_said(conn, first)
+            stored_findings.mark_said(conn, again, again=True)
         if self.on_judged is not None:  # after the announcements: a page that fails costs no finding its line
             try:
                 with self.interrupts.judging(f"the page of run {name}", self.judge_budget_s):
@@ -266,6 +281,13 @@ class Watcher:
             except Exception as exc:  # noqa: BLE001 - a page is a view of the findings, never their gate
                 log.error("run %s: its page was not written (its findings are announced and stored): %s",
                           name, describe(exc, self.engine.url), exc_info=bool(os.environ.get("ZERODOCTOR_DEBUG")))
+
+    def _say_run(self, name: str, judged: Judgement) -> None:
+        """A line when this watch first sees a run, and when its ranks have all ended (or crashed)."""
+        state = changes.run_state(judged.values)
+        if self._run_states.get(name) != state:
+            log.info("%s", changes.run_line(name, state, judged.values))
+            self._run_states[name] = state
 
     def _now_for(self, name: str) -> float:
         """A live judgement's now, on the run's own clock: its last event's time plus how long ago, on
