@@ -114,8 +114,8 @@ def test_a_run_is_said_when_first_seen_and_when_its_ranks_have_ended(tmp_path, r
         watcher.close()
         watcher.engine.dispose()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("run c:")]
-    assert lines == ["run c: running at step 20 — 2 rank(s), ZeRO-2, bf16",
-                     "run c: crashed (exit code 1) at step 40 — 2 rank(s), ZeRO-2, bf16"]
+    assert lines == ["run c: running at step 20 — 2 ranks, ZeRO-2, bf16",
+                     "run c: crashed (exit code 1) at step 40 — 2 ranks, ZeRO-2, bf16"]
 
 
 def test_severity_and_numbers_decide_whether_a_finding_is_said_again():

@@ -356,7 +356,7 @@ class Pipeline:
         if self.lasting:
             with self.engine.begin() as conn:
                 stored_findings.record(conn, view.run_id, [f.to_json() for f in found], time.time())
-        return Judgement(name, found, unevaluated, values, view.config, view.world_size_stated)
+        return Judgement(name, found, unevaluated, values, view.config, view.world_size_stated, rules=len(self.rules))
 
     def series(self, name: str) -> RunSeries:
         """What the run's plots draw, as its view keeps it (``signals/plots.py``): a page costs the same

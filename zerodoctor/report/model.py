@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerodoctor.report.runfacts import facts_of
 from zerodoctor.rulebook.finding import Finding, Judgement, Unevaluated
 from zerodoctor.sources.rejects import Rejected
 from zerodoctor.signals.plots import RunSeries
@@ -32,6 +33,8 @@ class Report:
     paths: dict[str, list[str]] = field(default_factory=dict)  # per run, the inputs its events came from
     ignored: int = 0  # findings hidden by --select/--ignore (report/selection.py)
     dropped: dict[str, int] = field(default_factory=dict)  # per run, events its probe dropped (run_end)
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # per run, what it was (report/runfacts.py)
+    rules: dict[str, int] = field(default_factory=dict)  # per run, the rules it was judged by
 
     def add(self, judgement: Judgement) -> None:
         if judgement.set_aside is not None:
@@ -40,5 +43,7 @@ class Report:
         self.unevaluated += judgement.unevaluated
         self.configs[judgement.run] = judgement.config
         self.world_sizes[judgement.run] = judgement.world_size_stated
+        self.facts[judgement.run] = facts_of(judgement.values)
+        self.rules[judgement.run] = judgement.rules
         if judgement.values.get("run.dropped_events"):
             self.dropped[judgement.run] = judgement.values["run.dropped_events"]

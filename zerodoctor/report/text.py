@@ -9,6 +9,7 @@ from rich.console import Console
 from zerodoctor.report.coverage import not_judged_line, unrecognised
 from zerodoctor.report.fixview import fix_lines
 from zerodoctor.report.model import Report
+from zerodoctor.report.runfacts import run_line
 from zerodoctor.report.terminal import Row, escape, laid_out, wrap_width
 from zerodoctor.report.units import evidence_items
 from zerodoctor.rulebook.finding import Finding, Unevaluated
@@ -90,6 +91,12 @@ def render(report: Report, console: Console, *, explain: bool = False) -> None:
     for run, why in report.set_aside.items():
         console.print(f"[bold red]run {escape(run)} set aside[/]: not judged, its view failed ({escape(why)}); "
                       "please report it (ZERODOCTOR_DEBUG=1 shows the traceback)")
+    for run, rules in report.rules.items():
+        if run not in report.set_aside:
+            unjudged = sum(u.run == run for u in report.unevaluated)
+            fired = sum(f.run == run for f in report.findings)
+            console.print(laid_out([("", "  ", f"[dim]{escape(run_line(run, report.facts[run], rules, unjudged, fired))}[/]")],
+                                   width))
     if report.unevaluated:
         if explain:
             _explain(report.unevaluated, console, width)

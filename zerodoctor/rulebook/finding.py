@@ -72,6 +72,7 @@ class Judgement:
     config: dict[str, Any] = field(default_factory=dict)
     world_size_stated: int | None = None
     set_aside: str | None = None  # why the run was not judged (its view failed); its rows are stored all the same
+    rules: int = 0  # the rules it was judged by (those in ``unevaluated`` could not judge it)
 
     @property
     def in_progress(self) -> bool:

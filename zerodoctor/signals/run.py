@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from zerodoctor.events.dropped import dropped_by_rank
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import CONFIG, DEVICE, RUN_DUMP, STEPS
-from zerodoctor.signals.base import Signal, nested, shown_by
+from zerodoctor.signals.base import Signal, StepWindow, nested, shown_by
 from zerodoctor.messages.units import GB
 
 _device = shown_by(DEVICE)
@@ -27,6 +27,7 @@ SIGNALS = [
     _stepwise("run.steps", "steps", "optimizer steps recorded"),
     _stepwise("run.first_step", "step", "first optimizer step recorded"),
     _stepwise("run.last_step", "step", "last optimizer step recorded"),
+    _stepwise("run.step_s", "s", "step time (median of the last steps, each step's slowest rank)"),
     _device("run.device_memory_bytes", "bytes", "total memory of one accelerator"),
     _device("run.device_memory_gb", "GB", "total memory of one accelerator, 10^9 bytes"),
     _dumped("run.device_name", "name", "accelerator name"),
@@ -37,11 +38,15 @@ SIGNALS = [
 ]
 
 
+STEP_FIELDS = {"step_time_s": "max"}
+
+
 @dataclass
 class Fold(runview.Fold):
     steps: int = 0
     first_step: int | None = None
     last_step: int | None = None
+    recent: list[list[Any]] = field(default_factory=list)  # the last WINDOW steps: step, step time
 
     def add_steps(self, block: Steps, view: RunView) -> None:
         steps = block.columns["step"]
@@ -49,6 +54,7 @@ class Fold(runview.Fold):
         if self.first_step is None:
             self.first_step = steps[0]
         self.last_step = steps[-1]
+        StepWindow.extend(self.recent, StepWindow.tail(block, "step", "step_time_s"))
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
@@ -67,6 +73,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     dropped = dropped_by_rank(view.events.get("run_end", []))
     mem = start.get("device_memory_bytes")
     stated = view.world_size_stated
+    step_times = StepWindow.series(fold.recent, 1)
     return {
         "run.world_size": stated or (len(ranks) or None),
         "run.world_size_stated": stated,
@@ -77,6 +84,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "run.steps": fold.steps or None,
         "run.first_step": fold.first_step,
         "run.last_step": fold.last_step,
+        "run.step_s": step_times.summary if step_times else None,
         "run.device_memory_bytes": mem,
         "run.device_memory_gb": mem / GB if mem else None,
         "run.device_name": start.get("device_name"),

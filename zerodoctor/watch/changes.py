@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zerodoctor.report.runfacts import facts_of, shape
 from zerodoctor.report.units import evidence_items
 
 FACTOR = 2.0  # how far a number must move from what was said; a countdown is said again at each halving
@@ -57,10 +58,7 @@ def run_state(values: dict[str, Any]) -> str:
 
 def run_line(name: str, state: str, values: dict[str, Any]) -> str:
     """One line for a run seen or changed: its state, where it is, and what it is."""
-    shape = ", ".join(part for part in (
-        f"{values['run.world_size']} rank(s)" if values.get("run.world_size") else None,
-        f"ZeRO-{values['run.zero_stage']}" if values.get("run.zero_stage") is not None else None,
-        values.get("run.precision")) if part)
-    where = f" at step {values['run.last_step']:,}" if values.get("run.last_step") is not None else ""
+    facts = facts_of(values)
+    where = f" at step {facts['run.last_step']:,}" if "run.last_step" in facts else ""
     code = f" (exit code {values['run.exit_code']})" if state == "crashed" else ""
-    return f"run {name}: {state}{code}{where}" + (f" — {shape}" if shape else "")
+    return f"run {name}: {state}{code}{where}" + (f" — {shape(facts)}" if shape(facts) else "")
