@@ -220,6 +220,10 @@ class Trace(_Envelope):
     collectives: dict[str, TraceCollective] | None = Field(
         None, description="per collective op: count, time, exposed time, bytes")
     exposed_top: list[TraceExposed] | None = Field(None, description="the longest exposed collectives, longest first")
+    lanes: dict[str, list[float]] | None = Field(
+        None, description="what the report's timeline draws of the window: per row (compute, comm, copy on a device "
+                          "timeline, idle) flat [start, end, …] in seconds from t, near ranges merged")
+    lanes_merge_s: float | None = Field(None, description="the widest gap merged into a range of lanes")
 
 
 MODELS: tuple[type[_Envelope], ...] = (RunStart, Step, Comm, Heartbeat, Oom, ExceptionEvent, Log, RunEnd,

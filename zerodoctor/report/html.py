@@ -32,7 +32,7 @@ h3{font-size:15px;margin:0 0 4px}.verdict{font-size:16px;padding:8px 12px;border
 .finding{padding:8px 12px;margin:10px 0;border-radius:6px}.meta{color:#555;font-size:13px}
 pre.diff{background:#f7f7f7;padding:6px 10px;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12.5px;margin:4px 0 8px}
 .add{color:#1b5e20}.del{color:#b71c1c}.hunk{color:#6a1b9a}.plots{display:grid;grid-template-columns:1fr 1fr;gap:12px}
-.plot{min-width:0}.plot-note{color:#7a4b00;font-size:12px;margin:2px 8px}.note{color:#666;font-style:italic}table{border-collapse:collapse}
+.plot{min-width:0}.plot.wide{grid-column:1/-1}.plot-note{color:#7a4b00;font-size:12px;margin:2px 8px}.note{color:#666;font-style:italic}table{border-collapse:collapse}
 td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 @media (max-width:900px){.plots{grid-template-columns:1fr}}
 """
@@ -108,7 +108,8 @@ def _diff_line(line: str) -> str:
 def plots_html(run_id: str, specs: list[dict[str, Any]]) -> str:
     if not specs:
         return '<p class="note">nothing to plot: these inputs hold no per-step lines</p>'
-    return '<div class="plots">' + "".join(f'<div class="plot" id="{run_id}-{s["id"]}"></div>' for s in specs) + "</div>"
+    return '<div class="plots">' + "".join(f'<div class="plot{" wide" if s.get("timeline") else ""}" id="{run_id}-{s["id"]}">'
+                                           f'</div>' for s in specs) + "</div>"
 
 
 def unevaluated_html(unevaluated: list[Unevaluated]) -> str:

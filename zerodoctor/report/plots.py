@@ -3,13 +3,15 @@
 Each step plot has an x axis of step numbers (a bucket's middle step), one line per
 column, and for a downsampled run the bucket's min and max as a band, so a spike inside
 a bucket stays visible. Marks are drawn where they happened, never bucketed: overflows,
-non-finite steps, OOMs, the finding's steps, ``min_loss_scale``.
+non-finite steps, OOMs, the finding's steps, ``min_loss_scale``. A run with profiler traces gets their
+timeline too (``report/timeline.py``), with or without steps.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from zerodoctor.report.timeline import timeline_spec
 from zerodoctor.report.units import quantity
 from zerodoctor.rulebook.finding import Finding
 from zerodoctor.signals.base import nested
@@ -47,8 +49,9 @@ def _col(values: list) -> list:
 
 def plot_specs(series: RunSeries, findings: list[Finding], config: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The plots of one run, only those it has data for (an fp32 run has no loss-scale plot)."""
+    timeline = timeline_spec(series.lanes)
     if not series.lo and not series.ooms:
-        return []
+        return [timeline] if timeline else []
     x = [(lo + hi) / 2 if lo != hi else lo for lo, hi in zip(series.lo, series.hi)]
     banded = any(lo != hi for lo, hi in zip(series.lo, series.hi))
     spans = [{"from": f.steps[0], "to": f.steps[1], "label": f.rule} for f in findings if f.steps]
@@ -70,7 +73,7 @@ def plot_specs(series: RunSeries, findings: list[Finding], config: dict[str, Any
         out.append(spec)
     if ranks := _ranks(series):
         out.append(ranks)
-    return out
+    return out + ([timeline] if timeline else [])
 
 
 OUTLIER = 5.0  # a value this many times the 95th percentile (a warm-up step) is drawn at the top edge

@@ -9,7 +9,9 @@ keeps the min and max of every column (a spike inside a bucket still shows); the
 looks for (every overflow, every non-finite step) are kept unbucketed, the last ``MAX_MARKS`` of
 each. The merges across ranks are declared here like any module's (``STEP_FIELDS``), under names of
 the plots' own (``plot_loss``), so the store merges them with the signals' fields in one read, and a
-plugin may still merge a field its own way (the docs' worst loss across ranks).
+plugin may still merge a field its own way (the docs' worst loss across ranks). The profiled steps'
+``lanes`` (``trace`` events) are kept as they come, for the timeline: a trace carries at most
+``MAX_LANES`` ranges per row and rank, and so does the fold (a rank profiled again drops its oldest).
 
 This module names no signal: it only keeps what ``series`` turns into the report's ``RunSeries``.
 """
@@ -29,8 +31,10 @@ if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run wi
 POINTS = 800
 _PREFIX = "plot_"  # the fold's merged columns: plot_loss is loss as the plots merge it
 MAX_MARKS = 2000  # overflow / non-finite marks kept (the latest): a plot holds no more that can be told apart
+MAX_LANES = 2000  # timeline ranges kept per row and rank (sources/trace_lanes.py: what one trace carries)
 
 SIGNALS: list = []
+FOLD_EVENTS = ("trace",)  # their lanes: the timeline of the profiled window
 # (column, merge across the ranks of one step): what the plots draw
 _PLOTTED = {
     "loss": "mean", "grad_norm": "max", "loss_scale": "min", "lr": "max", "step_time_s": "max",
@@ -61,6 +65,7 @@ class RunSeries:
     ranks: list[dict[str, Any]] = field(default_factory=list)  # rank, steps, comm_s, step_time_s (sums)
     ooms: list[dict[str, Any]] = field(default_factory=list)  # rank, step, t and the allocator's numbers
     means: dict[str, float | None] = field(default_factory=dict)  # each column's mean over the run's steps
+    lanes: list[dict[str, Any]] = field(default_factory=list)  # per profiled step of a rank: rank, t, step, timeline, rows
 
     def has(self, column: str) -> bool:
         return any(v is not None for v in self.buckets.get(column + "_max", ()))
@@ -86,6 +91,20 @@ class Fold(runview.Fold):
     totals: dict[str, list[float]] = field(default_factory=dict)  # column → [sum, count]
     overflows: list[list[Any]] = field(default_factory=list)  # [step, loss scale]
     nonfinite: list[int] = field(default_factory=list)
+    lanes: list[dict[str, Any]] = field(default_factory=list)  # rank, t, step, timeline, rows: as RunSeries.lanes
+
+    def event(self, event: dict[str, Any]) -> None:
+        """A profiled step's lanes; a rank past ``MAX_LANES`` ranges in a row loses its oldest steps'."""
+        if not event.get("lanes"):
+            return
+        self.lanes.append({"rank": event["rank"], "t": event["t"], "step": event.get("step"),
+                           "timeline": event.get("timeline"), "rows": event["lanes"]})
+        while True:
+            mine = [kept for kept in self.lanes if kept["rank"] == event["rank"]]
+            most = max(sum(len(kept["rows"].get(row, ())) for kept in mine) for row in event["lanes"]) // 2
+            if len(mine) < 2 or most <= MAX_LANES:
+                return
+            self.lanes.remove(min(mine, key=lambda kept: kept["t"]))
 
     def add_steps(self, block: Steps, view: RunView) -> None:
         import numpy as np
@@ -194,4 +213,5 @@ def series(view: RunView | None) -> RunSeries:
                   "step_time_s": t.get("plot_step_time_s")} for rank, t in sorted(view.per_rank.items())]
     out.ooms = [{"rank": e["rank"], "step": e.get("step"), "t": e["t"], **{k: e.get(k) for k in _OOM_FIELDS}}
                 for e in view.events.get("oom", [])]
+    out.lanes = sorted(fold.lanes, key=lambda kept: (kept["rank"], kept["t"]))
     return out

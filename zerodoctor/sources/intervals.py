@@ -73,3 +73,29 @@ def measure(sets: Mapping[str, Ranges], lo: float, hi: float,
         i = np.searchsorted(s, mids, side="right") - 1
         covers[name] = (i >= 0) & (e[np.maximum(i, 0)] > mids) if len(s) else np.zeros(len(mids), dtype=bool)
     return float(np.sum(widths[where(covers)]))
+
+
+def complement(ranges: Ranges, lo: float, hi: float) -> Ranges:
+    """The parts of ``[lo, hi)`` the disjoint ``ranges`` leave uncovered."""
+    s, e = clip(ranges, lo, hi)
+    starts, ends = np.concatenate(([lo], e)), np.concatenate((s, [hi]))
+    keep = ends > starts
+    return starts[keep], ends[keep]
+
+
+def thin(ranges: Ranges, limit: int, tolerance: float) -> tuple[Ranges, float]:
+    """At most ``limit`` ranges covering the disjoint ``ranges``: every gap up to ``tolerance`` is bridged,
+    then wider ones, narrowest first, until ``limit`` are left.
+
+    Returns the ranges and the tolerance used (the widest gap that may have been bridged): what a
+    drawing of them overstates, at most, at each bridged gap.
+    """
+    s, e = ranges
+    if len(s) < 2:
+        return ranges, tolerance
+    gaps = s[1:] - e[:-1]
+    excess = len(s) - max(limit, 1)
+    if excess > 0:
+        tolerance = max(tolerance, float(np.partition(gaps, excess - 1)[excess - 1]))
+    keep = gaps > tolerance
+    return (np.concatenate(([s[0]], s[1:][keep])), np.concatenate((e[:-1][keep], [e[-1]]))), tolerance

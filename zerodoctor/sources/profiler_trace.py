@@ -18,9 +18,10 @@ What each step did with its time, on the timeline that shows the work:
 Figures per step: ``compute_s``, ``comm_s``, ``exposed_comm_s`` (communication while no compute runs
 on any stream or thread), ``copy_s``, ``idle_s`` (nothing runs) and what the host was doing then
 (``idle_dataloader_s``: inside the DataLoader's ``enumerate(DataLoader)`` range; ``idle_optimizer_s``:
-inside ``Optimizer.step``), per collective op its count, time, exposed time and bytes, and the longest
-exposed collectives. Host side, on the step's CPU range: ``dataloader_s``, ``optimizer_s`` and
-``host_gap_s``, the time no operator runs on any thread (Python, the loader's own code, waits).
+inside ``Optimizer.step``), per collective op its count, time, exposed time and bytes, the longest
+exposed collectives, and the step's ``lanes`` for the report's timeline (``sources/trace_lanes.py``).
+Host side, on the step's CPU range: ``dataloader_s``, ``optimizer_s`` and ``host_gap_s``, the time no
+operator runs on any thread (Python, the loader's own code, waits).
 
 Only complete events (``"ph": "X"``, what torch.profiler writes) are read: ``B``/``E`` pairs, which
 other tools write, are not paired up here.
@@ -147,18 +148,18 @@ class Timeline:
 
     def steps(self) -> list[dict[str, Any]]:
         """Figures per profiled step (one for the whole trace when it marks no step), in step order."""
-        from zerodoctor.sources import intervals
+        from zerodoctor.sources import intervals, trace_lanes
         sets, comms = self._device_sets() if self.on_device else self._host_sets()
         host_busy = intervals.union(*self._host_ranges())
         for name, ranges in (("dataloader", self.dataloader), ("optimizer", self.optimizer)):
             sets[name] = intervals.union(*_arrays(ranges))
         cpu = _by_step(self.cpu_steps)
-        windows = self._windows(cpu)
+        windows = {number: (lo, hi) for number, (lo, hi) in self._windows(cpu).items() if hi > lo}
         out = []
         for number, (lo, hi) in sorted(windows.items(), key=lambda item: (item[0] is None, item[0] or 0)):
-            if hi <= lo:
-                continue
             figures = _figures(sets, comms, lo, hi)
+            figures["lanes"], figures["lanes_merge_s"] = trace_lanes.lanes(sets, lo, hi, device=self.on_device,
+                                                                            steps=len(windows))
             clo, chi = cpu.get(number, (lo, hi))
             figures.update(
                 step=number, start_us=lo,

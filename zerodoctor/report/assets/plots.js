@@ -137,12 +137,63 @@
     return new uPlot(opts, data, el);
   }
 
+  // The profiled window: one row per rank and kind of work, each range a bar where it ran. The rows are
+  // y values (the top row highest), drawn in the draw hook, so uPlot's axes, zoom and resize apply.
+  function drawLanes(spec) {
+    return function (u) {
+      const ctx = u.ctx, b = u.bbox, n = spec.rows.length, X = (v) => u.valToPos(v, "x", true);
+      const Y = (i) => u.valToPos(n - 1 - i, "y", true), h = Math.abs(u.valToPos(0, "y", true) - u.valToPos(1, "y", true)) * 0.7;
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(b.left, b.top, b.width, b.height);
+      ctx.clip();
+      spec.rows.forEach((row, i) => {
+        ctx.fillStyle = row.color;
+        const r = row.ranges, y = Y(i) - h / 2;
+        for (let k = 0; k < r.length; k += 2) {
+          const x0 = X(r[k]), x1 = X(r[k + 1]);
+          if (x1 >= b.left && x0 <= b.left + b.width) ctx.fillRect(x0, y, Math.max(x1 - x0, devicePixelRatio), h);
+        }
+      });
+      ctx.font = (11 * devicePixelRatio) + "px sans-serif";
+      ctx.strokeStyle = "#333";
+      ctx.fillStyle = "#333";
+      ctx.lineWidth = devicePixelRatio;
+      ctx.setLineDash([3, 3]);
+      for (const m of spec.steps) {  // a step's start, across its rank's rows; named above the top rank
+        const top = Y(m.row) - h * 0.7, bottom = Y(m.row + m.rows - 1) + h * 0.7;
+        ctx.beginPath(); ctx.moveTo(X(m.x), top); ctx.lineTo(X(m.x), bottom); ctx.stroke();
+        if (m.row === 0 && m.label) ctx.fillText(m.label, X(m.x) + 3, b.top + 10 * devicePixelRatio);
+      }
+      ctx.restore();
+    };
+  }
+
+  function buildTimeline(spec, el) {
+    const n = spec.rows.length, height = 100 + 20 * n;
+    const opts = {
+      title: spec.title, width: Math.max(el.clientWidth, 320), height,
+      series: [{ label: "time" }, { label: "lanes", paths: () => null, points: { show: false } }],
+      scales: { x: { time: false, range: (u, a, b) => [Math.max(a, 0), Math.min(b, spec.xmax)] },
+                y: { range: [-0.5, n + 0.4] } },  // a band above the rows for the steps' names
+      axes: [{ label: spec.xlabel, values: (u, vals) => vals.map((v) => fmt("s", v)) },
+             { size: 190, gap: 4, splits: () => spec.rows.map((r, i) => n - 1 - i), grid: { show: false },
+               values: (u, vals) => vals.map((v) => (spec.rows[n - 1 - v] || {}).label || "") }],
+      cursor: { y: false, drag: { x: true, y: false } },
+      legend: { show: false },
+      hooks: { draw: [drawLanes(spec)] },
+    };
+    el.setAttribute("role", "img");  // a canvas says nothing to a screen reader: the rows are named here
+    el.setAttribute("aria-label", spec.title + ". Rows: " + spec.rows.map((r) => r.label).join("; "));
+    return [new uPlot(opts, [[0, spec.xmax], [null, null]], el), height];
+  }
+
   const payload = JSON.parse(document.getElementById("zd-data").textContent);
   const plots = [];
   for (const run of payload.runs) {
     for (const spec of run.plots) {
       const el = document.getElementById(run.id + "-" + spec.id);
-      plots.push([build(spec, el), el]);
+      plots.push([...(spec.timeline ? buildTimeline(spec, el) : [build(spec, el), 260]), el]);
       if (spec.note) {  // outliers left above the top edge: said under the plot (it wraps), never cut silently
         const note = document.createElement("p");
         note.className = "plot-note";
@@ -151,7 +202,7 @@
       }
     }
   }
-  window.addEventListener("resize", () => { for (const [u, el] of plots) u.setSize({ width: el.clientWidth, height: 260 }); });
+  window.addEventListener("resize", () => { for (const [u, height, el] of plots) u.setSize({ width: el.clientWidth, height }); });
   document.body.dataset.plots = plots.length;
   document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);
 })();
