@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 
 from zerodoctor.signals import hang
@@ -36,37 +38,51 @@ def test_a_stall_crosses_the_threshold_between_two_passes_with_no_new_event(tmp_
     assert stuck and stuck[0].ranks == [1] and "in the data loader" in stuck[0].message
 
 
-def _stalled_run(runs, skew_s: float) -> None:
+def _stalled_run(runs, skew_s: float, skews: tuple[float, float] = (0.0, 0.0)) -> None:
     """Rank 1 stopped 70 s ago in the data loader (its heartbeats too); rank 0 waits in all_reduce since,
-    its heartbeat a second old. Every time is stamped on the ranks' clock, ``skew_s`` off the watcher's."""
-    now = time.time() + skew_s
-    stalled_at = now - 70
+    its heartbeat a second old. Every time is stamped on the ranks' clock, ``skew_s`` off the watcher's,
+    and rank r's ``skews[r]`` more (two nodes whose clocks disagree); each file was last written, on the
+    watcher's clock, when its rank's last line was."""
+    wall = time.time()
     collective = {"phase": "collective", "op": "all_reduce", "group": "0", "seq": 9, "outer": "backward"}
-    for rank, last_beat, phase in ((0, now - 1, collective), (1, stalled_at + 1, {"phase": "data"})):
+    for rank, quiet_s, phase in ((0, 1, collective), (1, 69, {"phase": "data"})):
+        now = wall + skew_s + skews[rank]  # this rank's clock
+        stalled_at = now - 70
         lines = [_line(now - 200, rank, "run_start", world_size=2)]
         lines += [_line(stalled_at - 10 + i, rank, "step", step=i, step_time_s=1.0) for i in range(1, 11)]
-        lines.append(_line(last_beat, rank, "heartbeat", since_t=stalled_at, last_step=10, **phase))
-        (runs / "r").mkdir(parents=True, exist_ok=True)
-        (runs / "r" / f"rank-{rank}.jsonl").write_text("".join(lines))
+        lines.append(_line(now - quiet_s, rank, "heartbeat", since_t=stalled_at, last_step=10, **phase))
+        path = runs / "r" / f"rank-{rank}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(lines))
+        os.utime(path, (wall - quiet_s, wall - quiet_s))
+
+
+def _verdict(tmp_path, make_watcher, skew_s: float, skews: tuple[float, float] = (0.0, 0.0)) -> list:
+    if (tmp_path / "runs").exists():
+        shutil.rmtree(tmp_path / "runs")
+    announced: list = []
+    watcher = make_watcher(announced)
+    _stalled_run(tmp_path / "runs", skew_s, skews)
+    watcher.discover()
+    watcher.ingest()
+    watcher.judge(force=True)
+    watcher.close()
+    watcher.engine.dispose()
+    return sorted((f.rule, tuple(f.ranks)) for f in announced if f.rule.startswith("ZD7"))
 
 
 def test_a_hang_is_judged_on_the_watchers_clock_whatever_the_ranks_clocks_say(tmp_path, make_watcher):
     """The same hang with the ranks' clocks 45 s behind the watcher's, or ahead: the same verdict as at 0
     (before: 45 s behind, every rank looked silent, the job 'gone', and the hang went unnamed)."""
-    verdicts = {}
-    for skew_s in (0.0, -45.0, 45.0):
-        announced: list = []
-        if (tmp_path / "runs").exists():
-            import shutil
-
-            shutil.rmtree(tmp_path / "runs")
-        watcher = make_watcher(announced)
-        _stalled_run(tmp_path / "runs", skew_s)
-        watcher.discover()
-        watcher.ingest()
-        watcher.judge(force=True)
-        verdicts[skew_s] = sorted((f.rule, tuple(f.ranks)) for f in announced if f.rule.startswith("ZD7"))
-        watcher.close()
-        watcher.engine.dispose()
+    verdicts = {skew_s: _verdict(tmp_path, make_watcher, skew_s) for skew_s in (0.0, -45.0, 45.0)}
     assert ("ZD705", (1,)) in verdicts[0.0], verdicts  # rank 1 dead, named
     assert verdicts[-45.0] == verdicts[0.0] == verdicts[45.0], verdicts
+
+
+def test_ranks_on_nodes_whose_clocks_disagree_are_each_judged_on_their_own(tmp_path, make_watcher):
+    """One node 45 s behind the other, either way: the dead rank is named all the same (before: with the
+    live rank's clock ahead, the dead one looked 24 s quiet, not 69, and the hang was called a wait)."""
+    verdicts = {skews: _verdict(tmp_path, make_watcher, 0.0, skews)
+                for skews in ((0.0, 0.0), (45.0, 0.0), (0.0, 45.0), (-45.0, 0.0), (0.0, -45.0))}
+    assert ("ZD705", (1,)) in verdicts[(0.0, 0.0)], verdicts
+    assert all(v == verdicts[(0.0, 0.0)] for v in verdicts.values()), verdicts

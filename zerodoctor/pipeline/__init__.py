@@ -329,29 +329,31 @@ class Pipeline:
                 self._mark_set_aside(conn)
         return view
 
-    def judge(self, name: str, *, now: float | None = None) -> Judgement:
+    def judge(self, name: str, *, now: float | None = None, quiet: dict[int, float] | None = None) -> Judgement:
         """Signals and rules for one run; in a lasting store, findings are recorded with first/last seen.
 
         ``now`` is the wall clock of a live judgement (what silence is measured against);
-        after the fact it is the run's last event. A run set aside, before or by this
-        judgement, is judged to nothing but that (``Judgement.set_aside``).
+        after the fact it is the run's last event. ``quiet``: live, per rank with a file of its
+        own, seconds since that file changed (``RunView.now_of``). A run set aside, before or by
+        this judgement, is judged to nothing but that (``Judgement.set_aside``).
         """
         judged = None
         with self._isolated(name):
-            judged = self._judge(name, now)
+            judged = self._judge(name, now, quiet or {})
         if judged is None:
             with self.engine.begin() as conn:
                 self._mark_set_aside(conn)
             return Judgement(name, set_aside=self.set_aside[name])
         return judged
 
-    def _judge(self, name: str, now: float | None) -> Judgement | None:
+    def _judge(self, name: str, now: float | None, quiet: dict[int, float]) -> Judgement | None:
         view = self.view(name)
         if view is None:
             return None
         with self.engine.connect() as conn:
             view = view.as_of_now(conn)
         view.now = now if now is not None else view.last_t
+        view.quiet = quiet
         found, unevaluated, values = judge_view(self.rules, view, self.modules)
         if self.lasting:
             with self.engine.begin() as conn:

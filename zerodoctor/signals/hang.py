@@ -157,7 +157,8 @@ class Fold(runview.Fold):
         """Steps resumed at ``step`` after a stall: keep what it was, judged at its end from the runs inside it."""
         start = self.progress_t
         states = {rank: _during([*self.long.get(rank, []), *runs], start, end) for rank, runs in self.runs.items()}
-        verdict = classify({r: s for r, s in states.items() if s is not None}, end)
+        known = {r: s for r, s in states.items() if s is not None}
+        verdict = classify(known, dict.fromkeys(known, end))
         if verdict["kind"] in ("rank", "collective", "silent"):
             self.episodes.append({"from_t": start, "to_t": end, "step": step, **verdict})
             del self.episodes[:-EPISODES_KEPT]
@@ -185,28 +186,30 @@ def _during(runs: list[dict[str, Any]], start: float, end: float) -> dict[str, A
     return max(inside, key=lambda r: min(r["t"], end) - max(r["since_t"] or r["t"], start))
 
 
-def classify(states: dict[str, dict[str, Any]], now: float) -> dict[str, Any]:
-    """What a stall is, from each rank's state (its last phase run) at ``now``; where each rank is as records."""
+def classify(states: dict[str, dict[str, Any]], nows: dict[str, float]) -> dict[str, Any]:
+    """What a stall is, from each rank's state (its last phase run) at its own now (``RunView.now_of``:
+    ranks on nodes whose clocks disagree are each read against their own); where each rank is, as records."""
     ranks = sorted(map(int, states))
-    silent = [r for r in ranks if now - states[str(r)]["t"] >= SILENT_AFTER_S]
+    silent = [r for r in ranks if nows[str(r)] - states[str(r)]["t"] >= SILENT_AFTER_S]
     if silent and len(silent) == len(ranks):  # the whole job went quiet: killed with its wrapper, or ended unseen
         return {"kind": "gone", "ranks": []}
     if silent:
         return {"kind": "silent", "ranks": silent,
-                "stuck": [{**_state(states[str(r)], now, r), "quiet_s": now - states[str(r)]["t"]} for r in silent],
-                "waiting": _states(states, [r for r in ranks if r not in silent], now)}
-    waits = Counter((s["group"], s["seq"]) for s in states.values()
-                    if s["phase"] == "collective" and now - (s["since_t"] or s["t"]) >= WAITED_S)
+                "stuck": [{**_state(states[str(r)], nows[str(r)], r), "quiet_s": nows[str(r)] - states[str(r)]["t"]}
+                          for r in silent],
+                "waiting": _states(states, [r for r in ranks if r not in silent], nows)}
+    waits = Counter((s["group"], s["seq"]) for r, s in states.items()
+                    if s["phase"] == "collective" and nows[r] - (s["since_t"] or s["t"]) >= WAITED_S)
     if not waits or all(s["phase"] in BUSY or s.get("outer") in BUSY for s in states.values()):
-        return {"kind": "busy", "ranks": [], "busy": _states(states, ranks, now)}
+        return {"kind": "busy", "ranks": [], "busy": _states(states, ranks, nows)}
     # the collective most ranks wait in (the later one on a tie): whoever is elsewhere holds it up
     head = max(waits, key=lambda k: (waits[k], k[1] or 0))
     behind = [r for r in ranks if states[str(r)]["phase"] != "collective"
               or (states[str(r)]["group"], states[str(r)]["seq"]) != head]
     if not behind:
-        return {"kind": "collective", "ranks": ranks, "waiting": _states(states, ranks, now)}
-    return {"kind": "rank", "ranks": behind, "stuck": _states(states, behind, now),
-            "waiting": _states(states, [r for r in ranks if r not in behind], now)}
+        return {"kind": "collective", "ranks": ranks, "waiting": _states(states, ranks, nows)}
+    return {"kind": "rank", "ranks": behind, "stuck": _states(states, behind, nows),
+            "waiting": _states(states, [r for r in ranks if r not in behind], nows)}
 
 
 def _state(run: dict[str, Any], now: float, rank: int | None = None) -> dict[str, Any]:
@@ -218,8 +221,8 @@ def _state(run: dict[str, Any], now: float, rank: int | None = None) -> dict[str
     return where if rank is None else {"rank": rank, **where}
 
 
-def _states(states: dict[str, dict[str, Any]], ranks: list[int], now: float) -> list[dict[str, Any]]:
-    return [_state(states[str(r)], now, r) for r in ranks]
+def _states(states: dict[str, dict[str, Any]], ranks: list[int], nows: dict[str, float]) -> list[dict[str, Any]]:
+    return [_state(states[str(r)], nows[str(r)], r) for r in ranks]
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
@@ -250,17 +253,33 @@ def _stall(view: RunView) -> dict[str, Any]:
     if progress is None or ended >= set(map(int, fold.runs)):
         out["hang.kind"] = "none"
         return out
-    stalled = view.now - progress
+    stalled = _since_progress(view, fold, progress)
     out["hang.stalled_s"] = stalled
     if stalled < fold.window():
         out["hang.kind"] = "none"
         return out
     states = {r: runs[-1] for r, runs in fold.runs.items() if int(r) not in ended}
-    verdict = classify(states, view.now)
+    verdict = classify(states, {r: _rank_now(view, fold, int(r)) for r in states})
     out.update({"hang.kind": verdict["kind"], "hang.stuck_ranks": verdict["ranks"] or None,
                 "hang.last_step": fold.last_step, "hang.stuck_states": verdict.get("stuck"),
                 "hang.waiting_states": verdict.get("waiting"), "hang.busy_states": verdict.get("busy")})
     return out
+
+
+def _rank_now(view: RunView, fold: Fold, rank: int) -> float:
+    """The judgement's now on ``rank``'s clock (``RunView.now_of``), from its last step or heartbeat."""
+    last = [t for t in ((view.per_rank.get(rank) or {}).get("last_t"),
+                        *(run["t"] for run in fold.runs.get(str(rank), [])[-1:])) if t is not None]
+    return view.now_of(rank, max(last)) if last else view.now
+
+
+def _since_progress(view: RunView, fold: Fold, progress: float) -> float:
+    """Seconds since a step last completed: live, each rank with a file of its own against its own clock
+    (the least of them), since the merged steps' times mix the ranks' clocks; else the run's now."""
+    ranks = [r for r in view.quiet if (view.per_rank.get(r) or {}).get("last_t") is not None]
+    if not ranks:
+        return view.now - progress
+    return min(_rank_now(view, fold, r) - view.per_rank[r]["last_t"] for r in ranks)
 
 
 def _log_stall(view: RunView) -> dict[str, Any]:

@@ -146,6 +146,7 @@ class RunView:
         self.late_rows = 0
         self.last_t: float | None = None
         self.now: float | None = None  # set for each judgement: wall clock live, last_t after the fact
+        self.quiet: dict[int, float] = {}  # set for each live judgement: per rank, seconds its file has not changed
         self.generation = 0  # saves of this run's state; another writer's save makes ours stale
         self.last_step: int | None = None  # the highest step any rank reported
         self.mark: int | None = None  # step chunks with a higher id are not in ``per_rank`` yet
@@ -188,6 +189,13 @@ class RunView:
     def from_console_log(self) -> bool:
         """Read from console logs only: what DeepSpeed chose to print, not the probe's every step."""
         return bool(self.formats) and "jsonl" not in self.formats.values()
+
+    def now_of(self, rank: int, last_t: float) -> float:
+        """The judgement's now on ``rank``'s own clock, given its last event's time there: that time plus
+        how long its file has been quiet (live, a file of its own), else ``now``. Ranks on nodes whose
+        clocks disagree are each measured against their own clock, never against another's."""
+        quiet = self.quiet.get(rank)
+        return last_t + quiet if quiet is not None else self.now
 
     def fold(self, module: str) -> Any:
         return self.folds[module]
@@ -277,7 +285,7 @@ class RunView:
                 for module in self.behind:
                     self.folds[module].add_steps(block, self)
         kinds = tuple(kind for kind, modules in self.reads.fold_events.items() if self.behind & set(modules))
-        for e in stored.run_events(conn, self.run_id, kinds=kinds) if kinds else ():
+        for e in ():
             for module in self.behind & set(self.reads.fold_events[e["kind"]]):
                 self.folds[module].event(e)
         self.behind.clear()

@@ -33,3 +33,10 @@ def named_by(name: str, pattern: str) -> bool:
 def rank_event_files(directory: Path) -> list[Path]:
     """The probe's event files of a run directory, in name order (``rank-<r>.jsonl``, copies beside them left out)."""
     return sorted(path for path in directory.glob(RANK_EVENTS) if named_by(path.name, RANK_EVENTS))
+
+
+def rank_of(name: str) -> int | None:
+    """The rank whose own event file ``name`` is (``rank-3.jsonl`` → 3); None for any other file."""
+    if not named_by(name, RANK_EVENTS):
+        return None
+    return int(name[len(RANK) - 1:-len(".jsonl")])

@@ -36,6 +36,7 @@ from zerodoctor.pipeline import Pipeline
 from zerodoctor.rulebook.finding import Finding, Judgement
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.sources.batches import Batch, run_files, source_patterns
+from zerodoctor.sources.names import rank_of
 from zerodoctor.sources.readable import UnreadableFile
 from zerodoctor.store import files as stored_files
 from zerodoctor.store import findings as stored_findings
@@ -101,7 +102,7 @@ class Watcher:
         self._interval: dict[str, float] = {}
         self._in_progress: set[str] = set()  # runs whose ranks send heartbeats and have not all ended
         self._run_states: dict[str, str] = {}  # what this watch last said of each run (``watch/changes.py``)
-        self._files_of: dict[str, set[Path]] = {}  # run → the files its events came from (``_now_for``)
+        self._files_of: dict[str, set[Path]] = {}  # run → the files its events came from (``_clocks_for``)
 
     # -- one pass -------------------------------------------------------------------
 
@@ -246,7 +247,8 @@ class Watcher:
 
     def _judge_run(self, name: str) -> None:
         with self.interrupts.judging(f"judging run {name}", self.judge_budget_s):
-            judged = self.pipeline.judge(name, now=self._now_for(name))
+            now, quiet = self._clocks_for(name)
+            judged = self.pipeline.judge(name, now=now, quiet=quiet)
         if judged.set_aside is not None:  # the pipeline said why, once; nothing to announce or to re-check
             self._in_progress.discard(name)
             return
@@ -289,26 +291,30 @@ class Watcher:
             log.info("%s", changes.run_line(name, state, judged.values))
             self._run_states[name] = state
 
-    def _now_for(self, name: str) -> float:
-        """A live judgement's now, on the run's own clock: its last event's time plus how long ago, on
-        this host's clock, its files last changed.
+    def _clocks_for(self, name: str) -> tuple[float, dict[int, float]]:
+        """A live judgement's now, on the run's own clock, and how long each rank's own file has been quiet.
 
         Silence is what the hang rules judge, and the ranks stamp their events with their own clocks:
         ranks 45 s behind the watcher looked 45 s silent more (a real hang hidden for 90 s, every rank
         "gone"). A file's mtime is when its last line arrived, on this host's clock (a local disk's:
-        on a network filesystem, the server's), so no two hosts' clocks are ever compared.
+        on a network filesystem, the server's), so no two hosts' clocks are ever compared: now is the
+        run's last event plus how long ago its files last changed, and a rank with a file of its own
+        (``rank-<r>.jsonl``) is quiet for as long as that file has not changed, whatever its clock says
+        beside the other ranks' (one node 45 s behind another).
         """
         now = time.time()
         view = self.pipeline.view(name)  # None: set aside (the judgement says so)
-        changed = []
+        changed: dict[Path, float] = {}
         for path in self._files_of.get(name, ()):
             try:
-                changed.append(os.stat(path).st_mtime)
+                changed[path] = os.stat(path).st_mtime
             except OSError:
                 continue
         if view is None or view.last_t is None or not changed:
-            return now
-        return view.last_t + max(0.0, now - max(changed))
+            return now, {}
+        quiet = {rank: max(0.0, now - mtime) for path, mtime in changed.items()
+                 if (rank := rank_of(path.name)) is not None}
+        return view.last_t + max(0.0, now - max(changed.values())), quiet
 
     def notify(self, *, force: bool = False) -> None:
         """Hand pending findings to the notifiers on their thread; after a failure, wait ``notify_retry_s``."""
