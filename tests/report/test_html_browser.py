@@ -103,3 +103,37 @@ def test_new_plot_elements_are_drawn(browser: Browser, tmp_path: Path) -> None:
     assert memory["hlines"][0]["label"] == "usable device memory 6.00 GiB"
     assert memory["gap"] == {"upper": "reserved", "lower": "allocated", "label": "reserved but unallocated"}
     assert "--" not in got["legend"]
+
+
+# the timeline's canvas: pixels of each row's own colour (its bars), its rows as the element names them
+TIMELINE_PROBE = """(() => {
+  const el = document.querySelector('.plot[id$="-timeline"]');
+  if (!el) return null;
+  const c = el.querySelector('.uplot canvas'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  const colours = {compute: [31, 119, 180], communication: [214, 39, 40], idle: [158, 158, 158]}, count = {};
+  for (const k in colours) count[k] = 0;
+  for (let i = 0; i < d.length; i += 4)
+    for (const k in colours) if (d[i] === colours[k][0] && d[i + 1] === colours[k][1] && d[i + 2] === colours[k][2]) count[k]++;
+  return JSON.stringify({label: el.getAttribute('aria-label'), wide: el.classList.contains('wide'),
+                         width: c.width, count});
+})()"""
+
+
+def test_a_profiled_run_draws_its_timeline_one_row_per_rank_and_kind(browser: Browser, tmp_path: Path) -> None:
+    """A real 2-rank gloo ZeRO-3 run on CPU under ``zerodoctor run --profile 5-7`` (the ZD302 fixture): its page
+    draws the profiled window, one row per rank and kind of work measured on a CPU-only trace's host threads
+    (no memcpy row: such a trace has no copies), each row's bars on the canvas."""
+    page = tmp_path / "profiled.html"
+    proc = run_cli("diagnose", str(ROOT / "tests/fixtures/rules/ZD302/fires.run"), "--format", "html", "-o", str(page),
+                   "--fail-on", "never")
+    assert proc.returncode == 0, proc.stderr
+    ARTIFACTS.mkdir(exist_ok=True)
+    rendered = browser.render(page, TIMELINE_PROBE, ARTIFACTS / "report-timeline-zd302.png")
+    assert rendered.errors == [] and rendered.requests == [page.absolute().as_uri()]
+    got = json.loads(rendered.value)
+    title, rows = got["label"].split(". Rows: ")
+    assert title.startswith("Profiled window per rank, host threads (a CPU-only trace)")
+    assert rows.split("; ") == [f"rank {r} · {k}" for r in (0, 1) for k in ("compute", "communication", "idle")]
+    assert got["wide"] and got["width"] > 1000  # the page's whole width, not half a grid cell
+    assert all(n > 500 for n in got["count"].values()), got["count"]  # each kind's bars are on the canvas
+    print(f"page {page.stat().st_size} bytes; timeline pixels {got['count']}")

@@ -121,3 +121,24 @@ def test_a_restarted_watch_draws_what_it_drew_before(tmp_path, rows) -> None:
     assert again.view("r").behind == {"zerodoctor.signals.plots"}
     assert again.series("r") == before and before.steps == STEPS
     engine.dispose()
+
+
+def test_a_restarted_watch_draws_the_same_timeline(tmp_path) -> None:
+    """The timeline's lanes come from ``trace`` events, folded by the unsaved plots fold: after a load the
+    fold takes them again from the store (before: steps only, and the timeline of a restarted watch was
+    gone), once, not twice. A real 2-rank gloo ZeRO-3 run's traces (the ZD302 fixture)."""
+    from tests.conftest import ROOT
+    from zerodoctor.pipeline import Pipeline, rules_from
+    from zerodoctor.store.db import open_engine
+
+    run = ROOT / "tests" / "fixtures" / "rules" / "ZD302" / "fires.run"
+    engine = open_engine(tmp_path / "store.db")
+    first = Pipeline(engine, rules_from())
+    first.ingest([(run / f"rank-{r}.pt.trace.json.gz", "chrome-trace") for r in (0, 1)], jobs=1)
+    before = first.series("fires.run")
+    assert [(kept["rank"], kept["step"]) for kept in before.lanes] == [(r, s) for r in (0, 1) for s in (5, 6, 7)]
+    again = Pipeline(engine, rules_from())
+    assert again.view("fires.run").behind == {"zerodoctor.signals.plots"}
+    assert again.series("fires.run").lanes == before.lanes
+    assert again.series("fires.run").lanes == before.lanes  # asked again: not folded twice
+    engine.dispose()

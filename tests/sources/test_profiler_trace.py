@@ -4,6 +4,7 @@ the reader's streaming: pieces of any size, gzip, a cut-short file, a broken one
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 from pathlib import Path
@@ -229,3 +230,31 @@ def test_diagnose_reads_a_folder_of_traces_alone() -> None:
     out = diagnose_json(ROOT / "tests" / "fixtures" / "rules" / "ZD802" / "fires.traces")
     assert [i["format"] for i in out["inputs"]] == ["chrome-trace", "chrome-trace"]
     assert sum(i["events"] for i in out["inputs"]) == 4 and not any(i["quarantined"] for i in out["inputs"])
+
+
+def test_lanes_keep_each_row_of_a_rank_under_2000_ranges_bridging_the_narrowest_gaps_first(tmp_path: Path) -> None:
+    """3 steps of 3,000 kernels apart by 16-60 µs (wider than 1/4000 of the window): each step keeps its share
+    of 2,000 ranges per row, every kernel inside a drawn range, and no gap wider than ``lanes_merge_s`` bridged."""
+    events, kernels, t = [], [], 0.0
+    for number in (1, 2, 3):
+        start = t
+        for i in range(3000):
+            kernels.append((t, t + 10))
+            events.append(_x("kernel", "gemm", t, 10, tid=7, pid=0))
+            t += 10 + 16 + (i * 37 % 45)
+        events.append(_x("user_annotation", f"ProfilerStep#{number}", start, t - start))
+    steps, _ = _read(_write(tmp_path / "many.json", events))
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    drawn = []
+    for step in steps:
+        lo = step["lanes_from_s"]  # exact: this trace has no base time, so every step's t is the file's mtime
+        compute = step["lanes"]["compute"]
+        assert 600 < len(compute) // 2 <= 2000 // 3 and len(step["lanes"]["idle"]) // 2 <= 2000 // 3
+        assert step["lanes_merge_s"] > 16 * US
+        gaps = [b - a for a, b in zip(compute[1:-1:2], compute[2::2])]
+        assert min(gaps) > step["lanes_merge_s"] - 1e-7  # only gaps up to the tolerance were bridged
+        drawn += [(lo + a, lo + b) for a, b in zip(compute[0::2], compute[1::2])]
+    starts = [a for a, _ in drawn]
+    for s, e in kernels:  # every kernel is inside a drawn range
+        a, b = drawn[bisect.bisect_right(starts, s * US + 1e-7) - 1]
+        assert a - 1e-7 <= s * US and e * US <= b + 1e-7

@@ -224,6 +224,8 @@ class Trace(_Envelope):
         None, description="what the report's timeline draws of the window: per row (compute, comm, copy on a device "
                           "timeline, idle) flat [start, end, …] in seconds from t, near ranges merged")
     lanes_merge_s: float | None = Field(None, description="the widest gap merged into a range of lanes")
+    lanes_from_s: float | None = Field(
+        None, description="where the step's window starts, in seconds after the trace's first profiled window starts")
 
 
 MODELS: tuple[type[_Envelope], ...] = (RunStart, Step, Comm, Heartbeat, Oom, ExceptionEvent, Log, RunEnd,

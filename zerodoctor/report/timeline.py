@@ -1,9 +1,10 @@
 """Report: the profiled steps' lanes of a run (``RunSeries.lanes``) → the timeline plot spec ``assets/plots.js`` draws.
 
-One row per rank and kind of work, on one time axis for every rank (seconds from the earliest profiled
-window's start; ranks are placed by their traces' own clocks, so ranks on different hosts are as aligned
-as those clocks are). Rows say what the trace measured: a GPU trace's kernels on its streams, or a
-CPU-only trace's host threads; a host timeline has no memcpy row, since it has no copies to show.
+One row per rank and kind of work, on one time axis for every rank: seconds from the earliest profiled
+window's start. A trace's steps are placed by their offsets in that trace (``from_s``: exact), the
+traces of the ranks by their own clocks (``t``), so ranks on different hosts are as aligned as those
+clocks are. Rows say what the trace measured: a GPU trace's kernels on its streams, or a CPU-only
+trace's host threads; a host timeline has no memcpy row, since it has no copies to show.
 """
 
 from __future__ import annotations
@@ -22,35 +23,45 @@ TITLES = {
 
 
 def timeline_spec(lanes: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The timeline of a run whose traces carried lanes; None for a run without."""
+    """The timeline of a run whose traces carried lanes (one group of rows per rank and trace file); None
+    for a run without."""
     if not lanes:
         return None
-    ranks = sorted({kept["rank"] for kept in lanes})
-    shown = ranks[:MAX_RANKS]
-    origin = min(kept["t"] for kept in lanes)
-    ends = [kept["t"] - origin + max((max(r) for r in kept["rows"].values() if r), default=0.0) for kept in lanes]
-    span = max(max(ends), 1e-9)
-    digits = max(0, math.ceil(-math.log10(span / 20_000)))  # 1/20,000 of the axis: finer than any pixel
+    groups: dict[tuple[int, str | None], list[dict[str, Any]]] = {}
+    for kept in lanes:
+        groups.setdefault((kept["rank"], kept["file"]), []).append(kept)
+    # where each trace's first profiled window starts, on its own clock
+    starts = {key: min(mine, key=lambda kept: kept["from_s"]) for key, mine in groups.items()}
+    starts = {key: first["t"] - first["from_s"] for key, first in starts.items()}
+    origin = min(starts.values())
+    ranks = sorted({rank for rank, _ in groups})
+    shown = [key for key in sorted(groups, key=lambda key: (key[0], starts[key])) if key[0] in ranks[:MAX_RANKS]]
+    at = {key: starts[key] - origin for key in groups}
+    span = max(at[key] + kept["from_s"] + max((max(r) for r in kept["rows"].values() if r), default=0.0)
+               for key, mine in groups.items() for kept in mine)
+    digits = max(0, math.ceil(-math.log10(max(span, 1e-9) / 20_000)))  # 1/20,000 of the axis: finer than a pixel
     timelines = {kept["timeline"] for kept in lanes}
+    twice = {rank for rank, _ in shown if sum(1 for r, _ in shown if r == rank) > 1}
     rows: list[dict[str, Any]] = []
     marks: list[dict[str, Any]] = []
-    for rank in shown:
-        mine = [kept for kept in lanes if kept["rank"] == rank]
-        host = all(kept["timeline"] == "host" for kept in mine)
+    for key in shown:
+        rank, file = key
+        mine = groups[key]
         first = len(rows)
-        for key, name, color in ROWS:
-            if not any(key in kept["rows"] for kept in mine):
+        where = (" (host)" if all(kept["timeline"] == "host" for kept in mine) and len(timelines) > 1 else "") + (
+            f" ({file})" if rank in twice else "")
+        for name, label, color in ROWS:
+            if not any(name in kept["rows"] for kept in mine):
                 continue
-            label = f"rank {rank} · {name}" + (" (host)" if host and len(timelines) > 1 else "")
-            ranges = [round(kept["t"] - origin + x, digits) for kept in mine for x in kept["rows"].get(key, ())]
-            rows.append({"label": label, "color": color, "ranges": ranges})
-        marks += [{"x": round(kept["t"] - origin, digits), "row": first, "rows": len(rows) - first,
+            ranges = [round(at[key] + kept["from_s"] + x, digits) for kept in mine for x in kept["rows"].get(name, ())]
+            rows.append({"label": f"rank {rank} · {label}{where}", "color": color, "ranges": ranges})
+        marks += [{"x": round(at[key] + kept["from_s"], digits), "row": first, "rows": len(rows) - first,
                    "label": f"step {kept['step']}" if kept["step"] is not None else ""} for kept in mine]
     spec = {"id": "timeline", "title": TITLES["device" if "device" in timelines else "host"]
             + (" (host threads where a rank's trace is CPU-only)" if len(timelines) > 1 else ""),
             "unit": "s", "xlabel": "time from the first profiled window's start", "timeline": True,
             "xmax": round(span, digits), "rows": rows, "steps": marks}
-    if len(ranks) > len(shown):
-        spec["note"] = (f"{len(ranks) - len(shown)} more ranks traced, not drawn (ranks {ranks[len(shown)]}–"
+    if len(ranks) > MAX_RANKS:
+        spec["note"] = (f"{len(ranks) - MAX_RANKS} more ranks traced, not drawn (ranks {ranks[MAX_RANKS]}–"
                         f"{ranks[-1]}): the page draws the first {MAX_RANKS}")
     return spec

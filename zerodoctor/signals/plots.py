@@ -65,7 +65,8 @@ class RunSeries:
     ranks: list[dict[str, Any]] = field(default_factory=list)  # rank, steps, comm_s, step_time_s (sums)
     ooms: list[dict[str, Any]] = field(default_factory=list)  # rank, step, t and the allocator's numbers
     means: dict[str, float | None] = field(default_factory=dict)  # each column's mean over the run's steps
-    lanes: list[dict[str, Any]] = field(default_factory=list)  # per profiled step of a rank: rank, t, step, timeline, rows
+    # per profiled step of a rank: rank, t, step, file, from_s (after the trace's first step), timeline, rows
+    lanes: list[dict[str, Any]] = field(default_factory=list)
 
     def has(self, column: str) -> bool:
         return any(v is not None for v in self.buckets.get(column + "_max", ()))
@@ -91,13 +92,14 @@ class Fold(runview.Fold):
     totals: dict[str, list[float]] = field(default_factory=dict)  # column → [sum, count]
     overflows: list[list[Any]] = field(default_factory=list)  # [step, loss scale]
     nonfinite: list[int] = field(default_factory=list)
-    lanes: list[dict[str, Any]] = field(default_factory=list)  # rank, t, step, timeline, rows: as RunSeries.lanes
+    lanes: list[dict[str, Any]] = field(default_factory=list)  # as RunSeries.lanes
 
     def event(self, event: dict[str, Any]) -> None:
         """A profiled step's lanes; a rank past ``MAX_LANES`` ranges in a row loses its oldest steps'."""
         if not event.get("lanes"):
             return
         self.lanes.append({"rank": event["rank"], "t": event["t"], "step": event.get("step"),
+                           "file": event.get("file"), "from_s": event.get("lanes_from_s") or 0.0,
                            "timeline": event.get("timeline"), "rows": event["lanes"]})
         while True:
             mine = [kept for kept in self.lanes if kept["rank"] == event["rank"]]
@@ -213,5 +215,5 @@ def series(view: RunView | None) -> RunSeries:
                   "step_time_s": t.get("plot_step_time_s")} for rank, t in sorted(view.per_rank.items())]
     out.ooms = [{"rank": e["rank"], "step": e.get("step"), "t": e["t"], **{k: e.get(k) for k in _OOM_FIELDS}}
                 for e in view.events.get("oom", [])]
-    out.lanes = sorted(fold.lanes, key=lambda kept: (kept["rank"], kept["t"]))
+    out.lanes = sorted(fold.lanes, key=lambda kept: (kept["rank"], kept["file"] or "", kept["from_s"]))
     return out

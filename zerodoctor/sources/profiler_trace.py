@@ -155,11 +155,13 @@ class Timeline:
             sets[name] = intervals.union(*_arrays(ranges))
         cpu = _by_step(self.cpu_steps)
         windows = {number: (lo, hi) for number, (lo, hi) in self._windows(cpu).items() if hi > lo}
+        first = min((lo for lo, _ in windows.values()), default=0.0)
         out = []
         for number, (lo, hi) in sorted(windows.items(), key=lambda item: (item[0] is None, item[0] or 0)):
             figures = _figures(sets, comms, lo, hi)
             figures["lanes"], figures["lanes_merge_s"] = trace_lanes.lanes(sets, lo, hi, device=self.on_device,
                                                                             steps=len(windows))
+            figures["lanes_from_s"] = (lo - first) / 1e6
             clo, chi = cpu.get(number, (lo, hi))
             figures.update(
                 step=number, start_us=lo,
