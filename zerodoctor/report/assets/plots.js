@@ -156,6 +156,8 @@
         }
       });
       ctx.font = (11 * devicePixelRatio) + "px sans-serif";
+      ctx.textAlign = "left";  // uPlot leaves the context as its last axis drew (the row names: right-aligned)
+      ctx.textBaseline = "alphabetic";
       ctx.strokeStyle = "#333";
       ctx.fillStyle = "#333";
       ctx.lineWidth = devicePixelRatio;
