@@ -5,14 +5,18 @@ window's start. A trace's steps are placed by their offsets in that trace (``fro
 traces of the ranks by their own clocks (``t``), so ranks on different hosts are as aligned as those
 clocks are. Rows say what the trace measured: a GPU trace's kernels on its streams, or a CPU-only
 trace's host threads; a host timeline has no memcpy row, since it has no copies to show.
+
+A row's ranges travel as whole ticks (``TICKS`` to the axis: finer than any pixel), each number the
+distance from the previous one (gap, length, gap, length, …): mostly two or three digits, a third of the
+bytes of seconds written out (measured on HTA's GPU trace: 16 → 4.7 bytes a range).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 MAX_RANKS = 16  # rank groups drawn: 16 ranks x 4 rows x 2,000 ranges is the most a page carries
+TICKS = 20_000  # to the whole axis: 1/16 of a pixel on a 1,200-pixel plot
 ROWS = (("compute", "compute", "#1f77b4"), ("comm", "communication", "#d62728"), ("copy", "memcpy", "#9467bd"),
         ("idle", "idle", "#9e9e9e"))
 TITLES = {
@@ -39,7 +43,7 @@ def timeline_spec(lanes: list[dict[str, Any]]) -> dict[str, Any] | None:
     at = {key: starts[key] - origin for key in groups}
     span = max(at[key] + kept["from_s"] + max((max(r) for r in kept["rows"].values() if r), default=0.0)
                for key, mine in groups.items() for kept in mine)
-    digits = max(0, math.ceil(-math.log10(max(span, 1e-9) / 20_000)))  # 1/20,000 of the axis: finer than a pixel
+    tick = max(span, 1e-9) / TICKS
     timelines = {kept["timeline"] for kept in lanes}
     twice = {rank for rank, _ in shown if sum(1 for r, _ in shown if r == rank) > 1}
     rows: list[dict[str, Any]] = []
@@ -53,15 +57,20 @@ def timeline_spec(lanes: list[dict[str, Any]]) -> dict[str, Any] | None:
         for name, label, color in ROWS:
             if not any(name in kept["rows"] for kept in mine):
                 continue
-            ranges = [round(at[key] + kept["from_s"] + x, digits) for kept in mine for x in kept["rows"].get(name, ())]
-            rows.append({"label": f"rank {rank} · {label}{where}", "color": color, "ranges": ranges})
-        marks += [{"x": round(at[key] + kept["from_s"], digits), "row": first, "rows": len(rows) - first,
+            ticks = [round((at[key] + kept["from_s"] + x) / tick) for kept in mine for x in kept["rows"].get(name, ())]
+            rows.append({"label": f"rank {rank} · {label}{where}", "color": color,
+                         "ranges": [b - a for a, b in zip([0, *ticks], ticks)]})
+        marks += [{"x": _sig(at[key] + kept["from_s"]), "row": first, "rows": len(rows) - first,
                    "label": f"step {kept['step']}" if kept["step"] is not None else ""} for kept in mine]
     spec = {"id": "timeline", "title": TITLES["device" if "device" in timelines else "host"]
             + (" (host threads where a rank's trace is CPU-only)" if len(timelines) > 1 else ""),
             "unit": "s", "xlabel": "time from the first profiled window's start", "timeline": True,
-            "xmax": round(span, digits), "rows": rows, "steps": marks}
+            "xmax": span, "tick": tick, "rows": rows, "steps": marks}
     if len(ranks) > MAX_RANKS:
         spec["note"] = (f"{len(ranks) - MAX_RANKS} more ranks traced, not drawn (ranks {ranks[MAX_RANKS]}–"
                         f"{ranks[-1]}): the page draws the first {MAX_RANKS}")
     return spec
+
+
+def _sig(seconds: float) -> float:
+    return float(f"{seconds:.6g}")

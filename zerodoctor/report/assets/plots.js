@@ -149,7 +149,7 @@
       ctx.clip();
       spec.rows.forEach((row, i) => {
         ctx.fillStyle = row.color;
-        const r = row.ranges, y = Y(i) - h / 2;
+        const r = row.x, y = Y(i) - h / 2;
         for (let k = 0; k < r.length; k += 2) {
           const x0 = X(r[k]), x1 = X(r[k + 1]);
           if (x1 >= b.left && x0 <= b.left + b.width) ctx.fillRect(x0, y, Math.max(x1 - x0, devicePixelRatio), h);
@@ -173,6 +173,10 @@
 
   function buildTimeline(spec, el) {
     const n = spec.rows.length, height = 100 + 20 * n;
+    for (const row of spec.rows) {  // whole ticks, each from the one before (report/timeline.py) → seconds
+      let at = 0;
+      row.x = row.ranges.map((d) => (at += d) * spec.tick);
+    }
     const opts = {
       title: spec.title, width: Math.max(el.clientWidth, 320), height,
       series: [{ label: "time" }, { label: "lanes", paths: () => null, points: { show: false } }],
