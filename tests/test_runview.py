@@ -96,9 +96,35 @@ def test_a_restarted_reader_starts_from_the_saved_state_and_reads_no_step_rows(t
         judged = fresh.judge("r")
     finally:
         event.remove(pipeline.engine, "before_cursor_execute", listener)
-    assert not [s for s in statements if "FROM steps" in s]  # the saved folds stand for every step row
+    assert not [s for s in statements if "FROM step_chunks" in s]  # the saved folds stand for every step row
     assert values_of(fresh.view("r"), fresh.modules) == before
     assert judged.world_size_stated == RANKS
+
+
+def _statements_of(pipeline: Pipeline, judge) -> list[str]:  # noqa: ANN001
+    statements: list[str] = []
+    listener = lambda *args: statements.append(args[2])  # noqa: E731 - (conn, cursor, statement, ...)
+    event.listen(pipeline.engine, "before_cursor_execute", listener)
+    try:
+        judge()
+    finally:
+        event.remove(pipeline.engine, "before_cursor_execute", listener)
+    return statements
+
+
+def test_an_upgrade_that_changed_one_signal_module_folds_only_that_module_again(tmp_path, pipeline, monkeypatch):
+    pipeline.ingest(fp16_run(tmp_path, 200))
+    before = values_of(pipeline.view("r"), pipeline.modules)
+    monkeypatch.setattr("zerodoctor.signals.view.__version__", "99.0")  # a release that left every fold alone
+    kept = Pipeline(pipeline.engine, pipeline.rules)
+    assert not [s for s in _statements_of(pipeline, lambda: kept.judge("r")) if "FROM step_chunks" in s]
+
+    upgraded = Pipeline(pipeline.engine, pipeline.rules)
+    monkeypatch.setitem(upgraded.reads.fold_versions, "zerodoctor.signals.comms", "changed")
+    statements = _statements_of(pipeline, lambda: upgraded.judge("r"))
+    assert [s for s in statements if "FROM step_chunks" in s]  # the steps read again, for the changed fold
+    assert values_of(upgraded.view("r"), upgraded.modules) == before
+    assert upgraded.view("r").behind == {"zerodoctor.signals.plots"}  # only what no signal reads waits for a page
 
 
 def store_steps(pipeline: Pipeline, rows: list[dict], *, final: bool = False) -> RunView:

@@ -351,6 +351,7 @@ class Pipeline:
         if view is None:
             return None
         with self.engine.connect() as conn:
+            view.fold_again(conn, judged=True)  # after an upgrade that changed a signal module's fold: once
             view = view.as_of_now(conn)
         view.now = now if now is not None else view.last_t
         view.quiet = quiet

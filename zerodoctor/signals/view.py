@@ -24,6 +24,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar, Iterable, Literal
 
@@ -94,6 +95,7 @@ class Reads:
     rank_fields: dict[str, tuple[str, str]]
     fold_events: dict[str, tuple[str, ...]]  # kind → modules folding it
     folds: dict[str, type[Fold]]
+    fold_versions: dict[str, str] = dataclasses.field(default_factory=dict)  # module → the code its fold state is of
 
     @classmethod
     def of(cls, modules: Iterable[ModuleType]) -> Reads:
@@ -101,6 +103,7 @@ class Reads:
         rank_fields: dict[str, tuple[str, str]] = {}
         fold_events: dict[str, tuple[str, ...]] = {}
         folds: dict[str, type[Fold]] = {}
+        fold_versions: dict[str, str] = {}
         owner: dict[str, str] = {}
         for module in modules:
             name = module.__name__
@@ -115,15 +118,39 @@ class Reads:
             fold = getattr(module, "Fold", None)
             if fold is not None:
                 folds[name] = fold
-        return cls(step_fields, rank_fields, fold_events, folds)
+                fold_versions[name] = _digest(_code(module), WINDOW, getattr(module, "STEP_FIELDS", {}),
+                                              getattr(module, "FOLD_EVENTS", ()))
+        return cls(step_fields, rank_fields, fold_events, folds, fold_versions)
+
+    @cached_property
+    def state_version(self) -> str:
+        """Names the code the view's own saved state (offsets, per-rank totals) came from: the view, the
+        store's step merges and the folds' shared helpers. A change there rebuilds the whole view; a change
+        in one signal module only that module's fold (``fold_versions``), so an upgrade that leaves the
+        folds alone leaves a 3-day view as it was."""
+        shared = (Path(__file__), Path(__file__).with_name("base.py"), Path(stored_steps.__file__ or ""))
+        return _digest(*(_source(path, __name__) for path in shared), sorted(self.rank_fields.items()))
 
     @cached_property
     def version(self) -> str:
-        """Names the code a saved state came from: any change to what is folded rebuilds it."""
-        shape = [__version__, WINDOW, sorted(self.step_fields.items()), sorted(self.rank_fields.items()),
-                 sorted(self.fold_events),
-                 {m: [f.name for f in dataclasses.fields(c)] for m, c in self.folds.items() if c.saved}]
-        return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:32]
+        """Names all the code a judgement comes from: a run set aside for it is tried again on any change."""
+        return _digest(self.state_version, sorted(self.fold_versions.items()))
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _code(module: ModuleType) -> str:
+    return _source(Path(getattr(module, "__file__", None) or ""), module.__name__)
+
+
+def _source(path: Path, name: str) -> str:
+    """A module's source, as the mark of what its code does; its name and zerodoctor's version without one."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return f"{name} {__version__}"
 
 
 def _claim(table: dict, key: str, value: Any, owner: dict[str, str], what: str, module: str) -> None:
@@ -152,7 +179,8 @@ class RunView:
         self.mark: int | None = None  # step chunks with a higher id are not in ``per_rank`` yet
         self._first: tuple[int, dict[str, Any]] | None = None
         self._small: set[tuple[int, int]] = set()  # (file, rank) with new small chunks: what ``compact`` looks at
-        self.behind: set[str] = set()  # unsaved folds, loaded empty: they lack the steps through released_through
+        self.behind: set[str] = set()  # folds loaded empty (unsaved, or saved by other code): they lack the steps
+        # through released_through until ``fold_again``
 
     # -- what signals read ------------------------------------------------------------
 
@@ -273,22 +301,26 @@ class RunView:
         """Some rank reported a step the folds have not had yet."""
         return self.last_step is not None and (self.released_through is None or self.last_step > self.released_through)
 
-    def fold_again(self, conn: Connection) -> None:
-        """Bring the unsaved folds (``Fold.saved``) that a load left empty up to the others: one read of
-        the run's steps and of the events they fold, paid only by whoever asks for them (the plots of a live
-        page after a restart). They start empty: what they were handed since the load is in the store too."""
-        for module in self.behind:
+    def fold_again(self, conn: Connection, *, judged: bool = False) -> None:
+        """Bring the folds a load left empty (``behind``: unsaved, ``Fold.saved``, or saved by other code
+        than this) up to the others: one read of the run's steps and of the events they fold, paid only by
+        whoever asks for them — a judgement for the folds signals read (``judged``), the plots of a live
+        page for the rest. They start empty: what they were handed since the load is in the store too."""
+        modules = {m for m in self.behind if self.reads.folds[m].judged} if judged else set(self.behind)
+        if not modules:
+            return
+        for module in modules:
             self.folds[module] = self.reads.folds[module]()
-        if self.behind and self.released_through is not None:
+        if self.released_through is not None:
             for block in stored_steps.merged_steps(conn, self.run_id, self.reads.step_fields,
                                                    upto=self.released_through):
-                for module in self.behind:
+                for module in modules:
                     self.folds[module].add_steps(block, self)
-        kinds = tuple(kind for kind, modules in self.reads.fold_events.items() if self.behind & set(modules))
-        for e in ():
-            for module in self.behind & set(self.reads.fold_events[e["kind"]]):
+        kinds = tuple(kind for kind, folding in self.reads.fold_events.items() if modules & set(folding))
+        for e in stored.run_events(conn, self.run_id, kinds=kinds) if kinds else ():
+            for module in modules & set(self.reads.fold_events[e["kind"]]):
                 self.folds[module].event(e)
-        self.behind.clear()
+        self.behind -= modules
 
     def _fold_steps(self, conn: Connection, upto: int) -> None:
         for block in stored_steps.merged_steps(conn, self.run_id, self.reads.step_fields, after=self.released_through,
@@ -305,7 +337,9 @@ class RunView:
             "released_through": self.released_through, "last_step": self.last_step, "mark": self.mark,
             "late_rows": self.late_rows,
             "last_t": self.last_t, "per_rank": self.per_rank, "formats": self.formats,
-            "folds": {m: fold.dump() for m, fold in self.folds.items() if fold.saved},
+            "folds": {m: fold.dump() for m, fold in self.folds.items() if fold.saved and m not in self.behind},
+            "fold_versions": {m: self.reads.fold_versions[m] for m, fold in self.folds.items()
+                              if fold.saved and m not in self.behind},
         })
 
     @classmethod
@@ -313,7 +347,7 @@ class RunView:
         """The run's view from its saved state, or rebuilt from its rows when none matches this code."""
         view = cls(run_id, name, reads)
         saved = stored.saved_state(conn, run_id, for_update=True)
-        if saved is None or saved[0] != reads.version:
+        if saved is None or saved[0] != reads.state_version:
             view.formats = stored.run_formats(conn, run_id)
             view._rebuild(conn)
             view.generation = saved[1] if saved else 0
@@ -324,8 +358,10 @@ class RunView:
             state["released_through"], state["last_step"], state["mark"], state["late_rows"], state["last_t"])
         view.formats = state["formats"]
         view.per_rank = {int(r): totals for r, totals in state["per_rank"].items()}
-        view.folds.update({m: reads.folds[m].load(s) for m, s in state["folds"].items() if m in reads.folds})
-        view.behind = {m for m, cls in reads.folds.items() if not cls.saved}
+        versions = state.get("fold_versions", {})
+        kept = {m: s for m, s in state["folds"].items() if m in reads.folds and versions.get(m) == reads.fold_versions[m]}
+        view.folds.update({m: reads.folds[m].load(s) for m, s in kept.items()})
+        view.behind = set(reads.folds) - set(kept)  # unsaved, or saved by other code: folded again when asked
         for e in stored.run_events(conn, run_id, exclude=tuple(reads.fold_events)):
             view.events.setdefault(e["kind"], []).append(_public(e))
         return view
@@ -343,7 +379,7 @@ class RunView:
     def save(self, conn: Connection) -> None:
         """Store the state in ``conn``'s transaction, with the rows and offsets it covers."""
         self.generation += 1
-        stored.save_state(conn, self.run_id, self.reads.version, self.generation, self.dump())
+        stored.save_state(conn, self.run_id, self.reads.state_version, self.generation, self.dump())
 
 
 def _public(e: dict[str, Any]) -> dict[str, Any]:
