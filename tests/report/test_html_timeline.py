@@ -85,3 +85,18 @@ def test_a_cpu_only_trace_has_host_rows_and_no_memcpy_row(tmp_path: Path) -> Non
     assert [row["label"] for row in spec["rows"]] == list(want)
     for row in spec["rows"]:
         assert _seconds(spec, row) == pytest.approx(_flat(want[row["label"]]), abs=5e-7), row["label"]
+
+
+def test_a_trace_event_stored_before_lanes_existed_still_loads_and_draws_no_timeline(tmp_path: Path) -> None:
+    """docs/events.md's ``trace`` example as it stood before ``lanes`` (step 5 of HTA's real NCCL trace)."""
+    old = ('{"v": 1, "t": 1716423322.6449, "run": "nccl-ddp", "rank": 0, "kind": "trace", "step": 5, "timeline": '
+           '"device", "file": "nccl_data.json.gz", "window_s": 0.213533, "compute_s": 0.0384294, "comm_s": 0.0123, '
+           '"exposed_comm_s": 0.0105396, "copy_s": 0.000867436, "idle_s": 0.163804}')
+    events = tmp_path / "rank-0.jsonl"
+    events.write_text(old + "\n")
+    page = tmp_path / "page.html"
+    proc = run_cli("diagnose", str(events), "--format", "html", "-o", str(page), "--fail-on", "never")
+    assert proc.returncode == 0, proc.stderr
+    text = page.read_text()
+    assert "ZD802" in text  # the trace was read: its idle share fires the rule
+    assert '-timeline"' not in text and "Profiled window per rank" not in text
