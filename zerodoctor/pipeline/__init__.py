@@ -318,6 +318,16 @@ class Pipeline:
             rows = stored_files.rows(conn, [t.file_id for t in tails])
         return [rows[t.file_id] for t in tails]
 
+    def release(self, names: Iterable[str]) -> None:
+        """Drop these runs' views from memory, between transactions: their state is saved with their rows,
+        and the next batch or judgement of one loads it again. A daemon that has seen thousands of runs
+        keeps only those still going; a scratch store (``diagnose``) keeps every view, its only copy."""
+        if not self.lasting:
+            return
+        for name in names:
+            if name not in self._dirty and name not in self._current:
+                self.views.pop(name, None)
+
     # -- judge ----------------------------------------------------------------------
 
     def view(self, name: str) -> RunView | None:

@@ -54,6 +54,7 @@ _WAKING = [FileModifiedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent
            DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
 STORE_RETRY_S = (0.5, 30.0)  # the first wait for a store that went away, and the longest (doubling between)
 NOTIFY_JOIN_S = 60.0  # a webhook's retries take ~23.5 s at most; a stuck notifier is left behind
+VIEWS_KEPT = 256  # run views held in memory; runs still going are always kept, the rest reload from the store
 STOP_JOIN_S = 5.0  # once stopped by a signal: a send in flight stays pending (delivered at least once)
 
 # (finding, its run's config, None the first time, else what it said before: ``watch/changes.py``)
@@ -243,7 +244,20 @@ class Watcher:
             self._interval[name] = max(self.judge_every_s, 4 * cost)
             if self.stop.is_set():
                 break
+        self._release_views()
         return wait
+
+    def _release_views(self) -> None:
+        """Past ``VIEWS_KEPT`` views in memory, drop those of the runs judged longest ago that are neither
+        going (``in_progress``) nor waiting to be judged: a watch that has seen thousands of runs held
+        every view (about 20 MiB per 1,000 runs); one dropped is loaded again from the store if its run
+        writes again."""
+        views = self.pipeline.views
+        if len(views) <= VIEWS_KEPT:
+            return
+        idle = sorted((n for n in views if n not in self._in_progress and n not in self._changed),
+                      key=lambda n: self._judged_at.get(n, 0.0))
+        self.pipeline.release(idle[:len(views) - VIEWS_KEPT])
 
     def _judge_run(self, name: str) -> None:
         with self.interrupts.judging(f"judging run {name}", self.judge_budget_s):
