@@ -108,8 +108,9 @@ def _diff_line(line: str) -> str:
 def plots_html(run_id: str, specs: list[dict[str, Any]]) -> str:
     if not specs:
         return '<p class="note">nothing to plot: these inputs hold no per-step lines</p>'
-    return '<div class="plots">' + "".join(f'<div class="plot{" wide" if s.get("timeline") else ""}" id="{run_id}-{s["id"]}">'
-                                           f'</div>' for s in specs) + "</div>"
+    classes = {True: "plot wide", False: "plot"}  # a timeline takes the page's width: its rows are long
+    return '<div class="plots">' + "".join(f'<div class="{classes[bool(s.get("timeline"))]}" id="{run_id}-{s["id"]}">'
+                                           "</div>" for s in specs) + "</div>"
 
 
 def unevaluated_html(unevaluated: list[Unevaluated]) -> str:

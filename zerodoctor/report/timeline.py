@@ -35,8 +35,8 @@ def timeline_spec(lanes: list[dict[str, Any]]) -> dict[str, Any] | None:
     for kept in lanes:
         groups.setdefault((kept["rank"], kept["file"]), []).append(kept)
     # where each trace's first profiled window starts, on its own clock
-    starts = {key: min(mine, key=lambda kept: kept["from_s"]) for key, mine in groups.items()}
-    starts = {key: first["t"] - first["from_s"] for key, first in starts.items()}
+    firsts = {key: min(mine, key=lambda kept: kept["from_s"]) for key, mine in groups.items()}
+    starts = {key: first["t"] - first["from_s"] for key, first in firsts.items()}
     origin = min(starts.values())
     ranks = sorted({rank for rank, _ in groups})
     shown = [key for key in sorted(groups, key=lambda key: (key[0], starts[key])) if key[0] in ranks[:MAX_RANKS]]

@@ -19,18 +19,19 @@ rounded to 0.1 µs (Kineto records ns, but no pixel tells them apart).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from zerodoctor.sources.intervals import Ranges
+
+Lanes = dict[str, list[float]]  # row → flat [start, end, …], seconds from the step's window start
 
 PER_RANK = 2000  # ranges per row a rank's trace may carry, over all its profiled steps
 FLOOR_PARTS = 4000  # gaps under window / FLOOR_PARTS are always bridged
 BUSY = ("compute", "comm", "copy")
 
 
-def lanes(sets: dict[str, Ranges], lo: float, hi: float, *, device: bool, steps: int) -> tuple[dict[str, list[float]],
-                                                                                             float]:
+def lanes(sets: dict[str, Ranges], lo: float, hi: float, *, device: bool, steps: int) -> tuple[Lanes, float]:
     """The rows of one step's window ``[lo, hi)`` (µs) and the merge tolerance it needed (s).
 
     Args:
@@ -49,7 +50,7 @@ def lanes(sets: dict[str, Ranges], lo: float, hi: float, *, device: bool, steps:
     idle_s, idle_e = intervals.complement(busy, lo, hi)
     wide = idle_e - idle_s >= floor  # narrower: a gap the busy rows bridge, not drawn twice
     clipped["idle"] = idle_s[wide], idle_e[wide]
-    rows: dict[str, list[float]] = {}
+    rows: Lanes = {}
     widest = 0.0
     for kind, ranges in clipped.items():
         (s, e), used = intervals.thin(ranges, limit, floor)
