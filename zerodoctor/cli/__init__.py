@@ -19,7 +19,7 @@ import typer
 app = typer.Typer(
     help="Why is my DeepSpeed ZeRO run failing or slow, and which config change fixes it?",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
