@@ -142,3 +142,14 @@ def test_a_restarted_watch_draws_the_same_timeline(tmp_path) -> None:
     assert again.series("fires.run").lanes == before.lanes
     assert again.series("fires.run").lanes == before.lanes  # asked again: not folded twice
     engine.dispose()
+
+
+def test_the_fold_keeps_at_most_2000_timeline_ranges_a_row_per_rank_dropping_the_oldest_steps() -> None:
+    """A rank profiled again (another trace file, another window) must not grow the page without bound."""
+    fold = plots.Fold()
+    row = [float(i) for i in range(2 * 1500)]  # 1,500 ranges
+    for t, rank in ((1.0, 0), (2.0, 0), (3.0, 1), (4.0, 0)):
+        fold.event({"rank": rank, "t": t, "step": 5, "file": f"r{rank}-{t}.json", "lanes_from_s": 0.0,
+                    "timeline": "host", "lanes": {"compute": row, "idle": row[:2]}})
+    fold.event({"rank": 0, "t": 5.0, "step": 6, "file": "old.json", "timeline": "host"})  # stored before lanes
+    assert [(kept["rank"], kept["t"]) for kept in fold.lanes] == [(1, 3.0), (0, 4.0)]
