@@ -137,3 +137,48 @@ def test_a_profiled_run_draws_its_timeline_one_row_per_rank_and_kind(browser: Br
     assert got["wide"] and got["width"] > 1000  # the page's whole width, not half a grid cell
     assert all(n > 500 for n in got["count"].values()), got["count"]  # each kind's bars are on the canvas
     print(f"page {page.stat().st_size} bytes; timeline pixels {got['count']}")
+
+
+def _overlays(browser: Browser, page: Path, section: str, shot: str) -> dict[str, dict]:
+    """The plots drawn under ``section`` (an overlay's: ``overlay``, ``attempts0``), by plot id."""
+    rendered = browser.render(page, PROBE, ARTIFACTS / shot)
+    assert rendered.errors == [] and rendered.requests == [page.absolute().as_uri()]
+    return {p["id"].removeprefix(section + "-"): p for p in json.loads(rendered.value)
+            if p["id"].startswith(section + "-")}
+
+
+def test_compare_draws_both_runs_on_one_step_axis(browser: Browser, tmp_path: Path) -> None:
+    """``compare`` stacked A's plots above B's; the headline of each plot both have is drawn once, A and B in
+    their own colours on one step axis."""
+    page = tmp_path / "compare.html"
+    proc = run_cli("compare", str(ROOT / "samples/healthy-zero2"), str(ROOT / "samples/fp16-min-scale"),
+                   "--format", "html", "-o", str(page))
+    assert proc.returncode in (0, 1), proc.stderr
+    ARTIFACTS.mkdir(exist_ok=True)
+    overlays = _overlays(browser, page, "overlay", "compare-overlay.png")
+    assert set(overlays) == {"loss", "time"}  # fp32 A has no loss scale, neither has memory
+    for plot in overlays.values():
+        assert {"A: healthy-zero2", "B: fp16-min-scale"} <= set(plot["legend"]), plot
+        assert plot["inked"] > 2000, plot
+
+
+def test_a_fix_and_resume_run_draws_its_attempts_on_one_step_axis(browser: Browser, tmp_path: Path) -> None:
+    """A run directory holding two attempts (``attempt-K/``, run ids ``<id>.attempt-K``): the page overlays them.
+    The attempts are two recorded sample runs' real rank files, their run ids set to the attempts'."""
+    job = tmp_path / "job"
+    for number, sample in ((1, "fp16-min-scale"), (2, "healthy-zero2")):
+        attempt = job / f"attempt-{number}"
+        attempt.mkdir(parents=True)
+        for rank_file in sorted((ROOT / "samples" / sample).glob("rank-*.jsonl")):
+            lines = [json.loads(line) for line in rank_file.read_text().splitlines()]
+            (attempt / rank_file.name).write_text("".join(json.dumps({**e, "run": f"job.attempt-{number}"}) + "\n"
+                                                          for e in lines))
+    page = tmp_path / "attempts.html"
+    proc = run_cli("diagnose", str(job), "--format", "html", "-o", str(page), "--fail-on", "never")
+    assert proc.returncode == 0, proc.stderr
+    assert "run job: its attempts on one step axis" in page.read_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    overlays = _overlays(browser, page, "attempts0", "attempts-overlay.png")
+    assert set(overlays) == {"loss", "time"}
+    for plot in overlays.values():
+        assert {"attempt 1", "attempt 2"} <= set(plot["legend"]), plot

@@ -74,7 +74,10 @@ def to_html(c: Comparison) -> str:
     body.append("<h2>per step (mean over the run's steps)</h2>")
     body.append(_table(["", "A", "B"], [[label.strip(), _num(va, unit), _num(vb, unit)]
                                         for label, unit, va, vb in c.numbers]))
-    payload = []
+    both = [(f"{letter}: {s.run}", s.series) for letter, s in (("A", c.a), ("B", c.b)) if s.run is not None]
+    section, overlay = html.overlay_section("overlay", "A and B on one step axis", both)
+    body.append(section)
+    payload = [overlay]
     for index, (letter, s) in enumerate((("A", c.a), ("B", c.b))):
         section, plots = _run_section(index, letter, s)
         body.append(section)

@@ -17,11 +17,13 @@ from typing import Any, Iterable
 from zerodoctor import __version__
 from zerodoctor.report.fixview import fix_lines
 from zerodoctor.report.model import Report
-from zerodoctor.report.plots import plot_specs
+from zerodoctor.report.plots import overlay_specs, plot_specs
 from zerodoctor.report.text import steps_text
 from zerodoctor.report.units import evidence_items
 from zerodoctor.rulebook.finding import SEVERITY_ORDER, Finding, Unevaluated
 from zerodoctor.messages.units import format_count, format_ranks
+from zerodoctor.signals.plots import RunSeries
+from zerodoctor.sources.names import attempt_of
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#222}
@@ -136,9 +138,30 @@ def run_section(index: int, name: str, report: Report) -> tuple[str, dict[str, A
     return "".join(body), {"id": run_id, "plots": specs}
 
 
+def overlay_section(section_id: str, heading: str, runs: list[tuple[str, RunSeries]]) -> tuple[str, dict[str, Any]]:
+    """Runs overlaid on one step axis (``report/plots.overlay_specs``), under ``heading``."""
+    specs = overlay_specs(runs)
+    if not specs:
+        return "", {"id": section_id, "plots": []}
+    return f'<h2 id="{section_id}">{escape(heading)}</h2>' + plots_html(section_id, specs), {"id": section_id,
+                                                                                            "plots": specs}
+
+
+def attempts_sections(names: list[str], report: Report) -> list[tuple[str, dict[str, Any]]]:
+    """For each fix-and-resume run with two attempts or more here, its attempts on one step axis: where each
+    took up from its checkpoint, and whether the fault came back."""
+    by_run: dict[str, list[tuple[int, str]]] = {}
+    for name in names:
+        if (attempt := attempt_of(name)) is not None and name in report.series:
+            by_run.setdefault(attempt[0], []).append((attempt[1], name))
+    return [overlay_section(f"attempts{i}", f"run {run}: its attempts on one step axis",
+                            [(f"attempt {k}", report.series[name]) for k, name in sorted(attempts)])
+            for i, (run, attempts) in enumerate(by_run.items()) if len(attempts) > 1]
+
+
 def to_html(report: Report, *, refresh_s: int | None = None) -> str:
     names = list(dict.fromkeys([*report.configs, *(f.run for f in report.findings)]))
-    sections = [run_section(i, name, report) for i, name in enumerate(names)]
+    sections = attempts_sections(names, report) + [run_section(i, name, report) for i, name in enumerate(names)]
     inputs = "".join(f"<tr><td>{escape(i.path)}</td><td>{escape(i.format)}</td><td>{i.events}</td>"
                      f"<td>{i.quarantined}</td></tr>" for i in report.inputs)
     cls, line = verdict(report.findings)

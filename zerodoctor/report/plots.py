@@ -1,4 +1,5 @@
-"""Report: a run's downsampled series and findings → plot specs (plain JSON) that ``assets/plots.js`` draws.
+"""Report: a run's downsampled series and findings → plot specs (plain JSON) that ``assets/plots.js`` draws;
+several runs' series → the same quantities overlaid on one step axis (``compare``, a run's attempts).
 
 Each step plot has an x axis of step numbers (a bucket's middle step), one line per
 column, and for a downsampled run the bucket's min and max as a band, so a spike inside
@@ -52,7 +53,7 @@ def plot_specs(series: RunSeries, findings: list[Finding], config: dict[str, Any
     timeline = timeline_spec(series.lanes)
     if not series.lo and not series.ooms:
         return [timeline] if timeline else []
-    x = [(lo + hi) / 2 if lo != hi else lo for lo, hi in zip(series.lo, series.hi)]
+    x = _middles(series)
     banded = any(lo != hi for lo, hi in zip(series.lo, series.hi))
     spans = [{"from": f.steps[0], "to": f.steps[1], "label": f.rule} for f in findings if f.steps]
     marks = _marks(series, config)
@@ -74,6 +75,42 @@ def plot_specs(series: RunSeries, findings: list[Finding], config: dict[str, Any
     if ranks := _ranks(series):
         out.append(ranks)
     return out + ([timeline] if timeline else [])
+
+
+# (plot id, title, y unit, log y, column): each step plot's headline column, the one drawn per run in an overlay
+OVERLAID = (("scale", "Loss scale (fp16)", "", True, "loss_scale"), ("loss", "Loss", "", False, "loss"),
+            ("time", "Step time", "s", False, "step_time_s"),
+            ("memory", "Allocated memory", "bytes", False, "mem_allocated_bytes"))
+RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+def overlay_specs(runs: list[tuple[str, RunSeries]]) -> list[dict[str, Any]]:
+    """Several runs on one step axis, a colour each: one plot per quantity at least two of them have.
+
+    What ``compare`` is read for (where B departs from A) and what a fix-and-resume run's attempts
+    are (where attempt 2 took up from its checkpoint, and whether the fault came back). Each run is
+    drawn at its buckets' middle steps, the others' steps left as gaps it spans.
+    """
+    out = []
+    for pid, title, unit, log, column in OVERLAID:
+        drawn = [(label, series, dict(zip(_middles(series), series.buckets[f"{column}_max"])))
+                 for label, series in runs if series.has(column)]
+        if len(drawn) < 2:
+            continue
+        x = sorted({step for _, _, values in drawn for step in values})
+        lines = [{"label": label, "color": RUN_COLOURS[i % len(RUN_COLOURS)], "axis": "left", "min": None,
+                  "max": _col([values.get(step) for step in x])} for i, (label, _, values) in enumerate(drawn)]
+        spec = {"id": pid, "title": f"{title}, on one step axis", "unit": unit, "log": log,
+                "x": _col(x), "lines": lines, "xrange": [min(x), max(x)], "spans": [], "overlay": True}
+        if not log:
+            spec.update(_clipped(lines, x, unit))
+        out.append(spec)
+    return out
+
+
+def _middles(series: RunSeries) -> list[float]:
+    """Each bucket's x: its middle step (its one step when it holds one)."""
+    return [(lo + hi) / 2 if lo != hi else lo for lo, hi in zip(series.lo, series.hi)]
 
 
 OUTLIER = 5.0  # a value this many times the 95th percentile (a warm-up step) is drawn at the top edge

@@ -26,11 +26,6 @@ def attempt_dir(run_dir: Path, number: int) -> Path:
     return run_dir / f"attempt-{number}"
 
 
-def attempt_run_id(run_id: str, number: int) -> str:
-    """``<id>.attempt-K``: also what ``sources.run_id_for`` names an attempt's console log."""
-    return f"{run_id}.attempt-{number}"
-
-
 def load(run_dir: Path) -> dict[str, Any] | None:
     try:
         trail = json.loads((run_dir / TRAIL).read_text())

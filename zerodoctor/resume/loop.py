@@ -34,7 +34,7 @@ from zerodoctor.resume.policy import Policy, fix_key
 from zerodoctor.resume.relaunch import RelaunchError, config_argument, relaunch_argv
 from zerodoctor.rulebook.finding import Finding, Fix
 from zerodoctor.launch.wrapper import RunError, bad_name, load_event, new_run_id, run
-from zerodoctor.sources.names import rank_event_files
+from zerodoctor.sources.names import attempt_run_id, rank_event_files
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,10 @@ def fix_and_resume(command: list[str], runs_dir: Path, name: str | None, options
             attempts.write_private(directory / FIX_FILE, json.dumps(pending.patch, indent=2) + "\n", file_mode(directory))
         record["started"] = time.time()
         attempts.save(run_dir, trail, file_mode(run_dir))
-        live = LiveJudge(directory, attempts.attempt_run_id(run_id, number), lambda f: _wanted(f, trail, options), say,
+        live = LiveJudge(directory, attempt_run_id(run_id, number), lambda f: _wanted(f, trail, options), say,
                          every_s=options.live_every_s)
         try:
-            code = run(pending.argv, runs_dir, attempts.attempt_run_id(run_id, number), mode=mode,
+            code = run(pending.argv, runs_dir, attempt_run_id(run_id, number), mode=mode,
                        directory=directory, env={**base_env, **pending.env}, forwarded=forwarded,
                        started=live.started if options.live_every_s else None)
         finally:

@@ -40,3 +40,18 @@ def rank_of(name: str) -> int | None:
     if not named_by(name, RANK_EVENTS):
         return None
     return int(name[len(RANK) - 1:-len(".jsonl")])
+
+
+_ATTEMPT = re.compile(r"(.+)\.attempt-([1-9][0-9]*)")
+
+
+def attempt_run_id(run_id: str, number: int) -> str:
+    """``<id>.attempt-K``: the run id of attempt K of a ``run --fix-and-resume`` run (``resume/``), also what
+    ``batches.run_id_for`` names a file under ``<id>/attempt-K/``."""
+    return f"{run_id}.attempt-{number}"
+
+
+def attempt_of(run_id: str) -> tuple[str, int] | None:
+    """``("<id>", K)`` for an attempt's run id (``attempt_run_id``); None for any other run."""
+    match = _ATTEMPT.fullmatch(run_id)
+    return (match[1], int(match[2])) if match else None

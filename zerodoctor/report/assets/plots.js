@@ -91,8 +91,9 @@
         series.push({ label: line.label, stroke: line.color, value, paths: () => null,
                       points: { show: true, size: 9, fill: line.color } });
       } else {
+        // overlaid runs share the x of all of them: each line is drawn across the steps only the others have
         series.push({ label: line.label + (line.min ? " (max)" : ""), stroke: line.color, width: 1.5, value,
-                      scale: line.axis === "right" ? "r" : "y" });
+                      scale: line.axis === "right" ? "r" : "y", spanGaps: !!spec.overlay });
       }
       data.push(line.max);
       at[line.label] = data.length - 1;
