@@ -60,6 +60,11 @@ KNOWN_WRONG: dict[str, str] = {
     "heldout3-ofa-108-fairseq-overflow-scale-to-1": "seven straight halvings 128 -> 1 in 14 s: ZD205 calls a collapse "
                                                     "only below 1 (an overflow with the loss not scaled up), and the "
                                                     "excerpt ends at 1.0",
+    "heldout4-ds-6524-pyspy-stage3-partition-grads": "the py-spy dump is read, but no thread in the excerpt waits in "
+                                                     "a torch.distributed collective (the active one is in ZeRO-3's "
+                                                     "partition_grads, cut there): a dump alone is not called a hang",
+    "heldout4-insightface-2262-loss-nan-grad-scale-0": "insightface's own 'Loss nan ... Fp16 Grad Scale:  0' lines "
+                                                       "match no dialect: nothing recognised, so no non-finite loss",
     "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
                                                  "actor; the excerpt alone does not confirm host memory",
 }
