@@ -182,3 +182,30 @@ def test_a_fix_and_resume_run_draws_its_attempts_on_one_step_axis(browser: Brows
     assert set(overlays) == {"loss", "time"}
     for plot in overlays.values():
         assert {"attempt 1", "attempt 2"} <= set(plot["legend"]), plot
+
+
+def test_pages_of_hostile_values_are_drawn_without_a_script_error(browser: Browser, tmp_path: Path) -> None:
+    """A NaN ``min_loss_scale`` and steps from -1 to 2^63-1 (issue 23's hostile runs): the pages load and draw
+    (before: the page was not written; then written with null where the JSON had NaN)."""
+    def line(run: str, kind: str, **fields) -> str:
+        return json.dumps({"v": 1, "t": 1000.0, "run": run, "rank": 0, "kind": kind, **fields}, allow_nan=True) + "\n"
+
+    nan = tmp_path / "nan" / "rank-0.jsonl"
+    nan.parent.mkdir()
+    nan.write_text(line("nan", "run_start", world_size=1, precision="fp16",
+                        config={"train_batch_size": 8, "fp16": {"enabled": True, "min_loss_scale": float("nan")}})
+                   + "".join(line("nan", "step", step=i, loss=1.0, overflow=i % 4 == 3, loss_scale=65536.0)
+                             for i in range(1, 30)))
+    steps = tmp_path / "steps" / "rank-0.jsonl"
+    steps.parent.mkdir()
+    steps.write_text(line("steps", "run_start", world_size=1, config={"train_batch_size": 8})
+                     + "".join(line("steps", "step", step=s, loss=float("nan") if s == 2 ** 63 - 1 else 1.0)
+                               for s in (-1, 0, 1, 2 ** 63 - 1)))
+    for run_dir in (nan.parent, steps.parent):
+        page = tmp_path / f"{run_dir.name}.html"
+        proc = run_cli("diagnose", str(run_dir), "--format", "html", "-o", str(page), "--fail-on", "never")
+        assert proc.returncode == 0, proc.stderr
+        rendered = browser.render(page, PROBE)
+        assert rendered.errors == [], (run_dir.name, rendered.errors)
+        plots = json.loads(rendered.value)
+        assert plots and all(p["canvases"] >= 1 for p in plots), (run_dir.name, plots)
