@@ -7,6 +7,7 @@ import json
 import logging
 from pathlib import Path
 
+from tests.conftest import run_cli
 from zerodoctor.store.db import open_engine
 from zerodoctor.watch import changes
 from zerodoctor.watch.daemon import Watcher
@@ -127,3 +128,29 @@ def test_severity_and_numbers_decide_whether_a_finding_is_said_again():
     assert changes.change(said, {"severity": "warning", "evidence": {"x.rate": -1.0}}) is not None
     assert changes.change(said, {"severity": "warning", "evidence": {}}) is None  # a number gone says nothing
     assert changes.change(None, {"severity": "warning", "evidence": {"x.rate": 99.0}}) is None
+
+
+def test_an_acknowledged_finding_is_not_said_again_and_status_marks_it(tmp_path, rules):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    said: list[tuple[str, str | None]] = []
+    watcher = Watcher(open_engine(runs / "zerodoctor.db"), [runs], rules,
+                      lambda finding, config, change: said.append((finding.rule, change)))
+    try:
+        _write(runs / "c", _start() + _climb(range(1, 41), LEAK))
+        _judge(watcher)
+        assert said == [("ZD404", None)]
+        db = str(runs / "zerodoctor.db")
+        assert run_cli("ack", "c", "ZD999", "--db", db).returncode == 2  # no such finding: nothing acknowledged
+        done = run_cli("ack", "c", "zd404", "--db", db)
+        assert done.returncode == 0 and "acknowledged ZD404 of run c" in done.stdout, done.stderr
+        _write(runs / "c", _climb(range(41, 200), 8 * LEAK, at=40 * LEAK))  # the leak grows 8x
+        _judge(watcher)
+        assert said == [("ZD404", None)]  # before the ack this was said again (the test above)
+    finally:
+        watcher.close()
+        watcher.engine.dispose()
+    shown = run_cli("status", "--db", db)
+    assert "ZD404" in shown.stdout and "(acknowledged)" in shown.stdout, shown.stdout
+    report = json.loads(run_cli("status", "--db", db, "--format", "json").stdout)
+    assert report["runs"][0]["findings"][0]["acknowledged"] is True

@@ -404,6 +404,37 @@ def _watch_loop(watcher, console, *, once: bool, poll: bool, table: bool, flush)
 
 
 @app.command()
+def ack(
+    run: str = typer.Argument(..., help="The run, as watch and status name it."),
+    rules: List[str] = typer.Argument(..., help="The rules whose findings you know of (ZD404 ...)."),
+    db: Optional[str] = typer.Option(None, help="Store (SQLAlchemy URL or SQLite path); default: runs/zerodoctor.db."),
+) -> None:
+    """Acknowledge findings: watch does not say them again, whatever their numbers do; status marks them."""
+    import time
+
+    from zerodoctor.store import findings as stored_findings
+    from zerodoctor.store import runs as stored_runs
+    from zerodoctor.store.db import DEFAULT_DB_NAME, open_engine, url_for
+
+    url = url_for(db or Path("runs") / DEFAULT_DB_NAME)
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        raise fail(f"{url.removeprefix('sqlite:///')}: no store there (start 'zerodoctor watch DIR' or pass --db)")
+    codes = [rule.strip().upper() for rule in rules]
+    engine = open_engine(url)
+    try:
+        with engine.begin() as conn:
+            run_id = stored_runs.named(conn, run)
+            if run_id is None:
+                raise fail(f"{run}: no such run in the store")
+            unknown = stored_findings.acknowledge(conn, run_id, codes, time.time())
+            if unknown:
+                raise fail(f"run {run} has no finding of {', '.join(unknown)}; nothing acknowledged")
+    finally:
+        engine.dispose()
+    typer.echo(f"acknowledged {', '.join(codes)} of run {run}: watch will not say them again")
+
+
+@app.command()
 def status(
     db: Optional[str] = typer.Option(None, help="Store to read (SQLAlchemy URL or SQLite path); default: runs/zerodoctor.db."),
     fmt: Output = typer.Option(Output.text, "--format", help="Output format."),

@@ -53,7 +53,7 @@ def render(statuses: list[RunStatus], console: Console, now: float | None = None
             for line, reason in f.reasons:
                 console.print(f"      [dim]line {line}: {escape(reason)}[/]")
         for body in s.findings:
-            console.print("  " + finding_line(body))
+            console.print("  " + finding_line(body) + (" [dim](acknowledged)[/]" if body.get("acknowledged") else ""))
 
 
 def table(statuses: list[RunStatus], now: float | None = None) -> Table:

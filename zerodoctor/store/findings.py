@@ -31,16 +31,29 @@ def record(conn: Connection, run_id: int, bodies: list[dict[str, Any]], now: flo
 
 
 def for_run(conn: Connection, run_id: int) -> list[dict[str, Any]]:
-    rows = conn.execute(select(findings.c.body).where(findings.c.run_id == run_id).order_by(findings.c.rule))
-    return [json.loads(b) if isinstance(b, str) else b for (b,) in rows]
+    """The run's finding bodies, by rule; one a person acknowledged carries ``"acknowledged": true``."""
+    rows = conn.execute(select(findings.c.body, findings.c.acknowledged_t).where(findings.c.run_id == run_id)
+                        .order_by(findings.c.rule))
+    bodies = [(json.loads(b) if isinstance(b, str) else b, acknowledged) for b, acknowledged in rows]
+    return [{**body, "acknowledged": True} if acknowledged is not None else body for body, acknowledged in bodies]
 
 
 def announcements(conn: Connection, run_id: int) -> dict[str, tuple[int, bool, dict[str, Any] | None]]:
-    """Rule → (finding id, announced by ``watch``, what it said then) of the run's findings."""
+    """Rule → (finding id, announced by ``watch``, what it said then) of the run's findings; an acknowledged
+    one is left out: it is not said again, whatever its numbers do."""
     rows = conn.execute(select(findings.c.rule, findings.c.id, findings.c.notified, findings.c.said)
-                        .where(findings.c.run_id == run_id))
+                        .where(findings.c.run_id == run_id, findings.c.acknowledged_t.is_(None)))
     return {rule: (fid, notified, json.loads(said) if isinstance(said, str) else said)
             for rule, fid, notified, said in rows}
+
+
+def acknowledge(conn: Connection, run_id: int, rules: list[str], now: float) -> list[str]:
+    """Mark the run's findings of ``rules`` acknowledged; returns the rules it has no finding of."""
+    known = dict(conn.execute(select(findings.c.rule, findings.c.id).where(findings.c.run_id == run_id,
+                                                                          findings.c.rule.in_(rules))).all())
+    if known:
+        conn.execute(update(findings).where(findings.c.id.in_(list(known.values()))).values(acknowledged_t=now))
+    return [rule for rule in rules if rule not in known]
 
 
 def mark_said(conn: Connection, said: dict[int, dict[str, Any]], *, again: bool = False) -> None:

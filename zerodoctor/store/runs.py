@@ -13,6 +13,7 @@ from typing import Any, Iterator
 from sqlalchemy import Connection, delete, insert, select, union, update
 
 from zerodoctor.store import files as stored_files
+from zerodoctor.store.db import storable_text
 from zerodoctor.store.schema import events, run_state, runs, step_chunks
 
 
@@ -27,6 +28,11 @@ def list_runs(conn: Connection, file_ids: list[int] | None = None) -> list[tuple
         ).subquery()
         query = query.where(runs.c.id.in_(select(from_files.c.run_id)))
     return [(rid, name) for rid, name in conn.execute(query)]
+
+
+def named(conn: Connection, name: str) -> int | None:
+    """The id of the run called ``name``, None when the store has none."""
+    return conn.execute(select(runs.c.id).where(runs.c.name == storable_text(name))).scalar()
 
 
 def run_events(conn: Connection, run_id: int, *, kinds: tuple[str, ...] | None = None,

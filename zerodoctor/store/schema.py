@@ -141,6 +141,7 @@ findings = Table(
     Column("last_seen_t", Float, nullable=False),
     Column("notified", Boolean, nullable=False, default=False),
     Column("said", JSON),  # what watch last announced: severity and evidence numbers (watch/changes.py)
+    Column("acknowledged_t", Float),  # when a person said they know (``zerodoctor ack``): not said again
     UniqueConstraint("run_id", "rule"),
 )
 

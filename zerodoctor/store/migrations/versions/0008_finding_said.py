@@ -1,7 +1,8 @@
 """What ``watch`` last said of a finding (``said``: its severity and evidence numbers), so it says the
-finding again when that changes materially (``watch/changes.py``), across restarts and nodes.
+finding again when that changes materially (``watch/changes.py``), across restarts and nodes; and when a
+person acknowledged it (``acknowledged_t``, ``zerodoctor ack``), after which it is not said again.
 
-Rows from before have none: watch records it at their next judgement without saying them again.
+Rows from before have neither: watch records ``said`` at their next judgement without saying them again.
 
 Revision ID: 0008
 Revises: 0007
@@ -16,3 +17,4 @@ down_revision = "0007"
 
 def upgrade() -> None:
     op.add_column("findings", sa.Column("said", sa.JSON))
+    op.add_column("findings", sa.Column("acknowledged_t", sa.Float))
