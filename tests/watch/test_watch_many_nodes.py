@@ -35,7 +35,7 @@ from zerodoctor.store.ingest import Ingestor
 from zerodoctor.store.schema import deliveries, files
 from zerodoctor.watch.daemon import Watcher
 from zerodoctor.watch.lock import writer_lock
-from zerodoctor.watch.notify import deliver_pending
+from zerodoctor.watch.notify import deliver_pending, enrol
 
 pytestmark = pytest.mark.skipif(not PG_URL, reason=NO_PG)
 
@@ -242,10 +242,11 @@ def test_two_nodes_send_each_finding_once(pg_url):
     """Both nodes' watchers judge the job and see its finding pending; one of them sends it."""
     engines = [open_engine(pg_url), open_engine(pg_url)]
     try:
+        sent: list[str] = []
+        enrol(engines[0], [SlowEndpoint(sent)])  # the notifier was there before the finding: it is to send it
         with engines[0].begin() as conn:
             run_id = Ingestor().run_id(conn, "job")
             stored_findings.record(conn, run_id, [{"rule": "ZD201", "severity": "error"}], time.time())
-        sent: list[str] = []
         nodes = [threading.Thread(target=deliver_pending, args=(engine, [SlowEndpoint(sent)])) for engine in engines]
         for t in nodes:
             t.start()

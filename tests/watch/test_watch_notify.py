@@ -64,3 +64,42 @@ def test_a_stuck_notifier_does_not_hold_up_ingest_and_delivers_each_finding_once
         endpoint.release.set()
         watcher.close()
         watcher.engine.dispose()
+
+
+class Inbox:
+    name = "inbox"
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    def send(self, finding: dict) -> None:
+        self.sent.append((finding["run"], finding["rule"]))
+
+
+def test_a_notifier_added_to_an_old_store_sends_what_is_judged_from_then_on_not_its_history(tmp_path, rules):
+    """Before: enabling the webhook on a store of past runs posted every finding it held."""
+    runs = tmp_path / "runs"
+    for run in ("old", "live"):
+        append(runs / run / "rank-0.jsonl", run, 0, range(1, 3))
+        with open(runs / run / "rank-0.jsonl", "a") as f:
+            f.write(step_line(run, 0, 3, loss=float("nan")))
+    before = Watcher(open_engine(runs / "zerodoctor.db"), [runs], rules, lambda *_: None)
+    try:
+        before.once()  # no notifier yet: both runs' findings are the store's history
+    finally:
+        before.close()
+        before.engine.dispose()
+
+    inbox = Inbox()
+    watcher = Watcher(open_engine(runs / "zerodoctor.db"), [runs], rules, lambda *_: None, notifiers=[inbox])
+    try:
+        with open(runs / "live" / "rank-0.jsonl", "a") as f:
+            f.write(step_line("live", 0, 4, loss=float("nan")))  # the live run goes on: judged again, still NaN
+        append(runs / "new" / "rank-0.jsonl", "new", 0, range(1, 3))
+        with open(runs / "new" / "rank-0.jsonl", "a") as f:
+            f.write(step_line("new", 0, 3, loss=float("nan")))
+        watcher.once()
+    finally:
+        watcher.close()
+        watcher.engine.dispose()
+    assert sorted(inbox.sent) == [("live", "ZD204"), ("new", "ZD204")]  # not "old": judged before the notifier

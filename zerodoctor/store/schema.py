@@ -145,6 +145,16 @@ findings = Table(
     UniqueConstraint("run_id", "rule"),
 )
 
+# Since when each notifier has delivered from this store: it sends the findings judged from then on,
+# never the history of a store it was added to (watch/notify.py).
+notifiers = Table(
+    "notifiers",
+    metadata,
+    _id(),
+    Column("name", Text, nullable=False, unique=True),
+    Column("since_t", Float, nullable=False),
+)
+
 # One row per (finding, notifier) once the notifier accepted it: a finding a notifier could
 # not deliver stays pending and is retried on a later pass, and is never sent twice.
 deliveries = Table(

@@ -1,4 +1,5 @@
-"""Watch: findings in the store → the plugins' notifiers, each finding delivered once per notifier.
+"""Watch: findings in the store → the plugins' notifiers, each finding delivered once per notifier, from the
+time the notifier started on this store (never a store's history).
 
 A delivery is recorded only after the notifier returns; one that raises leaves its findings
 pending for the next pass. A crash between a notifier's success and the commit repeats that
@@ -21,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from zerodoctor import plugins
 from zerodoctor.store.db import describe, insert_new
 from zerodoctor.store.schema import deliveries, findings
+from zerodoctor.store.schema import notifiers as enrolled
 from zerodoctor.watch.lock import advisory_key
 
 log = logging.getLogger("zerodoctor.watch")
@@ -36,20 +38,37 @@ def notifiers() -> list[Notifier]:
     return plugins.collected(plugins.hook().register_notifiers())
 
 
-def deliver_pending(engine: Engine, targets: list[Notifier],
-                    stop: threading.Event | None = None) -> tuple[int, int]:
-    """Send every finding a notifier has not accepted yet; return (delivered, notifiers that failed).
+def enrol(engine: Engine, targets: list[Notifier]) -> dict[str, float]:
+    """Notifier → since when it delivers from this store: now for one it has not seen (recorded, so
+    every watcher of the store, and every restart, agrees), before anything is judged.
+
+    A notifier added to a store of last month's runs would otherwise post every finding it holds.
+    """
+    if not targets:
+        return {}
+    with engine.begin() as conn:
+        for notifier in targets:
+            conn.execute(insert_new(conn, enrolled).values(name=notifier.name, since_t=time.time()))
+        return dict(conn.execute(select(enrolled.c.name, enrolled.c.since_t)
+                                 .where(enrolled.c.name.in_([n.name for n in targets]))).all())
+
+
+def deliver_pending(engine: Engine, targets: list[Notifier], stop: threading.Event | None = None,
+                    since: dict[str, float] | None = None) -> tuple[int, int]:
+    """Send every finding judged since a notifier started on this store (``since``, else ``enrol``) that it
+    has not accepted yet; return (delivered, notifiers that failed).
 
     ``stop`` ends the work between two sends; what was not sent stays pending.
     """
     delivered = failed = 0
+    since = enrol(engine, targets) if since is None else since
     for notifier in targets:
         with engine.connect() as conn:
             pending = conn.execute(
                 select(findings.c.id, findings.c.body)
                 .outerjoin(deliveries, and_(deliveries.c.finding_id == findings.c.id,
                                             deliveries.c.notifier == notifier.name))
-                .where(deliveries.c.id.is_(None))
+                .where(deliveries.c.id.is_(None), findings.c.last_seen_t >= since[notifier.name])
                 .order_by(findings.c.id)
             ).all()
         for sent, (finding_id, body) in enumerate(pending):
@@ -103,6 +122,7 @@ class Deliveries:
 
     def __init__(self, engine: Engine, targets: list[Notifier], stop: threading.Event, retry_s: float) -> None:
         self.engine, self.targets, self.stop, self.retry_s = engine, targets, stop, retry_s
+        self.since = enrol(engine, targets)  # before the first judgement: what this watch judges is theirs
         self._after = 0.0
         self._worker: threading.Thread | None = None
 
@@ -126,7 +146,7 @@ class Deliveries:
 
     def _deliver(self) -> None:
         try:
-            _, failed = deliver_pending(self.engine, self.targets, self.stop)
+            _, failed = deliver_pending(self.engine, self.targets, self.stop, self.since)
         except Exception as exc:  # noqa: BLE001 - the store failing here must not end deliveries for good
             log.error("delivering findings failed; they stay pending: %s", describe(exc, self.engine.url),
                       exc_info=not isinstance(exc, SQLAlchemyError))

@@ -26,7 +26,7 @@ FINDING = {"rule": "ZD203", "name": "fp16-static-scale-skips-steps", "severity":
 class Endpoint:
     """An HTTP server that answers ``fail`` requests with ``status`` (or a stall), then 200."""
 
-    def __init__(self, fail: int = 0, status: int = 500, stall_s: float = 0.0) -> None:
+    def __init__(self, fail: int = 0, status: int = 500, stall_s: float = 0.0, port: int = 0) -> None:
         self.bodies: list[dict] = []
         self.attempts = 0
         outer = self
@@ -47,7 +47,7 @@ class Endpoint:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -127,7 +127,7 @@ def test_watch_keeps_findings_while_the_endpoint_is_down_and_sends_each_once(tmp
     assert down.returncode == 0, down.stderr
     assert "stay pending" in down.stderr
 
-    server = endpoint()
+    server = endpoint(port=port)  # the same endpoint comes up: the same notifier, its findings still pending
     for _ in range(2):  # the first pass sends the backlog; the second must send nothing again
         up = _watch_once(runs.parent, db, server.url)
         assert up.returncode == 0, up.stderr
