@@ -281,13 +281,14 @@ class Watcher:
                     continue
                 fid, announced, said = known[finding.rule]
                 body = finding.to_json()
-                if announced and (why := changes.change(said, body)):
+                if not announced:
+                    self.announce(finding, config, None)
+                    first[fid] = changes.said_of(body)
+                elif said is None:  # announced by a watch that kept no ``said``: recorded, not said again
+                    first[fid] = changes.said_of(body)
+                elif why := changes.change(said, body):
                     self.announce(finding, config, why)
                     again[fid] = changes.said_of(body)
-                elif not announced or said is None:  # new; or announced by a watch that kept no ``said``
-                    if not announced:
-                        self.announce(finding, config, None)
-                    first[fid] = changes.said_of(body)
             stored_findings.mark_said(conn, first)
             stored_findings.mark_said(conn, again, again=True)
         if self.on_judged is not None:  # after the announcements: a page that fails costs no finding its line
