@@ -19,7 +19,8 @@ def _run_line(stdout: str, run: str) -> str:
 
 def test_the_run_line_of_a_recorded_run_is_what_its_events_say():
     run_dir = ROOT / "samples" / "healthy-zero2"
-    events = [json.loads(line) for path in sorted(run_dir.glob("rank-*.jsonl")) for line in path.read_text().splitlines()]
+    events = [json.loads(line) for path in sorted(run_dir.glob("rank-*.jsonl"))
+              for line in path.read_text().splitlines()]
     start = next(e for e in events if e["kind"] == "run_start")
     per_step: dict[int, float] = {}
     for e in events:

@@ -12,8 +12,8 @@ from typing import Any
 from zerodoctor.messages.units import format_count, format_seconds, plural
 
 # The signals the line reads: what a report keeps of each run's values
-FACTS = ("run.world_size_stated", "run.ranks_seen", "run.zero_stage", "run.precision", "run.first_step", "run.last_step", "run.step_s",
-         "batch.effective_batch", "comm.fraction")
+FACTS = ("run.world_size_stated", "run.ranks_seen", "run.zero_stage", "run.precision", "run.first_step",
+         "run.last_step", "run.step_s", "batch.effective_batch", "comm.fraction")
 
 
 def facts_of(values: dict[str, Any]) -> dict[str, Any]:
@@ -57,5 +57,4 @@ def run_line(run: str, facts: dict[str, Any], rules: int, unjudged: int, fired: 
     """``run r: 2 ranks, ZeRO-2, fp32; steps 1–30, …; 42 of 54 rules judged, none fired``."""
     judged = f"{rules - unjudged} of {format_count(rules, 'rule')} judged, " + (
         f"{fired} fired" if fired else "none fired")
-    head = f"run {run}: {shape(facts)}" if shape(facts) else f"run {run}:"
-    return "; ".join(part for part in (head, pace(facts), judged) if part).replace(":; ", ": ")
+    return f"run {run}: " + "; ".join(part for part in (shape(facts), pace(facts), judged) if part)

@@ -95,8 +95,8 @@ def render(report: Report, console: Console, *, explain: bool = False) -> None:
         if run not in report.set_aside:
             unjudged = sum(u.run == run for u in report.unevaluated)
             fired = sum(f.run == run for f in report.findings)
-            console.print(laid_out([("", "  ", f"[dim]{escape(run_line(run, report.facts[run], rules, unjudged, fired))}[/]")],
-                                   width))
+            line = run_line(run, report.facts[run], rules, unjudged, fired)
+            console.print(laid_out([("", "  ", f"[dim]{escape(line)}[/]")], width))
     if report.unevaluated:
         if explain:
             _explain(report.unevaluated, console, width)
