@@ -137,3 +137,15 @@ def test_a_second_attempt_under_the_same_name_is_refused_unless_it_appends(tmp_p
                             capture_output=True, timeout=TIMEOUT_S, cwd=ROOT)
     assert joined.returncode == 0
     assert (tmp_path / "r" / "attempts").read_text() == "xx"
+
+
+def test_a_copy_beside_the_rank_files_is_no_earlier_run_and_no_rank(tmp_path):
+    """``rank-0.1.jsonl`` (a copy someone left) is not rank 0's file: the run starts, and once it ends the copy is
+    neither closed nor read as a rank (before: exit 3, ``int('0.1')``)."""
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    stray = run_dir / "rank-0.1.jsonl"
+    stray.write_text('{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 1}\n')
+    done = zd_run(tmp_path, sys.executable, "-c", "pass")
+    assert done.returncode == 0, done.stderr.decode()
+    assert stray.read_text().count("\n") == 1  # no run_end appended to it

@@ -29,6 +29,7 @@ from zerodoctor.probe import RUN_DIR_ENV, RUN_ID_ENV
 from zerodoctor.probe.crash import FAULT_SUFFIX
 from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode, redact_argv, redact_config
 from zerodoctor.launch.rank_deaths import closing_events
+from zerodoctor.sources.names import rank_event_files, rank_of
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 SITE_DIR = ".probe"  # inside the run directory: the generated sitecustomize.py
@@ -134,7 +135,7 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
     if problem := bad_name(run_id):
         raise RunError(f"--name {run_id!r}: {problem}")
     run_dir = (directory or runs_dir / run_id).resolve()
-    if not append and next(run_dir.glob("rank-*.jsonl"), None) is not None:
+    if not append and rank_event_files(run_dir):
         raise RunError(f"{run_dir}: already holds the rank files of an earlier run; choose another --name "
                        "(or pass --append on every node of one multi-node job)")
     if not run_dir.is_dir():
@@ -183,13 +184,13 @@ def finish_run_dir(run_dir: Path, run_id: str, returncode: int) -> None:
     from zerodoctor import events
 
     starts = []
-    for path in sorted(run_dir.glob("rank-*.jsonl")):
+    for path in rank_event_files(run_dir):  # a copy beside them (rank-0.1.jsonl) is no rank's: left alone
         first, last = _first_and_last(path)
         if first.get("kind") == "run_start":
             starts.append(first)
         fault_file = path.with_suffix(FAULT_SUFFIX)
         if last.get("kind") != "run_end":  # SIGKILL, OOM killer, abort: the rank could not say it ended
-            rank = int(path.stem.split("-", 1)[1])
+            rank = rank_of(path.name)
             closing = closing_events(run_dir, rank, fault_file)
             if not any(e["kind"] == "run_end" for e in closing):
                 closing.append({"kind": "run_end", "exit_code": exit_status(returncode) if returncode >= 0 else None,
