@@ -16,20 +16,21 @@ from tests.conftest import ROOT, parsed
 from zerodoctor.sources import batches
 from zerodoctor.sources.batches import make_parser, read_batches
 from zerodoctor.sources.jsonl import JsonlParser
-from zerodoctor.sources.lines import KEEP_OVERSIZE_PREFIX, read_blocks
+from zerodoctor.sources.lines import KEEP_OVERSIZE_PREFIX, KEEP_OVERSIZE_TAIL, read_blocks
 
 STEP = {"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 1}
 
 
 def _lines(data: bytes, **kw) -> list[tuple[int, int, int, bytes, int]]:
     """``(number, start, end, line, oversize)`` of every line ``read_blocks`` yields; an oversize line's
-    bytes are ``b"..."`` once checked to be its first bytes (``KEEP_OVERSIZE_PREFIX`` at most)."""
+    bytes are ``b"..."`` once checked to be its first bytes (``KEEP_OVERSIZE_PREFIX`` at most), then its
+    ``tail`` (what follows its last ``\r``)."""
     out = []
     for b in read_blocks(io.BytesIO(data), **kw):
         if b.oversize:
             prefix = b.lines[0]
             assert 0 < len(prefix) <= KEEP_OVERSIZE_PREFIX and data[b.start:b.start + len(prefix)] == prefix
-            out.append((b.first, b.start, b.end, b"...", b.oversize))
+            out.append((b.first, b.start, b.end, b"..." + b.tail, b.oversize))
             continue
         at = b.start
         for i, line in enumerate(b.lines):
@@ -90,9 +91,30 @@ def test_lines_and_offsets_do_not_depend_on_the_chunk_size(data: bytes, chunk: i
         if last and (not line or not final):
             break
         size = len(line) + (not last)
-        expected.append((number, at, at + size, b"..." if len(line) > 16 else line, size if len(line) > 16 else 0))
+        shown = b"..." + _tail(line, terminated=not last) if len(line) > 16 else line
+        expected.append((number, at, at + size, shown, size if len(line) > 16 else 0))
         at += size
     assert _lines(data, cap=16, chunk=chunk, final=final) == expected
+
+
+def _tail(line: bytes, *, terminated: bool) -> bytes:
+    """What follows the last ``\r`` of a whole line (a CRLF's ``\r`` is the line's end, not a segment)."""
+    body = line[:-1] if terminated and line.endswith(b"\r") else line
+    return body[body.rfind(b"\r") + 1:] if b"\r" in body else b""
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
+def test_an_oversize_progress_bar_keeps_the_line_glued_after_it(chunk: int) -> None:
+    """Hours of a tqdm bar redrawn with \r make one console line past the cap; DeepSpeed's next line is glued
+    to its end. The tail, the last \r segment, is what a terminal shows: it is kept, bounded."""
+    glued = b"[INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step."
+    bar = b"".join(b"\r 12%%|#  | %d/9 [00:01<00:09, 9.9it/s]" % i for i in range(4000))
+    data = b"before\n" + bar + glued + b"\r\nafter\n"
+    (_, _, _, shown, size), = [line for line in _lines(data, cap=1024, chunk=chunk) if line[4]]
+    assert shown == b"..." + b" 12%|#  | 3999/9 [00:01<00:09, 9.9it/s]" + glued
+    assert size == len(bar) + len(glued) + 2
+    no_cr = b"x" * (KEEP_OVERSIZE_TAIL + 10)  # a last segment over its own cap is not kept
+    assert _lines(b"\r" + no_cr + b"\n", cap=1024, chunk=chunk)[0][3] == b"..."
 
 
 _LINES = st.lists(st.one_of(
@@ -130,6 +152,25 @@ def test_jsonl_batches_do_not_depend_on_chunks_nor_batch_size(tmp_path_factory, 
     assert all(b.step_count() + len(b.events) + len(b.rejected) <= batch_lines for b in chunked[:-1])
     assert [b.last_line for b in chunked] == [*range(batch_lines, len(lines) + 1, batch_lines), len(lines)]
     assert [b.end for b in chunked] == [len(b"".join(ended[:b.last_line])) for b in chunked]  # each batch's own end
+
+
+def test_the_deepspeed_line_glued_after_an_oversize_progress_bar_is_read(tmp_path: Path) -> None:
+    """The pasted log (Chinese-LLaMA-Alpaca#534) with the bar before its second OVERFLOW line redrawn until the
+    console line is 3 MiB: that line is counted as oversize, and its OVERFLOW is read as it was without the bar
+    (before: the overflow was lost with the line)."""
+    log = (ROOT / "tests/corpus/chinese-llama-alpaca-534-late-collapse/console.log").read_bytes().split(b"\n")
+    bar, glued = log[3].split(b"s/it]", 1)  # line 4: " 14%|... 379/2724 [...132.28s/it][2023-06-07 ...] OVERFLOW!"
+    log[3] = (bar + b"s/it]\r") * (3 * 2**20 // (len(bar) + 6)) + bar + b"s/it]" + glued
+    path = tmp_path / "console.log"
+    path.write_bytes(b"\n".join(log))
+    read = list(read_batches(path, make_parser("text")))
+    scales = [e.get("loss_scale") for e in parsed(read) if e["kind"] == "step"]
+    original = parsed(read_batches(ROOT / "tests/corpus/chinese-llama-alpaca-534-late-collapse/console.log",
+                                   make_parser("text")))
+    assert scales == [e.get("loss_scale") for e in original if e["kind"] == "step"]
+    assert 32.0 in scales  # the glued line's attempted scale
+    (rejected,) = [r for b in read for r in b.rejected]
+    assert rejected.line == 4 and rejected.size > 3 * 2**20 and "as a terminal shows it, was read" in rejected.reason
 
 
 def test_lines_msgspec_refuses_among_steps_cost_only_themselves(tmp_path: Path) -> None:

@@ -261,9 +261,14 @@ def _parsed_batches(path: Path, parser: Parser, *, start: int, first_line: int, 
     with nullcontext(stream) if stream is not None else open_log(path)[0] as f:
         for block in read_blocks(f, start=start, first_line=first_line, final=final and unterminated):
             if block.oversize:
-                reason = f"line of {block.oversize} bytes is over the {MAX_LINE_BYTES}-byte cap"
+                shown = bool(block.tail) and getattr(parser, "terminal", False)
+                reason = f"line of {block.oversize} bytes is over the {MAX_LINE_BYTES}-byte cap" + (
+                    "; what follows its last \\r, as a terminal shows it, was read" if shown else "")
                 batch.rejected.append(Rejected(name, block.first, reason, block.lines[0], block.oversize))
                 batch.end, batch.last_line, room = block.end, block.first, room - 1
+                if shown:  # a progress bar redrawn for hours, and the line printed after it
+                    _add_lines(batch, parser, name, Block(block.first, block.start, block.end, [block.tail],
+                                                          block.unterminated))
             else:
                 while len(block.lines) > room:  # the batch fills up inside this block
                     full, block = block.split(room)

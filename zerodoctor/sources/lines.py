@@ -14,6 +14,7 @@ from typing import BinaryIO, Iterator, NamedTuple
 
 MAX_LINE_BYTES = 1 << 20
 KEEP_OVERSIZE_PREFIX = 4096
+KEEP_OVERSIZE_TAIL = 1 << 16  # the longest last ``\r`` segment of an oversize line kept (``Block.tail``)
 CHUNK = 1 << 20
 
 
@@ -23,7 +24,10 @@ class Block(NamedTuple):
     Each line is without its ``b"\\n"`` (a ``b"\\r"`` before it stays); every line had one but
     the last of an ``unterminated`` block, the file's last line read before its newline. A block
     with ``oversize`` set is one line over the cap: ``oversize`` is its full length, newline
-    included, and ``lines`` holds only its first ``KEEP_OVERSIZE_PREFIX`` bytes.
+    included, ``lines`` holds only its first ``KEEP_OVERSIZE_PREFIX`` bytes, and ``tail`` what
+    follows its last ``\r`` when that is shorter than ``KEEP_OVERSIZE_TAIL`` (else empty). A
+    progress bar redrawn with ``\r`` for hours grows one console line past any cap, and the
+    line a library prints after it is glued to its end: ``tail`` is what a terminal would show.
     """
 
     first: int
@@ -32,6 +36,7 @@ class Block(NamedTuple):
     lines: list[bytes]
     unterminated: bool = False
     oversize: int = 0
+    tail: bytes = b""
 
     def split(self, count: int) -> tuple[Block, Block]:
         """The block of its first ``count`` lines and the block of the rest (``count`` < ``len(lines)``)."""
@@ -63,23 +68,44 @@ def read_blocks(
         pending = lines.pop()
         if lines and len(lines[0]) > cap:  # a line begun in an earlier chunk, ended past the cap
             size = len(lines[0]) + 1
-            yield Block(number, begin, begin + size, [lines[0][:KEEP_OVERSIZE_PREFIX]], False, size)
+            yield Block(number, begin, begin + size, [lines[0][:KEEP_OVERSIZE_PREFIX]], False, size,
+                        _last_segment(None, lines[0], ending=True) or b"")
             number, begin = number + 1, begin + size
             del lines[0]
         if lines:
             yield Block(number, begin, pos - len(pending), lines)
             number += len(lines)
         data = read(chunk)
-        if len(pending) > cap:  # a line over the cap with no end in sight: skip it, keeping its head
-            prefix, size, pending = pending[:KEEP_OVERSIZE_PREFIX], len(pending), b""
+        if len(pending) > cap:  # a line over the cap with no end in sight: skip it, keeping its head and tail
+            prefix, size = pending[:KEEP_OVERSIZE_PREFIX], len(pending)
+            # a \r that ends a piece is held back: with the newline after it, it is a CRLF, not a segment
+            tail, carry = _last_segment(None, pending.removesuffix(b"\r")), pending[-1:] == b"\r"
+            pending = b""
             while data and (cut := data.find(b"\n")) < 0:
+                tail = _last_segment(tail, b"\r" * carry + data.removesuffix(b"\r"))
+                carry = data.endswith(b"\r")
                 pos, size, data = pos + len(data), size + len(data), read(chunk)
             if not data:  # it never ends: read as the file's unterminated last line, or not yet
                 if final:
-                    yield Block(number, pos - size, pos, [prefix], True, size)
+                    yield Block(number, pos - size, pos, [prefix], True, size, _last_segment(tail, b"\r" * carry) or b"")
                 return
+            tail = _last_segment(tail, b"\r" * carry + data[:cut], ending=True)
             pos, size, data = pos + cut + 1, size + cut + 1, data[cut + 1:] or read(chunk)
-            yield Block(number, pos - size, pos, [prefix], False, size)
+            yield Block(number, pos - size, pos, [prefix], False, size, tail or b"")
             number += 1
     if pending and final:
         yield Block(number, pos - len(pending), pos, [pending], True)
+
+
+def _last_segment(tail: bytes | None, more: bytes, *, ending: bool = False) -> bytes | None:
+    """What follows the last ``\r`` of a line read so far as ``tail`` (None: no ``\r`` yet, or a segment
+    over ``KEEP_OVERSIZE_TAIL``) and then ``more``; ``ending``: ``more`` is the line's last piece, whose
+    ``\r`` before the newline (CRLF) ends the line, not a segment."""
+    if ending and more.endswith(b"\r"):
+        more = more[:-1]
+    cr = more.rfind(b"\r")
+    if cr >= 0:
+        tail = more[cr + 1:]
+    elif tail is not None:
+        tail += more
+    return tail if tail is not None and len(tail) <= KEEP_OVERSIZE_TAIL else None

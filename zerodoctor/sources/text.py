@@ -166,6 +166,7 @@ class TextParser:
     """The "text" format: every registered dialect over every line that may concern it."""
 
     format = "text"
+    terminal = True  # a console's bytes: after a \r the line is redrawn, so an oversize line's last segment counts
 
     def __init__(self, run_id: str | None = None) -> None:
         self.context = Context(run=run_id or "console")
