@@ -36,6 +36,12 @@ from zerodoctor.store.schema import files
 WRITER = Path(__file__).with_name("writer.py")
 
 
+# How long the writers of the SIGKILL tests spread their lines over: longer than six watch lives (start-up
+# and all) take on a loaded 2-core machine, so the kills land while lines still arrive. At 5 s a CI run's
+# second watch found all 12,000 lines written and stored them before its kill: the test proved nothing.
+KILLED_WHILE_WRITING_S = 20.0
+
+
 def start_writer(run_dir: Path, files: int, lines: int, seconds: float, first_rank: int = 0) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(WRITER), str(run_dir), str(files), str(lines), str(seconds),
                              str(first_rank)], env=ENV)
@@ -130,12 +136,12 @@ def assert_every_line_stored_once(store_url: str, lines: list[tuple[str, int, in
 def test_sigkill_repeatedly_while_ranks_write_stores_every_line_once(tmp_path, store_url):
     runs = tmp_path / "runs"
     runs.mkdir()
-    writers = [start_writer(runs / name, 4, 1500, 5.0) for name in ("a", "b")]
+    writers = [start_writer(runs / name, 4, 1500, KILLED_WHILE_WRITING_S) for name in ("a", "b")]
     try:
         stored = kill_repeatedly(runs, store_url, 6, random.Random(7), total=2 * 4 * 1500)
     finally:
         for w in writers:
-            assert w.wait(timeout=30) == 0
+            assert w.wait(timeout=2 * KILLED_WHILE_WRITING_S) == 0
     assert any(0 < n < 2 * 4 * 1500 for n in stored), f"no kill landed mid-ingest ({stored}): the test proved nothing"
     final = run_cli("watch", "--once", "-q", "--db", store_url, str(runs), timeout=60)
     assert final.returncode == 0, final.stderr

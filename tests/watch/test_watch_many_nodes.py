@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from tests.conftest import NO_PG, PG_URL, ROOT, run_cli
 from tests.watch.conftest import ENV, append, start_watch, stop, stored_steps, two_nodes, wait_for
 from tests.watch.test_watch_daemon import (
+    KILLED_WHILE_WRITING_S,
     assert_every_line_stored_once,
     kill_repeatedly,
     start_writer,
@@ -49,7 +50,8 @@ def test_two_nodes_one_job_survive_6_sigkills_each_with_none_lost_or_duplicated(
     nodes = two_nodes(tmp_path, same_path=same_path)
     for node in nodes:  # before any watcher starts: a watcher faster than the writer's mkdir exits 2, rightly
         (node.disk / "job").mkdir()
-    writers = [start_writer(node.disk / "job", 4, 1500, 5.0, first_rank=4 * i) for i, node in enumerate(nodes)]
+    writers = [start_writer(node.disk / "job", 4, 1500, KILLED_WHILE_WRITING_S, first_rank=4 * i)
+               for i, node in enumerate(nodes)]
     stored: list[list[int]] = [[], []]
 
     def run_node(i: int) -> None:
@@ -64,7 +66,7 @@ def test_two_nodes_one_job_survive_6_sigkills_each_with_none_lost_or_duplicated(
             t.join(timeout=120)
     finally:
         for w in writers:
-            assert w.wait(timeout=30) == 0
+            assert w.wait(timeout=2 * KILLED_WHILE_WRITING_S) == 0
     # six kills each (a thread that raised left fewer), at least one of them with part of the lines stored
     assert [len(n) for n in stored] == [6, 6] and all(any(0 < c < 8 * 1500 for c in n) for n in stored), stored
     # then both nodes' watchers at once, as they run for days, until every line is stored
