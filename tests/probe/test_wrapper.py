@@ -41,7 +41,8 @@ def test_output_passes_through_byte_for_byte(tmp_path):
     err = b"warning: \xe2\x9c\x93 \r\n"
     code = f"import sys; sys.stdout.buffer.write({out!r}); sys.stdout.flush(); sys.stderr.buffer.write({err!r})"
     done = zd_run(tmp_path, sys.executable, "-c", code)
-    assert (done.stdout, done.stderr) == (out, err)
+    assert done.stdout == out
+    assert done.stderr.startswith(err) and done.stderr[len(err):].count(b"\n") == 1  # then the next step, ours
     log = (tmp_path / "r" / "console.log").read_bytes()
     assert out in log and err in log and len(log) == len(out) + len(err)
 
@@ -149,3 +150,13 @@ def test_a_copy_beside_the_rank_files_is_no_earlier_run_and_no_rank(tmp_path):
     done = zd_run(tmp_path, sys.executable, "-c", "pass")
     assert done.returncode == 0, done.stderr.decode()
     assert stray.read_text().count("\n") == 1  # no run_end appended to it
+
+
+def test_the_next_step_is_said_on_stderr_when_the_job_ends(tmp_path):
+    done = zd_run(tmp_path, sys.executable, "-c", "print('trained'); raise SystemExit(3)")
+    assert done.returncode == 3 and done.stdout == b"trained\n"  # stdout is the job's own
+    said = done.stderr.decode().splitlines()[-1]
+    assert said == f"zerodoctor: run r ended, exit code 3; what happened in it: zerodoctor diagnose {tmp_path / 'r'}"
+    diagnosed = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", said.split(" diagnose ", 1)[1]],
+                               capture_output=True, timeout=TIMEOUT_S, cwd=ROOT)
+    assert diagnosed.returncode in (0, 1), diagnosed.stderr  # the command it names runs as printed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import sys
 from enum import Enum
 from pathlib import Path
@@ -260,7 +261,7 @@ def run(
         "every rank: one trace per rank in the run directory, read back by diagnose."),
 ) -> None:
     """Run a training command with the probe injected; exit with the command's own status."""
-    from zerodoctor.launch.wrapper import RunError, run as run_command
+    from zerodoctor.launch.wrapper import RunError, new_run_id, run as run_command
 
     if profile is not None:
         from zerodoctor.probe.profile import PROFILE_ENV, parse_steps
@@ -277,15 +278,20 @@ def run(
         bits = -1
     if not 0o700 <= bits <= 0o777:  # the owner must keep rwx: the probe writes there
         raise fail(f"--mode {mode}: give octal permissions that let you read and write the run, e.g. 700 or 750")
+    run_id = name or new_run_id()
     try:
         if fix_and_resume is None:
-            code = run_command(list(command), runs_dir, name, append=append, mode=bits)
+            code = run_command(list(command), runs_dir, run_id, append=append, mode=bits)
         else:
-            code = _fix_and_resume(list(command), runs_dir, name, fix_and_resume, append=append, mode=bits,
+            code = _fix_and_resume(list(command), runs_dir, run_id, fix_and_resume, append=append, mode=bits,
                                    max_restarts=max_restarts, on=on, resume_arg=resume_arg, config_arg=config_arg,
                                    allow_scratch=allow_scratch)
     except RunError as exc:
         raise fail(str(exc)) from None
+    # the next step, on stderr: the job's stdout stays byte for byte its own
+    shown = runs_dir / run_id
+    typer.echo(f"zerodoctor: run {run_id} ended, exit code {code}; what happened in it: zerodoctor diagnose "
+               f"{shlex.quote(str(shown))}", err=True)
     raise typer.Exit(code)
 
 
