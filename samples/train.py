@@ -96,9 +96,24 @@ def _missing_module() -> None:
     importlib.import_module("flash_attn_not_installed_here")
 
 
+class _AbortsInTeardown:
+    """SIGABRT while the interpreter shuts down, after the script returned and the probe's exit hooks ran: what
+    a process group still alive at exit can do (pytorch/pytorch#179291). ``os.abort`` is bound now: by the time
+    module globals are cleared, ``os`` may be gone."""
+
+    def __del__(self, abort=os.abort) -> None:
+        abort()
+
+
+def _teardown_abort() -> None:
+    """The rank trains on to the end; only its exit dies."""
+    global _ARMED
+    _ARMED = _AbortsInTeardown()
+
+
 # Crashes a rank can die of on a CPU host, each the real thing (tests/probe/test_crash_families.py).
 CRASHES = {"segfault": _segfault, "host-memory": _host_memory, "sigkill": _sigkill, "device-mismatch": _device_mismatch,
-           "missing-module": _missing_module}
+           "missing-module": _missing_module, "teardown-abort": _teardown_abort}
 
 
 def build_model(width: int, layers: int) -> torch.nn.Module:

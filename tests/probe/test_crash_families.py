@@ -57,3 +57,24 @@ def test_a_segfault_leaves_its_stack_in_the_events(tmp_path) -> None:
     assert any("train.py" in frame and "_segfault" in frame for frame in fatal[0]["traceback"])
     assert events[-1]["kind"] == "run_end" and events[-1]["signal"] == 11
     assert not (run.run_dir / "rank-0.fault").exists()  # an empty fault file of a rank that lived is removed
+
+
+def test_a_rank_killed_in_teardown_after_training_is_told_apart_from_a_crash_in_training(tmp_path) -> None:
+    """Rank 1 trains all 8 steps, writes its run_end, then dies of SIGABRT while the interpreter shuts down (as a
+    process group alive at exit can make it): from the events a warning that training finished, no crash; from
+    the console alone, which cannot show where the script returned, the signal death of rank 1 (rank 0 was
+    torchrun's SIGTERM, in the same failure box, and no crash of its own)."""
+    run = record_run(tmp_path, "teardown", CONFIG, "--steps", "8", "--crash", "teardown-abort")
+    assert run.returncode != 0, run.console()[-2000:]
+    events = run.events(1)
+    steps = [e["step"] for e in events if e["kind"] == "step"]
+    assert steps[-1] == 8
+    assert [e["kind"] for e in events[-2:]] == ["run_end", "log"]
+    assert events[-1]["data"] == {"family": "teardown_crash", "signal": 6}
+    assert _rules(run.run_dir) == {"ZD911"}
+    copied = tmp_path / "pasted.log"
+    copied.write_bytes((run.run_dir / "console.log").read_bytes())
+    proc = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never",
+                           str(copied)], capture_output=True, text=True, timeout=180, cwd=ROOT)
+    (finding,) = [f for f in json.loads(proc.stdout)["findings"] if f["severity"] in ("warning", "error")]
+    assert finding["rule"] == "ZD902" and finding["ranks"] == [1], finding

@@ -46,3 +46,41 @@ def test_a_file_ending_in_a_whole_line_gets_no_blank_line(tmp_path):
     lines = path.read_bytes().split(b"\n")
     assert len(lines) == 3 and lines[-1] == b""
     assert json.loads(lines[1])["kind"] == "run_end"
+
+
+# The failure box of a real run (tests/probe/test_crash_families.py, ``--crash teardown-abort``): rank 1 died of
+# SIGABRT after its run_end, and torchrun stopped rank 0 with SIGTERM.
+TEARDOWN_BOX = """\
+Failures:
+[1]:
+  time      : 2026-12-04_08:38:20
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 30784)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 30784
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-04_08:38:20
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -6 (pid: 30785)  (SIGABRT)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 30785
+=======================================================
+"""
+
+
+def test_a_rank_that_ended_and_then_died_of_a_fault_signal_gets_a_teardown_event_from_the_launchers_box(tmp_path):
+    """No fault file (the user's own fault handler took it): the launcher's box says which rank died of what."""
+    from zerodoctor.launch.wrapper import finish_run_dir
+
+    for rank in (0, 1):
+        (tmp_path / f"rank-{rank}.jsonl").write_text("".join(
+            json.dumps({"kind": kind, "t": 1.0, "run": "r", "rank": rank}) + "\n" for kind in ("run_start", "run_end")))
+    (tmp_path / "console.log").write_text(TEARDOWN_BOX)
+    finish_run_dir(tmp_path, "r", 1)
+    assert len((tmp_path / "rank-0.jsonl").read_text().splitlines()) == 2  # SIGTERM is no crash
+    last = json.loads((tmp_path / "rank-1.jsonl").read_text().splitlines()[-1])
+    assert (last["kind"], last["what"], last["data"]) == ("log", "fatal", {"family": "teardown_crash", "signal": 6})

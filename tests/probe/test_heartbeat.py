@@ -66,7 +66,8 @@ def test_a_collective_shows_its_op_group_and_the_groups_own_sequence_number_whil
         def _get_sequence_number_for_group(self):
             return 41
 
-    clock = CommClock(phase=phase, default_group=Group())
+    group = Group()
+    clock = CommClock(phase=phase, default_group=lambda: group)
     all_reduce = clock.wrap("all_reduce", lambda tensor, group=None: seen.append(phase.now))
     all_reduce(torch.ones(2))
     assert seen[0][0] == "collective" and seen[0][3:] == ("all_reduce", "1", 42)

@@ -58,6 +58,15 @@ def test_launcher_and_torchrun_exit_lines_give_the_rank_and_the_signal() -> None
     assert [(e["rank"], e["exit_code"], e.get("signal")) for e in failed] == [(0, 1, None)]
 
 
+def test_a_signal_in_torchruns_failure_box_is_the_rank_of_its_entry() -> None:
+    # open-mmlab/mmsegmentation#3106: the box lists ranks 1 and 2, each "traceback : Signal 6 (SIGABRT)"; a line
+    # of the box names no rank itself, and read alone both were rank 0's, which the box does not list.
+    found = events(CORPUS / "mmsegmentation-3106-sigabrt-exitcode-6" / "console.log")
+    fatal = [(e["rank"], e["data"]["family"]) for e in found if e.get("what") == "fatal"]
+    ended = sorted(e["rank"] for e in found if e["kind"] == "run_end")
+    assert sorted(fatal) == [(rank, "process_aborted") for rank in ended]
+
+
 def test_the_memory_cap_of_a_fraction_limited_process_is_read() -> None:
     # PyTorch 2.11 on an H200 capped at 6 GiB (samples/gpu-capacity-oom-h200): free says 132 GiB, the cap 6.
     numbers = oom_numbers("CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 139.80 GiB "

@@ -7,6 +7,11 @@ error: Segmentation fault`` and the stacks, most recent call first), else the la
 ``console.log`` (torchrun's failure summary ``exitcode : -9``, its one-line ``failed (exitcode: -11)``,
 DeepSpeed's launcher ``exits with return code = -9``), read by the same text parser ``diagnose`` uses,
 else the job's exit status. The wrapper's own status says little: torchrun exits 1 whatever killed a child.
+
+A rank can also die after it said it ended: the probe writes ``run_end`` at exit, and a process group
+still alive in interpreter teardown can abort there (gloo's and NCCL's workers destroyed after Python
+stopped: "terminate called without an active exception", pytorch#179291). Training finished; the job
+still exits non-zero. ``teardown_events`` tells that death apart from one mid-training.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
+
+from zerodoctor.messages import crashes
 
 
 CONSOLE_TAIL = 1 << 20  # the launcher's summary is the log's last words
@@ -39,6 +46,21 @@ def closing_events(run_dir: Path, rank: int, fault_file: Path) -> list[dict[str,
     if code is not None:
         return [*out, {"kind": "run_end", "exit_code": code, "signal": -code if code < 0 else None}]
     return out
+
+
+def teardown_events(run_dir: Path, rank: int, fault_file: Path) -> list[dict[str, Any]]:
+    """For a rank that wrote its ``run_end``: a ``log`` ``fatal`` event (family ``teardown_crash``) when a
+    fatal signal killed it afterwards, as its fault file or the launcher says; else nothing."""
+    said = _FAULT.search(fault_file.read_text(errors="replace")) if fault_file.is_file() else None
+    number = _FAULT_SIGNALS.get(said.group(1).strip()) if said else None
+    if number is None:
+        number = crashes.signal_of(_launcher_exit_code(run_dir / "console.log", rank), None)
+    if number not in crashes.FAULT_SIGNALS:
+        return []
+    name = crashes.SIGNAL_NAMES[number]
+    return [{"kind": "log", "what": "fatal", "level": "ERROR", "source": "run",
+             "message": f"killed by {name} after the script returned, in interpreter teardown",
+             "data": {"family": crashes.TEARDOWN_CRASH, "signal": number}}]
 
 
 def _current_thread_frames(text: str) -> list[str]:

@@ -28,7 +28,7 @@ from typing import BinaryIO, Callable
 from zerodoctor.probe import RUN_DIR_ENV, RUN_ID_ENV
 from zerodoctor.probe.crash import FAULT_SUFFIX
 from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode, redact_argv, redact_config
-from zerodoctor.launch.rank_deaths import closing_events
+from zerodoctor.launch.rank_deaths import closing_events, teardown_events
 from zerodoctor.sources.names import rank_event_files, rank_of
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -188,13 +188,15 @@ def finish_run_dir(run_dir: Path, run_id: str, returncode: int) -> None:
         first, last = _first_and_last(path)
         if first.get("kind") == "run_start":
             starts.append(first)
-        fault_file = path.with_suffix(FAULT_SUFFIX)
+        fault_file, rank = path.with_suffix(FAULT_SUFFIX), rank_of(path.name)
         if last.get("kind") != "run_end":  # SIGKILL, OOM killer, abort: the rank could not say it ended
-            rank = rank_of(path.name)
             closing = closing_events(run_dir, rank, fault_file)
             if not any(e["kind"] == "run_end" for e in closing):
                 closing.append({"kind": "run_end", "exit_code": exit_status(returncode) if returncode >= 0 else None,
                                 "signal": -returncode if returncode < 0 else None})
+        else:
+            closing = teardown_events(run_dir, rank, fault_file) if returncode else []
+        if closing:
             now = time.time()
             lines = [json.dumps(events.new(e.pop("kind"), t=now, run=run_id, rank=rank, **e)) for e in closing]
             with open(path, "ab") as f:

@@ -111,6 +111,10 @@ UNKNOWN = "unknown"
 # Signals by number as torchrun and the launchers report them (a negative exit code, or 128 + N from a shell).
 SIGNAL_NAMES = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 SIGKILL = 9
+FAULT_SIGNALS = {4, 6, 7, 8, 11}  # SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV: a crash of native code
+# No message names it: a rank killed by one of FAULT_SIGNALS after it wrote its run_end, in interpreter
+# teardown (launch/rank_deaths.py). Training finished; only the exit status is the crash's.
+TEARDOWN_CRASH = "teardown_crash"
 SHELL_SIGNAL_BASE = 128  # a shell's exit status for a child killed by signal N
 
 

@@ -12,7 +12,7 @@ count, which the NCCL flight recorder also records), so a heartbeat shows what i
 from __future__ import annotations
 
 from time import perf_counter
-from typing import Any
+from typing import Any, Callable
 
 from zerodoctor.probe.phase import PHASE, RankPhase
 
@@ -24,7 +24,9 @@ OPS = ("all_reduce", "all_reduce_coalesced", "inference_all_reduce", "broadcast"
 class CommClock:
     """Time in collectives: per optimizer step (``take_step``) and per op (``take_ops``)."""
 
-    def __init__(self, phase: RankPhase = PHASE, default_group: Any = None) -> None:
+    def __init__(self, phase: RankPhase = PHASE, default_group: Callable[[], Any] = lambda: None) -> None:
+        # a function, not the group: a reference held here would keep the default process group alive past
+        # destroy_process_group into interpreter teardown, where destroying its workers can abort the process
         self.phase, self.default_group = phase, default_group
         self.step_s = 0.0
         self.ops: dict[str, list[float]] = {}  # op -> [count, bytes, seconds]
@@ -75,7 +77,7 @@ class CommClock:
         if group is None and args:
             group = next((a for a in args if hasattr(a, "_get_sequence_number_for_group")), None)
         if group is None:
-            group = self.default_group
+            group = self.default_group()
         if group is None:
             return None, None
         try:
@@ -139,13 +141,9 @@ def instrument_backend() -> CommClock | None:
     clock = getattr(backend, "_zerodoctor_clock", None)
     if clock is not None:
         return clock
-    from torch.distributed import distributed_c10d
+    from torch.distributed.distributed_c10d import GroupMember
 
-    try:
-        default_group = distributed_c10d._get_default_group()
-    except (RuntimeError, ValueError):  # a backend that runs without torch.distributed's default group
-        default_group = None
-    clock = CommClock(default_group=default_group)
+    clock = CommClock(default_group=lambda: GroupMember.WORLD)  # None once destroyed, or without c10d's group
     for op in OPS:
         fn = getattr(backend, op, None)
         if callable(fn):

@@ -25,9 +25,8 @@ _LIBRARIES = ("torch", "deepspeed", "transformers", "accelerate", "peft", "trl",
               "pytorch_lightning", "fairseq", "colossalai", "bitsandbytes", "flash_attn", "triton", "vllm")
 _SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen ")
 SURVIVABLE = {"nonfinite_loss"}  # counted on every rank that showed it, stepping on or not
-SIGNAL_FAULTS = {4, 6, 7, 8, 11}  # SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV: a crash (SIGKILL is crashes.py's)
 ABORT = 6
-SIGNAL_FAMILIES = ("native_crash", "process_aborted")
+SIGNAL_FAMILIES = ("native_crash", "process_aborted", crashes.TEARDOWN_CRASH)
 
 SIGNALS = [
     Signal("fatal.family", "name", "crash family"),
@@ -104,7 +103,7 @@ def _errors(run: RunView) -> list[dict[str, Any]]:
                         "survived": survived(e)})
     for e in run.events.get("run_end", []):
         number = crashes.signal_of(e.get("exit_code"), e.get("signal"))
-        if number in SIGNAL_FAULTS:
+        if number in crashes.FAULT_SIGNALS:  # SIGKILL is signals/crashes.py's
             family = "process_aborted" if number == ABORT else "native_crash"
             out.append({**e, "family": family, "signal": crashes.SIGNAL_NAMES[number], "survived": False,
                         "message": f"killed by {crashes.SIGNAL_NAMES[number]} (exit code {e.get('exit_code')})"})

@@ -45,6 +45,10 @@ _LINE_FAMILIES = ("host_oom_kill", "native_crash", "process_aborted", "host_allo
 # A warning names a failure the run goes on after (torchvision's "Failed to load image Python extension: …
 # undefined symbol"): never a fatal line.
 _WARNING = re.compile(r"Warning\b|\bwarn(?:ing)?\(|\[W(?:ARN(?:ING)?)?\]")
+# torchrun's failure box, one entry per failed rank: "rank      : 1 (local_rank: 1)", then "exitcode  : -6
+# (pid: 4242)  (SIGABRT)" and "traceback : Signal 6 (SIGABRT) received by PID 4242", which name no rank.
+_BOX_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: \d+\)")
+_BOX_FIELD = re.compile(r"^\s*(?:exitcode|traceback)\s*: ")
 
 
 @dataclass
@@ -68,13 +72,14 @@ class FatalDialect:
                 b"DefaultCPUAllocator", b"NCCL error", b"CUDA error", b"CUBLAS_STATUS", b"CUDNN_STATUS", b"Assertion",
                 b"=nan", b"= nan", b": nan", b"] nan", b"loss nan", b"NaN", b"Bus error", b"Floating point exception",
                 b": undefined symbol", b"Unsupported gpu", b"THCudaCheck", b"IllegalAddress", b": cannot open shared",
-                b"bytes failed")
+                b"bytes failed", b"(local_rank: ")
 
     def __init__(self, context: Context) -> None:
         self.context = context
         self._mine = re.compile(trie_pattern(self.keywords).decode()).search
         self._open: dict[int | None, _Traceback] = {}
         self._said: set[tuple[int, str]] = set()  # (rank, family) of fatal lines already reported
+        self._box_rank: int | None = None  # the rank of the failure box's entry being read
 
     @property
     def holding(self) -> bool:
@@ -147,17 +152,22 @@ class FatalDialect:
         """A line that kills without a traceback: reported once per rank and family."""
         if _WARNING.search(text):
             return []
+        box = _BOX_RANK.match(text)
+        if box:
+            self._box_rank = int(box.group(1))
+            return []
         family = crashes.classify(text)
         if family not in _LINE_FAMILIES and _KILLED.match(text):
             family = "host_oom_kill"
         if family not in _LINE_FAMILIES:
             return []
-        rank = line.rank if line.rank is not None else 0
+        rank = self._box_rank if self._box_rank is not None and _BOX_FIELD.match(text) else line.rank
+        rank = rank if rank is not None else 0  # as context.event names it
         if (rank, family) in self._said:
             return []
         self._said.add((rank, family))
-        return [self.context.event("log", line, message=_from_failure(text, family)[:MAX_MESSAGE], source=self.name,
-                                   level="ERROR", what="fatal", data={"family": family}, step=self.context.last_step())]
+        return [self.context.event("log", line, rank=rank, message=_from_failure(text, family)[:MAX_MESSAGE],
+                                   source=self.name, level="ERROR", what="fatal", data={"family": family}, step=self.context.last_step())]
 
 
 def _message(parts: list[str]) -> str:
