@@ -10,7 +10,7 @@ import pytest
 from zerodoctor import events
 from zerodoctor.resume.checkpoints import Saved, newest_before, saved_in
 from zerodoctor.resume.policy import Policy, fix_key
-from zerodoctor.resume.relaunch import RelaunchError, config_argument, relaunch_argv
+from zerodoctor.resume.relaunch import RelaunchError, config_argument, relaunch_argv, trainer_arguments
 from zerodoctor.rulebook.finding import Finding, Fix
 
 CKPT = Saved(step=20, dir="out", tag="global_step20", path="out/global_step20")
@@ -30,6 +30,38 @@ def test_config_arg_names_the_flag_and_nothing_else_is_taken_for_it() -> None:
     assert config_argument(argv, "--config") == (5, "", "ds.json")
     with pytest.raises(RelaunchError, match="--config-arg"):
         config_argument(["python", "train.py", "ds.json"])
+
+
+def test_deepspeeds_own_switch_is_no_config_path() -> None:
+    argv = ["python", "train.py", "--deepspeed", "--deepspeed_config", "ds.json"]
+    assert relaunch_argv(argv, None, "new.json", None, None) == [*argv[:-1], "new.json"]
+
+
+HF_AUTO = {"train_micro_batch_size_per_gpu": "auto", "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["t.py", "--deepspeed", "ds.json", "--learning_rate", "1e-3", "--fp16"],
+     ["t.py", "--deepspeed", "new.json", "--learning_rate", "0.0005", "--fp16", "False", "--bf16", "True"]),
+    (["t.py", "--deepspeed=ds.json", "--learning_rate=1e-3", "--fp16", "true", "--bf16", "--x", "1"],
+     ["t.py", "--deepspeed=new.json", "--learning_rate", "0.0005", "--fp16", "False", "--bf16", "True", "--x", "1"]),
+])
+def test_a_trainers_arguments_say_what_the_patch_changed(argv: list[str], expected: list[str]) -> None:
+    after = {**HF_AUTO, "optimizer": {"type": "AdamW", "params": {"lr": 5e-4}},
+             "fp16": {"enabled": False}, "bf16": {"enabled": True}}
+    assert relaunch_argv(argv, None, "new.json", None, None, (HF_AUTO, after)) == expected
+    # DeepSpeed's own scripts are left as they were: the same patch through --deepspeed_config adds nothing
+    assert relaunch_argv(["t.py", "--deepspeed_config", "ds.json"], None, "new.json", None, None, (HF_AUTO, after)) == \
+        ["t.py", "--deepspeed_config", "new.json"]
+
+
+def test_values_the_trainer_fills_from_one_argument_must_change_together() -> None:
+    after = {"optimizer": {"params": {"lr": 5e-4}}, "scheduler": {"params": {"warmup_max_lr": 1e-3}}}
+    with pytest.raises(RelaunchError, match="warmup_max_lr"):
+        trainer_arguments({"optimizer": {"params": {"lr": 1e-3}}, "scheduler": {"params": {"warmup_max_lr": 1e-3}}},
+                          after)
+    both = {"optimizer": {"params": {"lr": 5e-4}}, "scheduler": {"params": {"warmup_max_lr": 5e-4}}}
+    assert trainer_arguments(after, both) == {"--learning_rate": "0.0005"}
 
 
 def test_the_resume_template_is_split_and_filled() -> None:
@@ -152,6 +184,28 @@ def test_a_patch_deepspeed_refuses_is_never_launched(tmp_path) -> None:
     assert fix is accepted and after["zero_optimization"] == {"reduce_bucket_size": 1000}
     assert verdict.startswith("DeepSpeed") and "accepts" in verdict
     assert trail["tried"] == ["ZD402: train_micro_batch_size_per_gpu", "ZD402: zero_optimization.reduce_bucket_size"]
+
+
+def test_a_trainers_auto_config_is_judged_as_deepspeed_was_given_it(tmp_path) -> None:
+    """DeepSpeed's parser cannot read "auto"; the attempt's run_start holds the config the Trainer filled in, and
+    that, patched, is what DeepSpeed judges. A patch the Trainer could not be told (two values of one argument
+    disagreeing) is not launched: the next fix is."""
+    from zerodoctor.resume.loop import Options, _choose
+
+    user = {**HF_AUTO, "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": "auto"}}}
+    (tmp_path / "ds.json").write_text(json.dumps(user))
+    given = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "train_batch_size": 8,
+             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+             "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 1e-3}}}
+    start = events.new("run_start", t=1.0, run="r", rank=0, world_size=2, config=given)
+    (tmp_path / "rank-0.jsonl").write_text(json.dumps(start) + "\n")
+    split = Fix("Lower the lr alone", "unsafe", config_patch={"scheduler": {"params": {"warmup_max_lr": 1e-4}},
+                                                              "optimizer": {"params": {"lr": 5e-4}}})
+    trail = {"cwd": str(tmp_path), "kept": [], "tried": []}
+    fix, after, before, verdict = _choose(finding("ZD201", split, UNSAFE), trail, Options(Policy("unsafe-ok")),
+                                          ["python", "t.py", "--deepspeed", "ds.json"], tmp_path)
+    assert fix is UNSAFE and "accepts" in verdict
+    assert before == user and after["train_micro_batch_size_per_gpu"] == "auto"  # the user's file keeps its "auto"
 
 
 def test_a_signal_sent_to_the_wrapper_ends_the_run_without_a_restart(tmp_path) -> None:

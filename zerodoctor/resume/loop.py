@@ -136,7 +136,8 @@ def _pick_up(run_dir: Path, trail: dict[str, Any], command: list[str], options: 
     say(f"picking up attempt {last['attempt']}: relaunching it as it was decided")
     checkpoint = Saved(**last["resumed_from"]) if last.get("resumed_from") else None
     config = last.get("config")
-    argv = (relaunch_argv(command, options.config_arg, Path(config), options.resume_arg, checkpoint)
+    argv = (relaunch_argv(command, options.config_arg, Path(config), options.resume_arg, checkpoint,
+                          (_original_config(trail, command, options), json.loads(Path(config).read_text())))
             if config else list(command))
     for stale in rank_event_files(directory):  # the interrupted start's events: its steps would repeat
         stale.rename(stale.with_suffix(".interrupted"))
@@ -204,7 +205,7 @@ def _decide(run_dir: Path, trail: dict[str, Any], command: list[str], options: O
                     "(pass --allow-restart-from-scratch)")
     _, _, original = config_argument(command, options.config_arg)
     out = _write_patched(Path(trail["cwd"]) / original, before, after, trail["run"], number + 1, run_dir)
-    argv = relaunch_argv(command, options.config_arg, out, options.resume_arg, checkpoint)
+    argv = relaunch_argv(command, options.config_arg, out, options.resume_arg, checkpoint, (before, after))
     trail["trial"] = {"rule": source.rule, "category": source.category, "key": fix_key(source.rule, fix),
                       "title": fix.title, "safety": fix.safety, "patch": fix.config_patch or {}, "env": fix.env or {},
                       "finding": source.to_json()}
@@ -229,24 +230,39 @@ def _decide(run_dir: Path, trail: dict[str, Any], command: list[str], options: O
 
 def _choose(source: Finding, trail: dict[str, Any], options: Options, command: list[str],
             directory: Path) -> tuple[Fix, dict, dict, str] | None:
-    """The first untried fix DeepSpeed accepts: (fix, patched config, original config, verdict), or None."""
-    _, _, path = config_argument(command, options.config_arg)
-    before = json.loads((Path(trail["cwd"]) / path).read_text())
+    """The first untried fix DeepSpeed accepts and the command can carry: (fix, patched config, original config,
+    verdict), or None.
+
+    DeepSpeed judges the config it was given: the attempt's own (its ``run_start``), where a Hugging Face
+    Trainer has filled the "auto" values DeepSpeed's parser cannot read, patched the same way."""
+    before = _original_config(trail, command, options)
+    given = next((s["config"] for s in _run_starts(directory) if isinstance(s.get("config"), dict)), before)
     for fix in options.policy.remedies(source):
         key = fix_key(source.rule, fix)
         if key in trail["tried"]:
             continue
         trail["tried"].append(key)
-        after = before
-        for kept in trail["kept"]:
-            after = merge_patch(after, kept["patch"])
-        after = merge_patch(after, fix.config_patch or {})
-        verdict = deepspeed_validate.validate(after, _world_size(directory))
+        patches = [*(kept["patch"] for kept in trail["kept"]), fix.config_patch or {}]
+        after, checked = before, given
+        for patch in patches:
+            after, checked = merge_patch(after, patch), merge_patch(checked, patch)
+        verdict = deepspeed_validate.validate(checked, _world_size(directory))
         if verdict is not None and not verdict.accepted:
             say(f"{source.rule} fix '{fix.title}' not launched: {verdict.sentence('the patched config')}")
             continue
+        try:  # the command as it would be relaunched: a Trainer must be able to say the patched values too
+            relaunch_argv(command, options.config_arg, Path(), None, None, (before, after))
+        except RelaunchError as exc:
+            say(f"{source.rule} fix '{fix.title}' not launched: {exc}")
+            continue
         return fix, after, before, verdict.sentence("the patched config") if verdict else "not validated: no DeepSpeed"
     return None
+
+
+def _original_config(trail: dict[str, Any], command: list[str], options: Options) -> dict[str, Any]:
+    """The config the command passes, as the user wrote it (relative to where the run was started)."""
+    _, _, path = config_argument(command, options.config_arg)
+    return json.loads((Path(trail["cwd"]) / path).read_text())
 
 
 def _fault_step(fault: Finding, record: dict[str, Any]) -> int:
