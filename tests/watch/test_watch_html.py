@@ -34,7 +34,8 @@ def test_live_page_and_index_follow_the_run(tmp_path: Path) -> None:
         page, index = out / "fp16-min-scale.html", out / "index.html"
         wait_for(lambda: page.exists() and index.exists(), timeout=60)
         first = page.read_text()
-        assert '<meta http-equiv="refresh" content="5">' in first
+        assert 'data-src="fp16-min-scale.live.js"' in first and "http-equiv" not in first  # updated, not reloaded
+        assert (out / "fp16-min-scale.live.js").read_text().startswith("zdLive(")
         assert "no findings" in first and "ZD201" not in first
         assert "fp16-min-scale.html" in index.read_text()
 
@@ -66,6 +67,46 @@ def test_live_page_and_index_follow_the_run(tmp_path: Path) -> None:
     assert again.returncode == 0, err
     listed = index.read_text()
     assert "healthy-zero2.html" in listed and "fp16-loss-scale-collapse" in listed
+
+
+def test_an_open_page_takes_the_new_findings_and_plots_in_place_without_a_reload(tmp_path: Path) -> None:
+    """The page is open in Chromium when the overflows arrive: within a few polls it shows ZD201 and its plots,
+    and a value the page held before (as a reader's place or zoom would be) is still there: no reload."""
+    import threading
+
+    if chromium() is None and not os.environ.get("CI"):
+        pytest.skip("no chromium")
+    runs, out = tmp_path / "runs", tmp_path / "html"
+    run_dir = runs / "fp16-min-scale"
+    run_dir.mkdir(parents=True)
+    _append(run_dir, slice(0, HEALTHY_LINES))
+    proc = start_watch(str(runs), "--html", str(out))
+    try:
+        page = out / "fp16-min-scale.html"
+        wait_for(page.exists, timeout=60)
+        later = threading.Timer(3.0, _append, (run_dir, slice(HEALTHY_LINES, None)))
+        later.start()
+        waiting = """new Promise((resolve) => {
+            window.kept = "before";
+            const t0 = Date.now();
+            (function poll() {
+              if (document.body.innerText.includes("ZD201") || Date.now() - t0 > 50000) {
+                resolve({kept: window.kept, shown: document.body.innerText.includes("ZD201"),
+                         updates: Number(document.body.dataset.liveUpdates || 0),
+                         canvases: document.querySelectorAll(".plot .uplot canvas").length,
+                         marks: document.querySelectorAll(".plots").length});
+              } else setTimeout(poll, 200);
+            })();
+        })"""
+        with Browser(timeout_s=90) as browser:
+            rendered = browser.render(page, waiting)
+        later.join()
+    finally:
+        code, _, err = stop(proc)
+    assert code == 0, err
+    assert rendered.errors == []
+    assert rendered.value["shown"] and rendered.value["kept"] == "before"  # the same page, its state kept
+    assert rendered.value["updates"] >= 1 and rendered.value["canvases"] >= 4
 
 
 def test_html_dir_must_be_creatable(tmp_path: Path) -> None:

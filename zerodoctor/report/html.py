@@ -6,6 +6,7 @@ as a diff, then the plots (``report/plots.py``) with the finding's steps marked.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections import Counter
@@ -25,6 +26,7 @@ from zerodoctor.messages.units import format_count, format_ranks
 from zerodoctor.signals.plots import RunSeries
 from zerodoctor.sources.names import attempt_of
 
+LIVE_EVERY_S = 5  # how often a live page loads its script again
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#222}
 h1{font-size:20px;margin:4px 0}h2{font-size:18px;margin:28px 0 6px;border-bottom:1px solid #ddd}
@@ -45,17 +47,38 @@ def _asset(name: str) -> str:
     return files("zerodoctor.report").joinpath("assets", name).read_text(encoding="utf-8")
 
 
-def document(title: str, body: str, runs: list[dict[str, Any]], *, refresh_s: int | None = None) -> str:
-    """The page around ``body``; ``runs`` ([{"id", "plots"}]) is drawn into the ``<div id="{id}-{plot}">``s."""
-    data = json.dumps(_plottable({"runs": runs}), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else ""
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{refresh}'
+def document(title: str, body: str, runs: list[dict[str, Any]], *, live: str | None = None) -> str:
+    """The page around ``body``; ``runs`` ([{"id", "plots"}]) is drawn into the ``<div id="{id}-{plot}">``s.
+
+    ``live``: the name of the script beside the page that ``watch`` rewrites (``live_script``); the page loads
+    it again every ``LIVE_EVERY_S`` and puts its body and plots in place of its own, without a reload."""
+    data = _json({"runs": runs}).replace("</", "<\\/")
+    if live:
+        body = (f'<div id="zd-live" data-src="{escape(live)}" data-every-s="{LIVE_EVERY_S}" '
+                f'data-stamp="{live_stamp(body, runs)}">{body}</div>')
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width,initial-scale=1"><title>{escape(title)}</title>'
             f"<style>{_asset('uPlot.min.css')}{CSS}</style></head><body>{body}"
             f'<p class="meta">zerodoctor {__version__}</p>' + (
                 f'<script type="application/json" id="zd-data">{data}</script>'
                 f"<script>{_asset('uPlot.iife.min.js')}</script><script>{_asset('plots.js')}</script>"
-                if any(r["plots"] for r in runs) else "") + "</body></html>")
+                if live or any(r["plots"] for r in runs) else "")
+            + (f"<script>{_asset('live.js')}</script>" if live else "") + "</body></html>")
+
+
+def live_script(body: str, runs: list[dict[str, Any]]) -> str:
+    """What a live page loads to update itself: ``zdLive({stamp, body, runs})`` (a page opened from a file may
+    load a script beside it, where it may not fetch a data file)."""
+    return f"zdLive({_json({'stamp': live_stamp(body, runs), 'body': body, 'runs': runs})});\n"
+
+
+def live_stamp(body: str, runs: list[dict[str, Any]]) -> str:
+    """Names the content: a page redraws only when it changed."""
+    return hashlib.sha256(_json({"body": body, "runs": runs}).encode()).hexdigest()[:16]
+
+
+def _json(value: Any) -> str:
+    return json.dumps(_plottable(value), separators=(",", ":"), allow_nan=False)
 
 
 def _plottable(value: Any) -> Any:
@@ -159,7 +182,12 @@ def attempts_sections(names: list[str], report: Report) -> list[tuple[str, dict[
             for i, (run, attempts) in enumerate(by_run.items()) if len(attempts) > 1]
 
 
-def to_html(report: Report, *, refresh_s: int | None = None) -> str:
+def to_html(report: Report) -> str:
+    return document(*page_parts(report))
+
+
+def page_parts(report: Report) -> tuple[str, str, list[dict[str, Any]]]:
+    """The page's title, body and plot payload."""
     names = list(dict.fromkeys([*report.configs, *(f.run for f in report.findings)]))
     sections = attempts_sections(names, report) + [run_section(i, name, report) for i, name in enumerate(names)]
     inputs = "".join(f"<tr><td>{escape(i.path)}</td><td>{escape(i.format)}</td><td>{i.events}</td>"
@@ -172,5 +200,4 @@ def to_html(report: Report, *, refresh_s: int | None = None) -> str:
     if not names:
         head += '<p class="note">no run found in these inputs</p>'
     title = "zerodoctor: " + (", ".join(names) or "diagnosis")
-    return document(title, head + "".join(body for body, _ in sections), [p for _, p in sections],
-                    refresh_s=refresh_s)
+    return title, head + "".join(body for body, _ in sections), [p for _, p in sections]

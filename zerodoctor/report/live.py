@@ -1,7 +1,9 @@
 """Report: each judgement ``watch`` makes → one live HTML page per run, beside an index of runs and their worst finding.
 
 Pages are written atomically (a temporary file, then ``os.replace``), so a browser never
-loads half a page, and they reload themselves every ``REFRESH_S``. A run's page is written
+loads half a page. Each page has a script beside it (``<page>.live.js``, rewritten with the page)
+that the open page loads again every few seconds to put the new findings and plots in place of
+its own, so a reader keeps their place, zoom and open sections (``report/html.live_script``). A run's page is written
 only after it was judged, and at most once per ``every_s`` (stretched to ten times the last
 write's cost): a judgement every 0.2 s on a busy run costs one store query and one page
 every few seconds, never one per judgement. ``index.json`` keeps what the index shows, so a
@@ -20,12 +22,11 @@ from html import escape
 from pathlib import Path
 from typing import Callable
 
-from zerodoctor.report.html import document, to_html, worst
+from zerodoctor.report.html import document, live_script, page_parts, worst
 from zerodoctor.report.model import Report
 from zerodoctor.rulebook.finding import Judgement
 from zerodoctor.signals.plots import RunSeries
 
-REFRESH_S = 5
 EVERY_S = 3.0
 
 
@@ -41,6 +42,11 @@ def page_name(run: str) -> str:
     if safe == run and 0 < len(run) <= PLAIN_NAME and run != "index" and not run.startswith("."):
         return run + ".html"
     return f"{safe.lstrip('.')[:PLAIN_NAME]}-{hashlib.sha256(run.encode()).hexdigest()[:8]}.html"
+
+
+def live_name(page: str) -> str:
+    """The script beside ``page`` that the open page loads to update itself."""
+    return page.removesuffix(".html") + ".live.js"
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -103,7 +109,7 @@ class LivePages:
         top = worst(j.findings)
         run.shown = {"findings": len(j.findings), "updated": time.time(),
                      "worst": {k: getattr(top, k) for k in ("severity", "rule", "name", "message")} if top else None}
-        write_atomically(self.directory / page_name(name), to_html(report, refresh_s=REFRESH_S))
+        self._write_page(page_name(name), *page_parts(report))
 
     def _write_index(self) -> None:
         rows = []
@@ -117,4 +123,10 @@ class LivePages:
         body = ("<h1>zerodoctor watch</h1><table><tr><th>run</th><th>worst finding</th><th>judged at</th></tr>"
                 + "".join(rows) + "</table>")
         write_atomically(self.directory / "index.json", json.dumps({n: r.shown for n, r in self.runs.items()}))
-        write_atomically(self.directory / "index.html", document("zerodoctor watch", body, [], refresh_s=REFRESH_S))
+        self._write_page("index.html", "zerodoctor watch", body, [])
+
+    def _write_page(self, page: str, title: str, body: str, runs: list[dict]) -> None:
+        """The page and its live script: the script first, so a page never loads an older one than itself."""
+        script = live_name(page)
+        write_atomically(self.directory / script, live_script(body, runs))
+        write_atomically(self.directory / page, document(title, body, runs, live=script))

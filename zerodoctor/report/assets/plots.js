@@ -195,21 +195,27 @@
     return [new uPlot(opts, [[0, spec.xmax], [null, null]], el), height];
   }
 
-  const payload = JSON.parse(document.getElementById("zd-data").textContent);
   const plots = [];
-  for (const run of payload.runs) {
-    for (const spec of run.plots) {
-      const el = document.getElementById(run.id + "-" + spec.id);
-      plots.push([...(spec.timeline ? buildTimeline(spec, el) : [build(spec, el), 260]), el]);
-      if (spec.note) {  // outliers left above the top edge: said under the plot (it wraps), never cut silently
-        const note = document.createElement("p");
-        note.className = "plot-note";
-        note.textContent = "▲ " + spec.note;
-        el.appendChild(note);
+  // Draws #zd-data's plots into their divs; again after a live page put a new body in place (live.js).
+  function draw() {
+    for (const [u] of plots.splice(0)) u.destroy();
+    const payload = JSON.parse(document.getElementById("zd-data").textContent);
+    for (const run of payload.runs) {
+      for (const spec of run.plots) {
+        const el = document.getElementById(run.id + "-" + spec.id);
+        plots.push([...(spec.timeline ? buildTimeline(spec, el) : [build(spec, el), 260]), el]);
+        if (spec.note) {  // outliers left above the top edge: said under the plot (it wraps), never cut silently
+          const note = document.createElement("p");
+          note.className = "plot-note";
+          note.textContent = "▲ " + spec.note;
+          el.appendChild(note);
+        }
       }
     }
+    document.body.dataset.plots = plots.length;
   }
+  draw();
+  window.zdDraw = draw;
   window.addEventListener("resize", () => { for (const [u, height, el] of plots) u.setSize({ width: el.clientWidth, height }); });
-  document.body.dataset.plots = plots.length;
   document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);
 })();
