@@ -63,8 +63,6 @@ KNOWN_WRONG: dict[str, str] = {
     "heldout4-ds-6524-pyspy-stage3-partition-grads": "the py-spy dump is read, but no thread in the excerpt waits in "
                                                      "a torch.distributed collective (the active one is in ZeRO-3's "
                                                      "partition_grads, cut there): a dump alone is not called a hang",
-    "heldout4-insightface-2262-loss-nan-grad-scale-0": "insightface's own 'Loss nan ... Fp16 Grad Scale:  0' lines "
-                                                       "match no dialect: nothing recognised, so no non-finite loss",
     "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
                                                  "actor; the excerpt alone does not confirm host memory",
 }

@@ -70,7 +70,8 @@ class FatalDialect:
     keywords = (b"Traceback (most", b"Error", b"Exception", b"Segmentation fault", b"Fatal Python error", b"SIG",
                 b"(core dumped)", b"Killed", b"Detected ", b"Memory cgroup", b"Out of memory", b"::bad_alloc",
                 b"DefaultCPUAllocator", b"NCCL error", b"CUDA error", b"CUBLAS_STATUS", b"CUDNN_STATUS", b"Assertion",
-                b"=nan", b"= nan", b": nan", b"] nan", b"loss nan", b"NaN", b"Bus error", b"Floating point exception",
+                b"=nan", b"= nan", b": nan", b"] nan", b"loss nan", b"Loss nan", b"loss inf", b"Loss inf", b"NaN",
+                b"Bus error", b"Floating point exception",
                 b": undefined symbol", b"Unsupported gpu", b"THCudaCheck", b"IllegalAddress", b": cannot open shared",
                 b"bytes failed", b"(local_rank: ")
 
