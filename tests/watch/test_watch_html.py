@@ -37,6 +37,7 @@ def test_live_page_and_index_follow_the_run(tmp_path: Path) -> None:
         assert 'data-src="fp16-min-scale.live.js"' in first and "http-equiv" not in first  # updated, not reloaded
         assert (out / "fp16-min-scale.live.js").read_text().startswith("zdLive(")
         assert "no findings" in first and "ZD201" not in first
+        assert "input file" not in first  # the run's judgement, not a diagnose of files: no "0 input files"
         assert "fp16-min-scale.html" in index.read_text()
 
         _append(run_dir, slice(HEALTHY_LINES, None))  # the overflows, then DeepSpeed's abort

@@ -194,9 +194,10 @@ def page_parts(report: Report) -> tuple[str, str, list[dict[str, Any]]]:
                      f"<td>{i.quarantined}</td></tr>" for i in report.inputs)
     cls, line = verdict(report.findings)
     overall = f'<div class="verdict {cls}">{escape(line)}</div>' if len(names) > 1 else ""  # else the run's says it
-    head = (f'<h1>zerodoctor diagnosis</h1>{overall}'
-            f"<details><summary>{format_count(len(report.inputs), 'input file')}</summary><table><tr><th>file</th><th>format</th>"
-            f"<th>events</th><th>quarantined</th></tr>{inputs}</table></details>")
+    head = f'<h1>zerodoctor diagnosis</h1>{overall}'
+    if report.inputs:  # a watch page's report is its run's judgement: the files are watch's, not listed here
+        head += (f"<details><summary>{format_count(len(report.inputs), 'input file')}</summary><table><tr><th>file</th>"
+                 f"<th>format</th><th>events</th><th>quarantined</th></tr>{inputs}</table></details>")
     if not names:
         head += '<p class="note">no run found in these inputs</p>'
     title = "zerodoctor: " + (", ".join(names) or "diagnosis")
