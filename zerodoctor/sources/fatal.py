@@ -168,7 +168,8 @@ class FatalDialect:
             return []
         self._said.add((rank, family))
         return [self.context.event("log", line, rank=rank, message=_from_failure(text, family)[:MAX_MESSAGE],
-                                   source=self.name, level="ERROR", what="fatal", data={"family": family}, step=self.context.last_step())]
+                                   source=self.name, level="ERROR", what="fatal", data={"family": family},
+                                   step=self.context.last_step())]
 
 
 def _message(parts: list[str]) -> str:
