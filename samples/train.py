@@ -55,6 +55,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--crash", choices=sorted(CRASHES), default=None, help="fault: this rank dies of this crash ...")
     p.add_argument("--crash-rank", type=int, default=1, help="... on this rank ...")
     p.add_argument("--crash-at", type=int, default=3, help="... after this optimizer step")
+    p.add_argument("--crash-while-pinned", action="store_true",
+                   help="... only while DeepSpeed pins the offloaded optimizer states (offload_optimizer.pin_memory):"
+                        " a host that cannot lock that much memory, which ZD406's safe fix (unpinning) cures")
     return p.parse_args()
 
 
@@ -114,6 +117,11 @@ def _teardown_abort() -> None:
 # Crashes a rank can die of on a CPU host, each the real thing (tests/probe/test_crash_families.py).
 CRASHES = {"segfault": _segfault, "host-memory": _host_memory, "sigkill": _sigkill, "device-mismatch": _device_mismatch,
            "missing-module": _missing_module, "teardown-abort": _teardown_abort}
+
+
+def _pins_offloaded_states(engine) -> bool:  # noqa: ANN001 - a DeepSpeedEngine
+    offload = engine.zero_offload_optimizer()
+    return bool(offload and offload.device != "none" and offload.pin_memory)
 
 
 def build_model(width: int, layers: int) -> torch.nn.Module:
@@ -212,7 +220,8 @@ def main() -> None:
             time.sleep(args.host_work_s)
         if args.leak_bytes:
             kept.append(torch.ones(args.leak_bytes // 4))
-        if args.crash and rank == args.crash_rank and engine.global_steps == args.crash_at:
+        if args.crash and rank == args.crash_rank and engine.global_steps == args.crash_at and (
+                not args.crash_while_pinned or _pins_offloaded_states(engine)):
             print(f"step {engine.global_steps} loss {loss.item():.4f}", flush=True)
             CRASHES[args.crash]()
         if args.eval_every and engine.global_steps % args.eval_every == 0:

@@ -95,6 +95,27 @@ def test_no_safe_fix_means_no_restart_and_the_jobs_exit_code(tmp_path) -> None:
     assert not (tmp_path / "runs" / "job" / "attempt-2").exists()
 
 
+def test_a_fault_a_safe_fix_cures_is_resumed_under_safe_and_trains_to_the_end(tmp_path) -> None:
+    """ZeRO-2 with the optimizer offloaded to the CPU, its states pinned: rank 1 runs out of host memory at step 5
+    while they are pinned (``--crash-while-pinned``, as a host that cannot lock that much). ZD406's safe fix
+    unpins them; under ``safe`` the run is relaunched from the checkpoint of step 4 and trains to step 8."""
+    config = {**FP16, "fp16": {"enabled": False},
+              "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}}}
+    done = fix_and_resume(tmp_path, "safe", config, "--steps", "8", "--width", "16", "--crash", "host-memory",
+                          "--crash-at", "5", "--crash-while-pinned", "--save-every", "2", "--save-dir", "ckpt")
+    audit = trail(tmp_path)
+    first, second = audit["attempts"]
+    assert [f["rule"] for f in first["findings"]] == ["ZD406"]
+    assert second["fix"]["safety"] == "safe" and second["resumed_from"]["step"] == 4
+    assert second["fix"]["config_patch"]["zero_optimization"]["offload_optimizer"] == {"pin_memory": False}
+    assert json.loads(Path(second["config"]).read_text())["zero_optimization"]["offload_optimizer"] == {
+        "device": "cpu", "pin_memory": False}
+    assert audit["outcome"].startswith("fixed: ZD406 did not recur") and done.returncode == 0, done.stderr[-3000:]
+    attempt = tmp_path / "runs" / "job" / "attempt-2"
+    for rank in (0, 1):
+        assert [s["step"] for s in events(attempt, "step", rank)] == [5, 6, 7, 8]  # from the checkpoint, to the end
+
+
 def test_a_fix_that_does_not_help_is_not_applied_twice_and_no_fix_left_stops(tmp_path) -> None:
     """Rank 1 runs out of host memory at step 5 whatever the config says (ZD406): its safe fix is tried once from
     the checkpoint of step 4, the same fault comes back, and the run stops with the job's exit code."""
