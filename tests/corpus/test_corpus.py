@@ -63,15 +63,6 @@ KNOWN_WRONG: dict[str, str] = {
     "heldout4-ds-6524-pyspy-stage3-partition-grads": "the py-spy dump is read, but no thread in the excerpt waits in "
                                                      "a torch.distributed collective (the active one is in ZeRO-3's "
                                                      "partition_grads, cut there): a dump alone is not called a hang",
-    "heldout5-dolly-166-launcher-return-code-9-databricks": "the paste is the launcher's one '[…] exits with return "
-                                                            "code = -9' line without its 'Killing subprocess' line: "
-                                                            "TorchDialect's keywords hold 'Killing subprocess' and "
-                                                            "'(exitcode: ', not 'exits with return code', so the "
-                                                            "line never reaches the parser and no SIGKILL is read",
-    "heldout5-knowlm-87-hf-plugin-no-zero-config": "accelerate's 'ValueError: Please specify the ZeRO optimization "
-                                                   "config in the DeepSpeed config.' matches no crash family (the "
-                                                   "config family reads only DeepSpeed's pydantic 'N validation "
-                                                   "errors for DeepSpeed…'): an unknown exception, ZD901 other",
     "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
                                                  "actor; the excerpt alone does not confirm host memory",
 }

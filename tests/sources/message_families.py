@@ -569,6 +569,9 @@ LAUNCHER = [
                        "raise subprocess.CalledProcessError(returncode=last_return_code, cmd=cmd)"))),
     Message("host_oom_kill", "ZD405", "deepspeed 0.5.8-0.19", "deepspeed/launcher/launch.py",
             ("Killing subprocess 48213", f"{RANK_CMD} exits with return code = -9")),
+    # the same line pasted alone (held-out 5: databrickslabs/dolly#166), without the "Killing subprocess" before it
+    Message("host_oom_kill", "ZD405", "deepspeed 0.5.8-0.19", "deepspeed/launcher/launch.py",
+            (f"{RANK_CMD} exits with return code = -9",), variant="alone"),
 ]
 
 
@@ -602,5 +605,17 @@ LATER = [
              "    For further information visit https://errors.pydantic.dev/2.11/v/extra_forbidden",), INIT),
 ]
 
+# --- read after the fifth held-out set (2026-12-04): accelerate's DeepSpeedPlugin refusing a config ------------
+
+HF_ARGS = traceback(SCRIPT, ("/workspace/train.py", 156, "main",
+                             "args = parser.parse_args_into_dataclasses()"),
+                    (f"{SITE}/accelerate/utils/dataclasses.py", 1176, "__post_init__",
+                     'raise ValueError("Please specify the ZeRO optimization config in the DeepSpeed config.")'))
+ACCELERATE = [
+    # accelerate/utils/dataclasses.py DeepSpeedPlugin.__post_init__ (read in the installed accelerate only)
+    Message("zero_section_missing", "ZD626", "accelerate (installed)", "accelerate/utils/dataclasses.py",
+            ("ValueError: Please specify the ZeRO optimization config in the DeepSpeed config.",), HF_ARGS),
+]
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
-                           *BATCH, *FP16, *LAUNCHER, *LATER]
+                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE]

@@ -147,7 +147,6 @@ KNOWN_LIMITS: dict[str, str] = {
     "device_mismatch-torch_1.9-1.13-mid_line": MID_LINE_CUT,
     "device_mismatch-torch_2.0-latest-mid_line": MID_LINE_CUT,
     "host_alloc_failed-torch_1.0-1.1-mid_line": MID_LINE_CUT,
-    "host_oom_kill-deepspeed_0.5.8-0.19-mid_line": MID_LINE_CUT,
     "illegal_memory_access-torch_1.0-1.8-mid_line": MID_LINE_CUT,
     "illegal_memory_access-torch_1.10-1.13-mid_line": MID_LINE_CUT,
     "illegal_memory_access-torch_2.0-2.1-mid_line": MID_LINE_CUT,
@@ -158,6 +157,7 @@ KNOWN_LIMITS: dict[str, str] = {
     "collective_timeout-torch_1.8-1.13-mid_line": MID_LINE_CUT,
     "deepspeed_config_rejected-deepspeed_0.7-0.14-mid_line": MID_LINE_CUT,
     "deepspeed_config_rejected-deepspeed_0.15-0.19-mid_line": MID_LINE_CUT,
+    "zero_section_missing-accelerate_installed_-mid_line": MID_LINE_CUT,
 }
 
 

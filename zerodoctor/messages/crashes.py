@@ -72,6 +72,9 @@ FAMILIES: tuple[Family, ...] = (
     _family("deepspeed_config_rejected",
             r"\d+ validation errors? for (?:DeepSpeed\w|HybridEngineConfig|ZenFlowConfig|TPTrainingConfig"
             r"|CommsLoggerConfig|DSModuleConfig)"),  # "DeepSpeed…" alone: a terminal may cut the class name
+    # accelerate's utils/dataclasses.py, DeepSpeedPlugin.__post_init__ (HF Trainer's --deepspeed goes through it):
+    # a config without "zero_optimization", which DeepSpeed itself runs as stage 0
+    _family("zero_section_missing", r"Please specify the ZeRO optimization config in the DeepSpeed config"),
     _family("missing_module", r"ModuleNotFoundError: No module named|ImportError: No module named"
             r"|ImportError: cannot import name|No module named '[\w.]+'"),
     _family("nonfinite_loss",

@@ -49,10 +49,12 @@ _EXITED = re.compile(r"failed \(exitcode: (-?\d{1,9})\) local_rank: (\d{1,9})\b|
 
 class TorchDialect:
     name = "torch"
-    # DeepSpeed's launcher logs "Killing subprocess N" for each child before "[…] exits with return code = C":
-    # that keyword opens a short window instead of a lower-case one that would slow every line's prefilter.
-    keywords = (b"CUDA out of memory", b"Tried to allocate", b"Root Cause (first", b"Failures:", b"(exitcode: ", b"Killing subprocess",
-                b"<Signals.")
+    # DeepSpeed's launcher logs "Killing subprocess N" for each child before "{cmd} exits with return code = C":
+    # that keyword opens a short window instead of a lower-case one that would slow every line's prefilter. The
+    # command is a list, so its line holds "] exits with return code" (a symbol first: cheap), which finds it
+    # alone too, as people paste it; the window still finds it where a terminal wrapped it after the "]".
+    keywords = (b"CUDA out of memory", b"Tried to allocate", b"Root Cause (first", b"Failures:", b"(exitcode: ",
+                b"Killing subprocess", b"] exits with return code", b"<Signals.")
 
     def __init__(self, context: Context) -> None:
         self.context = context
