@@ -79,7 +79,7 @@ def test_steps_folded_a_few_at_a_time_draw_what_one_fold_of_them_all_draws(monke
     once the width has doubled many times over, must be the same."""
     import random
 
-    from zerodoctor.store.steps import Steps
+    from zerodoctor.events.columns import Steps
 
     monkeypatch.setattr(plots, "POINTS", 16)
     steps = list(range(5, 5 + 1000))

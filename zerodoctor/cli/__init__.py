@@ -82,8 +82,7 @@ def _exit_on(findings: list, fail_on: FailOn, *, rejected: bool = False) -> None
 
 
 def _load_rules(extra: list[Path] | None):  # noqa: ANN202 - returns list[Rule], imported lazily
-    from zerodoctor.pipeline import rules_from
-    from zerodoctor.rulebook.loader import RuleLoadError
+    from zerodoctor.rulebook.loader import RuleLoadError, rules_from
 
     try:
         return rules_from(extra)

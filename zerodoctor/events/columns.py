@@ -7,6 +7,9 @@ C-level pass from the records, stored as one blob (``encode``) and read back wit
 (``decode``). Missing is explicit: a float is NaN where the event had no
 value (a non-finite loss or grad norm is a value: flagged in ``nonfinite``, then stored NaN, as
 SQL stores it NULL); an int column that lacks a value somewhere carries a validity mask.
+``Steps`` is what comes back: the steps merged over ranks (``store/steps.py``), as the lists the
+view hands its folds; it lives here, beside the arrays, so a signal module can name it without
+importing the store.
 """
 
 from __future__ import annotations
@@ -234,3 +237,24 @@ def _mask(part: Columns, name: str) -> np.ndarray:
     return np.ones(part.n, dtype=bool) if mask is None else mask
 
 
+class Steps:
+    """Rank-merged steps in step order, as columns: ``columns["step"][i]``, ``columns["t"][i]`` and
+    each declared ``STEP_FIELDS`` name; ``None`` where no rank reported the field.
+
+    Columns are plain lists: a fold may take a whole block at once (slices, ``sum``, ``max``),
+    which costs a fraction of a Python call per step.
+    """
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns: dict[str, list[Any]]) -> None:
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.columns["step"])
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """One dict per step, for folds that go step by step."""
+        names = list(self.columns)
+        for values in zip(*self.columns.values()):
+            yield dict(zip(names, values))

@@ -21,10 +21,10 @@ from typing import Callable, Iterable, Iterator
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from zerodoctor import plugins, signals
+from zerodoctor import signals
 from zerodoctor.rulebook.engine import judge_view
 from zerodoctor.rulebook.finding import Judgement
-from zerodoctor.rulebook.loader import Rule, load_rules
+from zerodoctor.rulebook.loader import Rule, rules_from  # noqa: F401 - rules_from: re-exported, its first home
 from zerodoctor.signals import plots
 from zerodoctor.signals.plots import RunSeries
 from zerodoctor.signals.view import Reads, RunView
@@ -47,12 +47,6 @@ log = logging.getLogger("zerodoctor.pipeline")
 
 class InputError(ValueError):
     """An input path that cannot be read; the message names it."""
-
-
-def rules_from(extra_dirs: list[Path] | None = None) -> list[Rule]:
-    """The core's and plugins' rules (``register_rules``), plus ``extra_dirs``, all checked the same way."""
-    dirs = plugins.collected(plugins.hook().register_rules())
-    return load_rules([*dirs, *(extra_dirs or [])], signals.catalog())
 
 
 def expand_inputs(paths: list[Path], input_format: str | None = None) -> list[tuple[Path, str]]:

@@ -22,6 +22,7 @@ from typing import Any, Iterable
 import yaml
 from pydantic import ValidationError
 
+from zerodoctor import plugins, signals
 from zerodoctor.rulebook.expr import Condition, ExprError
 from zerodoctor.rulebook.template import Template
 from zerodoctor.rulebook.model import CATEGORIES, FixSpec, PhraseSpec, RuleSpec
@@ -109,6 +110,15 @@ def load_rules(dirs: Iterable[Path], catalog: dict[str, Signal]) -> list[Rule]:
     if errors:
         raise RuleLoadError(errors)
     return sorted(rules, key=lambda r: r.code)
+
+
+def rules_from(extra_dirs: list[Path] | None = None) -> list[Rule]:
+    """The core's and plugins' rules (``register_rules``), plus ``extra_dirs``, all checked the same way.
+
+    Here, not in the pipeline, so a command that only reads the rules (``rules list``) loads neither
+    the store nor the pipeline."""
+    dirs = plugins.collected(plugins.hook().register_rules())
+    return load_rules([*dirs, *(extra_dirs or [])], signals.catalog())
 
 
 def _read(path: Path, what: str) -> tuple[yaml.Node, dict] | RuleError:

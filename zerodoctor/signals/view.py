@@ -26,14 +26,17 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar, Iterable, Literal
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal
 
 from zerodoctor import __version__
-from zerodoctor.store import runs as stored
-from zerodoctor.store import steps as stored_steps
-from zerodoctor.store.steps import Steps
+from zerodoctor.events.columns import Steps
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+# The store (SQLAlchemy, ~150 ms to import) is imported by the methods that read or write it, the
+# ones given a Connection: the signal catalogue imports this module, and loading the rules
+# (``rules list``, ``rules show``) reads the catalogue without ever touching a store.
 
 WINDOW = 1024  # steps a per-step signal keeps: the "now" of a days-long run, and the scope of `for: N steps`
 MAX_PENDING = 4096  # steps waiting for lagging ranks; beyond it the oldest are handed on without them
@@ -128,6 +131,8 @@ class Reads:
         store's step merges and the folds' shared helpers. A change there rebuilds the whole view; a change
         in one signal module only that module's fold (``fold_versions``), so an upgrade that leaves the
         folds alone leaves a 3-day view as it was."""
+        from zerodoctor.store import steps as stored_steps
+
         shared = (Path(__file__), Path(__file__).with_name("base.py"), Path(stored_steps.__file__ or ""))
         return _digest(*(_source(path, __name__) for path in shared), sorted(self.rank_fields.items()))
 
@@ -254,6 +259,8 @@ class RunView:
 
     def catch_up(self, conn: Connection) -> None:
         """Add the step chunks stored since the mark to each rank's totals, in the storing transaction."""
+        from zerodoctor.store import steps as stored_steps
+
         totals, small = stored_steps.rank_totals(conn, self.run_id, self.reads.rank_fields, after_id=self.mark,
                                                  late_upto=self.released_through)
         self._small.update(small)
@@ -278,6 +285,8 @@ class RunView:
 
     def compact(self, conn: Connection) -> None:
         """Merge the small chunks of ranks that got new ones, where the folds have had all their steps."""
+        from zerodoctor.store import steps as stored_steps
+
         if self._small and self.released_through is not None:
             stored_steps.compact(conn, self.run_id, sorted(self._small), self.released_through)
         self._small.clear()
@@ -306,6 +315,9 @@ class RunView:
         than this) up to the others: one read of the run's steps and of the events they fold, paid only by
         whoever asks for them — a judgement for the folds signals read (``judged``), the plots of a live
         page for the rest. They start empty: what they were handed since the load is in the store too."""
+        from zerodoctor.store import runs as stored
+        from zerodoctor.store import steps as stored_steps
+
         modules = {m for m in self.behind if self.reads.folds[m].judged} if judged else set(self.behind)
         if not modules:
             return
@@ -323,6 +335,8 @@ class RunView:
         self.behind -= modules
 
     def _fold_steps(self, conn: Connection, upto: int) -> None:
+        from zerodoctor.store import steps as stored_steps
+
         for block in stored_steps.merged_steps(conn, self.run_id, self.reads.step_fields, after=self.released_through,
                                          upto=upto):
             for fold in self.folds.values():
@@ -345,6 +359,8 @@ class RunView:
     @classmethod
     def load(cls, conn: Connection, run_id: int, name: str, reads: Reads) -> RunView:
         """The run's view from its saved state, or rebuilt from its rows when none matches this code."""
+        from zerodoctor.store import runs as stored
+
         view = cls(run_id, name, reads)
         saved = stored.saved_state(conn, run_id, for_update=True)
         if saved is None or saved[0] != reads.state_version:
@@ -368,6 +384,8 @@ class RunView:
 
     def _rebuild(self, conn: Connection) -> None:
         """One full read of the run's rows: what ingest would have built, by the same queries."""
+        from zerodoctor.store import runs as stored
+
         streamed = tuple(self.reads.fold_events)
         for e in stored.run_events(conn, self.run_id, exclude=streamed):  # run_start first: folds read the config
             self._add_event(e)
@@ -378,6 +396,8 @@ class RunView:
 
     def save(self, conn: Connection) -> None:
         """Store the state in ``conn``'s transaction, with the rows and offsets it covers."""
+        from zerodoctor.store import runs as stored
+
         self.generation += 1
         stored.save_state(conn, self.run_id, self.reads.state_version, self.generation, self.dump())
 

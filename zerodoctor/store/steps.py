@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import msgspec
 from sqlalchemy import Connection, delete, func, insert, select
 
-from zerodoctor.events.columns import Columns
+from zerodoctor.events.columns import Columns, Steps
 from zerodoctor.store.schema import step_chunks
 
 if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run without steps never needs it
@@ -30,29 +30,6 @@ if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run wi
 
 COMPACT_EVERY = 64  # small chunks of one rank that make one chunk a level up
 _SMALL_ROWS = 4096  # a chunk at least this long is never compacted
-
-
-class Steps:
-    """Rank-merged steps in step order, as columns: ``columns["step"][i]``, ``columns["t"][i]`` and
-    each declared ``STEP_FIELDS`` name; ``None`` where no rank reported the field.
-
-    Columns are plain lists: a fold may take a whole block at once (slices, ``sum``, ``max``),
-    which costs a fraction of a Python call per step.
-    """
-
-    __slots__ = ("columns",)
-
-    def __init__(self, columns: dict[str, list[Any]]) -> None:
-        self.columns = columns
-
-    def __len__(self) -> int:
-        return len(self.columns["step"])
-
-    def rows(self) -> Iterator[dict[str, Any]]:
-        """One dict per step, for folds that go step by step."""
-        names = list(self.columns)
-        for values in zip(*self.columns.values()):
-            yield dict(zip(names, values))
 
 
 # -- writing -------------------------------------------------------------------------
