@@ -4,6 +4,7 @@ page and index following along, written atomically, drawing in a real browser.""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -24,12 +25,18 @@ def _append(run_dir: Path, part: slice) -> None:
             f.writelines(lines[part])
 
 
-def test_live_page_and_index_follow_the_run(tmp_path: Path) -> None:
+def _watched_healthy_start(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen]:
+    """The sample's healthy first lines in ``runs/``, and ``watch --html html/`` started on them."""
     runs, out = tmp_path / "runs", tmp_path / "html"
     run_dir = runs / "fp16-min-scale"
     run_dir.mkdir(parents=True)
     _append(run_dir, slice(0, HEALTHY_LINES))
-    proc = start_watch(str(runs), "--html", str(out))
+    return run_dir, out, start_watch(str(runs), "--html", str(out))
+
+
+def test_live_page_and_index_follow_the_run(tmp_path: Path) -> None:
+    run_dir, out, proc = _watched_healthy_start(tmp_path)
+    runs = run_dir.parent
     try:
         page, index = out / "fp16-min-scale.html", out / "index.html"
         wait_for(lambda: page.exists() and index.exists(), timeout=60)
@@ -77,11 +84,7 @@ def test_an_open_page_takes_the_new_findings_and_plots_in_place_without_a_reload
 
     if chromium() is None and not os.environ.get("CI"):
         pytest.skip("no chromium")
-    runs, out = tmp_path / "runs", tmp_path / "html"
-    run_dir = runs / "fp16-min-scale"
-    run_dir.mkdir(parents=True)
-    _append(run_dir, slice(0, HEALTHY_LINES))
-    proc = start_watch(str(runs), "--html", str(out))
+    run_dir, out, proc = _watched_healthy_start(tmp_path)
     try:
         page = out / "fp16-min-scale.html"
         wait_for(page.exists, timeout=60)
