@@ -19,6 +19,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from zerodoctor.deepspeed.defaults import GRAD_ACCUM, MICRO_BATCH
 from zerodoctor.resume.checkpoints import Saved
 
 CONFIG_FLAGS = ("--deepspeed", "--deepspeed_config", "--deepspeed-config")
@@ -30,8 +31,8 @@ TRAINER_CONFIG_FLAG = "--deepspeed"
 TRAINER_ARGUMENTS = {
     "optimizer.params.lr": "--learning_rate",
     "scheduler.params.warmup_max_lr": "--learning_rate",
-    "train_micro_batch_size_per_gpu": "--per_device_train_batch_size",
-    "gradient_accumulation_steps": "--gradient_accumulation_steps",
+    MICRO_BATCH: "--per_device_train_batch_size",
+    GRAD_ACCUM: "--gradient_accumulation_steps",
     "gradient_clipping": "--max_grad_norm",
     "optimizer.params.eps": "--adam_epsilon",
     "optimizer.params.weight_decay": "--weight_decay",
