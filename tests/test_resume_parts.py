@@ -198,12 +198,20 @@ def test_a_trainers_auto_config_is_judged_as_deepspeed_was_given_it(tmp_path) ->
              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
              "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 1e-3}}}
     start = events.new("run_start", t=1.0, run="r", rank=0, world_size=2, config=given)
-    (tmp_path / "rank-0.jsonl").write_text(json.dumps(start) + "\n")
+    first = tmp_path / "run" / "attempt-1"
+    first.mkdir(parents=True)
+    (first / "rank-0.jsonl").write_text(json.dumps(start) + "\n")
     split = Fix("Lower the lr alone", "unsafe", config_patch={"scheduler": {"params": {"warmup_max_lr": 1e-4}},
                                                               "optimizer": {"params": {"lr": 5e-4}}})
     trail = {"cwd": str(tmp_path), "kept": [], "tried": []}
+    # judged after attempt 2, which ran a trial fix (a micro-batch DeepSpeed refuses) that the next fix does not keep
+    second = first.parent / "attempt-2"
+    second.mkdir()
+    trial = events.new("run_start", t=2.0, run="r", rank=0, world_size=2,
+                       config={**given, "train_micro_batch_size_per_gpu": 0})
+    (second / "rank-0.jsonl").write_text(json.dumps(trial) + "\n")
     fix, after, before, verdict = _choose(finding("ZD201", split, UNSAFE), trail, Options(Policy("unsafe-ok")),
-                                          ["python", "t.py", "--deepspeed", "ds.json"], tmp_path)
+                                          ["python", "t.py", "--deepspeed", "ds.json"], second)
     assert fix is UNSAFE and "accepts" in verdict
     assert before == user and after["train_micro_batch_size_per_gpu"] == "auto"  # the user's file keeps its "auto"
 

@@ -233,10 +233,12 @@ def _choose(source: Finding, trail: dict[str, Any], options: Options, command: l
     """The first untried fix DeepSpeed accepts and the command can carry: (fix, patched config, original config,
     verdict), or None.
 
-    DeepSpeed judges the config it was given: the attempt's own (its ``run_start``), where a Hugging Face
-    Trainer has filled the "auto" values DeepSpeed's parser cannot read, patched the same way."""
+    DeepSpeed judges the config it was given: the first attempt's (its ``run_start``: the user's config, where a
+    Hugging Face Trainer has filled the "auto" values DeepSpeed's parser cannot read), patched as the file is. A
+    later attempt's holds the fix on trial, which a next fix does not keep."""
     before = _original_config(trail, command, options)
-    given = next((s["config"] for s in _run_starts(directory) if isinstance(s.get("config"), dict)), before)
+    first = attempts.attempt_dir(directory.parent, 1)
+    given = next((s["config"] for s in _run_starts(first) if isinstance(s.get("config"), dict)), before)
     for fix in options.policy.remedies(source):
         key = fix_key(source.rule, fix)
         if key in trail["tried"]:
