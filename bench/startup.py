@@ -12,6 +12,10 @@ has its bytecode, and a run that recompiles every module measures the compiler.
 
     python bench/startup.py [--runs 10] [--only diagnose] [--tree DIR]
 
+Below the commands, the floor the dependencies set: what importing typer, pydantic and rich costs
+(every command), and with SQLAlchemy (every command that opens a store: ``diagnose``, ``compare``,
+``status``). What a command takes above its floor is zerodoctor's own.
+
 ``--tree DIR`` times the zerodoctor of another checkout (``python -m zerodoctor`` run in DIR), e.g. a ``git worktree`` of an earlier commit, for before/after figures.
 """
 
@@ -72,6 +76,12 @@ def commands(inputs: dict[str, str]) -> dict[str, list[str]]:
     }
 
 
+FLOORS = {
+    "floor: typer pydantic rich": "import typer, pydantic, rich.console",
+    "floor: + sqlalchemy": "import typer, pydantic, rich.console, sqlalchemy",
+}
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -108,6 +118,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="zerodoctor-startup-"))
     try:
         table = commands(_inputs(tmp))
+        table.update({name: [sys.executable, "-c", code] for name, code in FLOORS.items()})
         print(f"{'command':<28} {'median s':>9} {'min s':>7} {'max s':>7} {'x python -c pass':>17}")
         for name, argv in table.items():
             if args.only and args.only not in name:
