@@ -5,10 +5,11 @@ was recognised in said so plainly."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tests.conftest import ROOT, run_cli
-from zerodoctor.report.units import evidence_items, quantity
+from zerodoctor.report.units import evidence_items, label, quantity
 
 SCREEN = 24  # lines of a default terminal
 
@@ -100,3 +101,19 @@ def test_a_log_showing_no_precision_and_no_scaler_says_overflow_status_is_unknow
     # DeepSpeed 0.19.6+'s WARNING for a step skipped under bf16 or a static scale, and fairseq's own scaler
     for shows in ("tests/fixtures/rules/ZD206/fires.log", "tests/fixtures/rules/ZD205/fires.log"):
         assert "overflow status unknown" not in run_cli("diagnose", str(ROOT / shows)).stdout, shows
+
+
+# Pronouns whose antecedent is inside the label itself ("ranks that said they ended"), not a signal before it.
+_SELF_CONTAINED = {"run.ranks_ended", "amp.min_reached", "creep.host_steps_left", "config.close_matches",
+                   "config.unknown_keys_patch", "hang.seq", "hang.fr_behind", "trainer.mismatches"}
+_LEANS = re.compile(r"^(it|its|that|this|those|these|they|them)\b|\b(it|its|they|them|those|these)\b", re.I)
+
+
+def test_every_evidence_label_stands_alone() -> None:
+    """An evidence line is read alone, under whichever rule fired: "that cost / the median rank's step time: 0.98%"
+    (the signal after the one it leaned on, in the catalogue) named nothing. A label leans on no other signal."""
+    from zerodoctor import signals
+
+    leaning = {name: label(name, signal.doc) for name, signal in signals.catalog().items()
+               if name not in _SELF_CONTAINED and _LEANS.search(label(name, signal.doc))}
+    assert leaning == {}

@@ -35,7 +35,7 @@ SIGNALS = [
     _dumped("batch.nonpositive", "values", "batch values DeepSpeed refused as not > 0"),
     _dumped("batch.missing", "ranks", "ranks whose DeepSpeed refused a config giving no batch size at all"),
     _dumped("batch.nonpositive_key", "name", "the batch value DeepSpeed refused as not > 0 (written or derived)"),
-    _dumped("batch.nonpositive_value", "samples", "its value"),
+    _dumped("batch.nonpositive_value", "samples", "the batch value DeepSpeed refused, as written"),
 ]
 
 

@@ -23,7 +23,7 @@ SIGNALS = [
     *(Signal(f"crash.ranks_{name}", "ranks", f"the ranks that printed the '{name}' crash signature")
       for name, _, _ in SIGNATURES),
     Signal("crash.saved_world_size", "ranks", "data-parallel world size the ZeRO checkpoint was saved with"),
-    Signal("crash.resume_world_size", "ranks", "data-parallel world size that tried to load it"),
+    Signal("crash.resume_world_size", "ranks", "data-parallel world size that tried to load the checkpoint"),
     Signal("crash.missing_header", "name", "the CUDA header the op build could not find"),
     Signal("crash.swap_buffers_wanted", "buffers", "swap buffers the parameter swapper asked for"),
     Signal("crash.sigkilled", "ranks", "how many ranks were killed by SIGKILL (exit code -9)"),

@@ -41,12 +41,12 @@ SIGNALS = [
                                                       "per step"),
     _heartbeats("creep.host_r2", "ratio", "how straight the fastest-growing rank's climb is (R²)"),
     _heartbeats("creep.host_growth_share", "ratio", "growth over the fitted heartbeats / host memory"),
-    _heartbeats("creep.host_steps_left", "steps", "steps until that host's ranks together reach its memory at that "
-                                                  "rate"),
+    _heartbeats("creep.host_steps_left", "steps", "steps until the fastest-growing host's ranks together fill "
+                                                  "its memory, at that growth"),
     _heartbeats("creep.host_points", "heartbeats", "heartbeats in the fastest-growing rank's fit"),
-    _heartbeats("creep.host_bytes", "bytes", "RSS of that host's ranks now"),
-    _heartbeats("creep.host_limit_bytes", "bytes", "that host's memory (MemTotal, or the cgroup's limit)"),
-    _heartbeats("creep.host_ranks", "ranks", "the ranks of that host"),
+    _heartbeats("creep.host_bytes", "bytes", "RSS of the fastest-growing host's ranks now"),
+    _heartbeats("creep.host_limit_bytes", "bytes", "the fastest-growing host's memory (MemTotal, or the cgroup's limit)"),
+    _heartbeats("creep.host_ranks", "ranks", "the ranks of the fastest-growing host"),
 ]
 
 STEP_FIELDS = {"mem_allocated_bytes": "max"}

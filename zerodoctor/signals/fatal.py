@@ -30,7 +30,7 @@ SIGNAL_FAMILIES = ("native_crash", "process_aborted", crashes.TEARDOWN_CRASH)
 
 SIGNALS = [
     Signal("fatal.family", "name", "crash family"),
-    Signal("fatal.ranks", "ranks", "ranks that died of it"),
+    Signal("fatal.ranks", "ranks", "ranks that died of the crash family"),
     Signal("fatal.root_ranks", "ranks", "the ranks that died of the root cause's family"),
     Signal("fatal.rank", "rank", "the rank where the root fatal error was seen first"),
     Signal("fatal.step", "step", "optimizer step during which the root fatal error happened"),

@@ -52,7 +52,7 @@ _heartbeats = shown_by(HEARTBEATS)
 SIGNALS = [
     Signal("hang.collective_timeouts", "events", "collective operations the NCCL watchdog timed out (one per rank)"),
     Signal("hang.collective", "name", "the collective that timed out (OpType of the most reported SeqNum)"),
-    Signal("hang.seq", "SeqNum", "sequence number of that collective on its process group"),
+    Signal("hang.seq", "SeqNum", "sequence number of the timed-out collective on its process group"),
     Signal("hang.timeout_s", "s", "the process group's timeout"),
     Signal("hang.timeout_ranks", "ranks", "ranks whose watchdog reported the timeout"),
     Signal("hang.suspect_ranks", "ranks", "ranks stuck on an older collective, or that reported none while others did"),
@@ -74,16 +74,16 @@ SIGNALS = [
     Signal("hang.busy_states", "records", f"what each rank does while no step completes ({STATE})"),
     _heartbeats("hang.recovered", "episodes", "stalls (a rank stuck, a collective, silence) that ended with steps "
                                               "resuming"),
-    _heartbeats("hang.recovered_lasted_s", "s", "how long the last of them lasted"),
-    _heartbeats("hang.recovered_step", "step", "the step that ended it"),
-    _heartbeats("hang.recovered_kind", "name", "what it was: rank | collective | silent, as hang.kind"),
-    _heartbeats("hang.recovered_stuck_states", "records", f"where its stuck ranks were, at its end ({STATE}; quiet_s "
+    _heartbeats("hang.recovered_lasted_s", "s", "how long the last recovered stall lasted"),
+    _heartbeats("hang.recovered_step", "step", "the step that ended the last recovered stall"),
+    _heartbeats("hang.recovered_kind", "name", "kind of the last recovered stall: rank | collective | silent, as hang.kind"),
+    _heartbeats("hang.recovered_stuck_states", "records", f"where the last recovered stall's stuck ranks were, at its end ({STATE}; quiet_s "
                                                           "as above)"),
     _heartbeats("hang.recovered_waiting_states", "records", f"where the other ranks were, at its end ({STATE})"),
-    _heartbeats("hang.recovered_ranks", "ranks", "the ranks that were stuck"),
+    _heartbeats("hang.recovered_ranks", "ranks", "the ranks stuck in the last recovered stall"),
     _flight_recorder("hang.fr_behind", "ranks", "how many ranks' flight recorder dumps place them behind the others "
                                                 "on a group"),
-    _flight_recorder("hang.fr_behind_ranks", "ranks", "those ranks"),
+    _flight_recorder("hang.fr_behind_ranks", "ranks", "the ranks the flight recorder dumps place behind"),
     _flight_recorder("hang.fr_lags", "records", "per rank behind: rank, group, seq (its last recorded or pg_status's "
                                                 "last "
                                                 "enqueued collective) and op (where recorded), head (the group's "
@@ -91,7 +91,7 @@ SIGNALS = [
                                                 "and beat: its last heartbeat's state, when it has one"),
     Signal("hang.log_stalled_s", "s", "a console log with clock times: seconds it went on after its last step's "
                                       "line, with no error and no end (0: less than a window)"),
-    Signal("hang.log_last_step", "step", "the last step the log showed before it went on without steps"),
+    Signal("hang.log_last_step", "step", "the last step logged before the log went on without steps"),
 ]
 
 STEP_FIELDS = {"step_time_s": "max"}

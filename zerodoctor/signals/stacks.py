@@ -16,9 +16,9 @@ from zerodoctor.signals.base import Signal
 
 SIGNALS = [
     Signal("stacks.in_collective", "processes", "dumped processes waiting in a collective"),
-    Signal("stacks.waiting_ranks", "ranks", "the ranks of those dumps"),
-    Signal("stacks.op", "name", "collective they wait in"),
-    Signal("stacks.caller", "frame", "called from"),
+    Signal("stacks.waiting_ranks", "ranks", "ranks whose dumped stacks wait in a collective"),
+    Signal("stacks.op", "name", "collective the dumped stacks wait in"),
+    Signal("stacks.caller", "frame", "frame that called that collective"),
 ]
 
 

@@ -43,11 +43,11 @@ SIGNALS = [
     _traced("trace.top_exposed_op", "name", "the collective op of the longest exposed collective"),
     _traced("trace.top_exposed_s", "s", "exposed time of the longest exposed collective"),
     _traced("trace.top_exposed_bytes", "bytes", "message size of the longest exposed collective (when recorded)"),
-    _traced("trace.top_exposed_step", "step", "the profiled step it ran in"),
+    _traced("trace.top_exposed_step", "step", "profiled step of the longest exposed collective"),
     _traced("trace.allgather_top_exposed_s", "s", "exposed time of the longest exposed all-gather"),
     _traced("trace.allgather_top_exposed_bytes", "bytes", "message size of the longest exposed all-gather (when "
                                                           "recorded)"),
-    _traced("trace.allgather_top_exposed_step", "step", "the profiled step it ran in"),
+    _traced("trace.allgather_top_exposed_step", "step", "profiled step of the longest exposed all-gather"),
 ]
 
 FOLD_EVENTS = ("trace",)
