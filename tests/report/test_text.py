@@ -37,11 +37,11 @@ def test_explain_lists_every_rule_not_judged() -> None:
 def test_evidence_reads_as_words_and_units_in_text_and_markdown_but_json_keeps_names() -> None:
     sample = str(ROOT / "samples/fp16-min-scale")
     text = run_cli("diagnose", sample).stdout
-    assert "skipped share of the last 100 steps: 23%" in text  # the doc's head: the rest is in JSON and rules show
+    assert "skipped share of the recent steps: 23%" in text  # the doc's head: the rest is in JSON and rules show
     assert "consecutive overflows left before DeepSpeed aborts at min scale: 0" in text
     assert "fp16.recent_overflow_rate" not in text
     markdown = run_cli("diagnose", "--format", "markdown", sample).stdout
-    assert "- skipped share of the last 100 steps: 23%" in markdown
+    assert "- skipped share of the recent steps: 23%" in markdown
     body = json.loads(run_cli("diagnose", "--format", "json", sample).stdout)
     assert body["findings"][0]["evidence"]["fp16.recent_overflow_rate"] == 0.230769
     assert set(body["inputs"][0]) == {"path", "format", "events", "quarantined"}

@@ -35,7 +35,7 @@ SIGNALS = [
     _fp16("fp16.min_loss_scale", "scale", "min_loss_scale (DeepSpeed default 1)"),
     _fp16("fp16.overflow_count", "steps", "steps skipped for overflow"),
     _fp16("fp16.overflow_rate", "ratio", "skipped steps / steps"),
-    _fp16("fp16.recent_overflow_rate", "ratio", f"skipped share of the last {RECENT} steps (fewer in a short run)"),
+    _fp16("fp16.recent_overflow_rate", "ratio", f"skipped share of the recent steps (the last {RECENT}, or all of a shorter run)"),
     _fp16("fp16.recent_steps", "steps", f"steps in that window: {RECENT}, or all of a shorter run"),
     _fp16("fp16.calibration_overflows", "steps", f"overflows before the first {CLEAN_STREAK} clean steps in a row"),
     _fp16("fp16.late_overflows", "steps", "overflows after calibration"),
