@@ -63,10 +63,6 @@ KNOWN_WRONG: dict[str, str] = {
     "heldout4-ds-6524-pyspy-stage3-partition-grads": "the py-spy dump is read, but no thread in the excerpt waits in "
                                                      "a torch.distributed collective (the active one is in ZeRO-3's "
                                                      "partition_grads, cut there): a dump alone is not called a hang",
-    "heldout6-open-r1-217-grpo-generations-indivisible": "TRL's GRPOTrainer refuses a global batch (processes x "
-                                                         "per-device batch) that num_generations does not divide; "
-                                                         "no batch family knows TRL's message, so it is read as an "
-                                                         "unknown ValueError (ZD901, other)",
     "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
                                                  "actor; the excerpt alone does not confirm host memory",
 }

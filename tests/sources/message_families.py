@@ -617,5 +617,39 @@ ACCELERATE = [
             ("ValueError: Please specify the ZeRO optimization config in the DeepSpeed config.",), HF_ARGS),
 ]
 
+GRPO_INIT = traceback(SCRIPT, ("/workspace/train.py", 150, "main", "trainer = GRPOTrainer("),
+                      (f"{SITE}/trl/trainer/grpo_trainer.py", 320, "__init__", "raise ValueError("))
+GRPO_ARGS = traceback(SCRIPT, ("/workspace/train.py", 141, "main", "script_args, training_args, model_args = "
+                               "parser.parse_args_and_config()"),
+                      ("<string>", 169, "__init__", ""),
+                      (f"{SITE}/trl/trainer/grpo_config.py", 595, "__post_init__", "raise ValueError("))
+
+
+def _grpo(versions: str, variant: str, text: str, frames: tuple[str, ...] = GRPO_ARGS) -> Message:
+    where = "trl/trainer/grpo_trainer.py" if frames is GRPO_INIT else "trl/trainer/grpo_config.py"
+    return Message("trl_generations_indivisible", "ZD109", versions, where, (f"ValueError: {text}",), frames, variant)
+
+
+TRL = [
+    # the generation batch must hold whole groups of num_generations completions: each wording TRL has raised it in
+    _grpo("trl 0.15-0.16", "train", "The global train batch size (7 x 1) must be evenly divisible by the number of "
+          "generations per prompt (8). Given the current train batch size, the valid values for the number of "
+          "generations are: [7].", GRPO_INIT),
+    _grpo("trl 0.15-0.16", "eval", "The global eval batch size (7 x 2) must be evenly divisible by the number of "
+          "generations per prompt (8). Given the current eval batch size, the valid values for the number of "
+          "generations are: [2, 7, 14].", GRPO_INIT),
+    _grpo("trl 0.17", "train", "The effective train batch size (3 x 2 x 4) must be evenly divisible by the number "
+          "of generations per prompt (7). Given the current effective train batch size, the valid values for the "
+          "number of generations are: [2, 3, 4, 6, 8, 12, 24].", GRPO_INIT),
+    _grpo("trl 0.18-0.19", "eval", "The global eval batch size (3 x 2) must be evenly divisible by the number of "
+          "generations per prompt (4). Given the current global eval batch size, the valid values for the number of "
+          "generations are: [2, 3, 6]."),
+    _grpo("trl 0.18-latest", "global_batch", "generation_batch_size (10) must be divisible by the global batch size "
+          "(4)."),
+    _grpo("trl 0.20-latest", "num_generations", "generation_batch_size (48) must be divisible by num_generations (7)."),
+    _grpo("trl 0.27-latest", "eval", "The global eval batch size (2 * 7) must be divisible by the number of "
+          "generations used for evaluation (4)."),
+]
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
-                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE]
+                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL]

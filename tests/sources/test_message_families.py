@@ -120,6 +120,9 @@ def _applies(m: Message, wrapping: str) -> bool:
 
 
 MID_LINE_CUT = "the cut takes the words that name the family"
+# The words are left but "ValueError: " is gone: a bare sentence is no exception, and a configuration's refusal is
+# not among the families a line may show on its own (sources/fatal.py, _LINE_FAMILIES).
+NO_EXCEPTION_TYPE = "the cut takes the exception's type: the sentence left is read as no error"
 # Known limits, each a strict expected failure (a fix shows as a failure to update): where the wrapping cuts
 # the very words a family is named by. A log that starts mid-line keeps its first line's tail only; for these
 # one-line messages the 30 characters cut hold the family's name ("CUDA error: an i" of "illegal memory
@@ -158,6 +161,9 @@ KNOWN_LIMITS: dict[str, str] = {
     "deepspeed_config_rejected-deepspeed_0.7-0.14-mid_line": MID_LINE_CUT,
     "deepspeed_config_rejected-deepspeed_0.15-0.19-mid_line": MID_LINE_CUT,
     "zero_section_missing-accelerate_installed_-mid_line": MID_LINE_CUT,
+    **{f"trl_generations_indivisible-trl_{v}-mid_line": NO_EXCEPTION_TYPE
+       for v in ("0.15-0.16-train", "0.15-0.16-eval", "0.17-train", "0.18-0.19-eval", "0.18-latest-global_batch",
+                 "0.20-latest-num_generations", "0.27-latest-eval")},
 }
 
 

@@ -75,6 +75,15 @@ FAMILIES: tuple[Family, ...] = (
     # accelerate's utils/dataclasses.py, DeepSpeedPlugin.__post_init__ (HF Trainer's --deepspeed goes through it):
     # a config without "zero_optimization", which DeepSpeed itself runs as stage 0
     _family("zero_section_missing", r"Please specify the ZeRO optimization config in the DeepSpeed config"),
+    # trl/trainer/grpo_trainer.py, grpo_config.py (rloo_config.py alike since 0.22): the batch GRPO generates for
+    # must hold whole groups of num_generations completions. "The global train batch size (P x B) must be evenly
+    # divisible by the number of generations per prompt (N)" 0.15-0.16, "The effective train batch size (P x B x G)
+    # ..." 0.17-0.19 (eval: "global"/"effective eval batch size"), "generation_batch_size (G) must be divisible by
+    # the global batch size (P*B)." 0.18+, "... by num_generations (N)." 0.20+, "The global eval batch size (B * P)
+    # must be divisible by the number of generations used for evaluation (N)." 0.27+ (none before 0.15). Matched
+    # from ") must be" on: the sentence's head differs in every version, its tail does not
+    _family("trl_generations_indivisible",
+            r"\) must be (?:evenly )?divisible by (?:the number of generations|num_generations \(|the global batch size \()"),
     _family("missing_module", r"ModuleNotFoundError: No module named|ImportError: No module named"
             r"|ImportError: cannot import name|No module named '[\w.]+'"),
     _family("nonfinite_loss",
