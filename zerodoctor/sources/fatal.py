@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from zerodoctor.events import Event
 from zerodoctor.messages import crashes
-from zerodoctor.sources.text import Context, Line, trie_pattern
+from zerodoctor.sources.text import Context, Line, keyword_search
 
 _TRACEBACK = "Traceback (most recent call last)"
 _FRAME = re.compile(rf"^\s*{crashes.FRAME}")
@@ -77,7 +77,7 @@ class FatalDialect:
 
     def __init__(self, context: Context) -> None:
         self.context = context
-        self._mine = re.compile(trie_pattern(self.keywords).decode()).search
+        self._mine = keyword_search(self.keywords)
         self._open: dict[int | None, _Traceback] = {}
         self._said: set[tuple[int, str]] = set()  # (rank, family) of fatal lines already reported
         self._box_rank: int | None = None  # the rank of the failure box's entry being read

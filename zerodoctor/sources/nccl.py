@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from zerodoctor.events import Event
-from zerodoctor.sources.text import Context, Line, joined, trie_pattern
+from zerodoctor.sources.text import Context, Line, joined, keyword_search
 
 _TIMEOUT = re.compile(
     r"(?:Watchdog c|C)aught collective operation timeout: WorkNCCL\((?:SeqNum=(\d+), )?OpType=(\w+)"
@@ -64,7 +64,7 @@ class NcclDialect:
 
     def __init__(self, context: Context) -> None:
         self.context = context
-        self._mine = re.compile(trie_pattern(self.keywords).decode()).search
+        self._mine = keyword_search(self.keywords)
         self._seen: set[tuple[int, int]] = set()
         self._wrapped: list[Line] = []  # the lines of a message whose end is still to come
 
