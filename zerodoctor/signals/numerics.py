@@ -37,6 +37,8 @@ SIGNALS = [
     _fp16("fp16.overflow_rate", "ratio", "skipped steps / steps"),
     _fp16("fp16.recent_overflow_rate", "ratio", f"skipped share of the recent steps (the last {RECENT}, or all of a shorter run)"),
     _fp16("fp16.recent_steps", "steps", f"steps in that window: {RECENT}, or all of a shorter run"),
+    _fp16("fp16.calibrated", "bool", f"the run went {CLEAN_STREAK} clean steps in a row: overflows before were "
+                                     "calibration, after are late (a log cut mid-run may show none)"),
     _fp16("fp16.calibration_overflows", "steps", f"overflows before the first {CLEAN_STREAK} clean steps in a row"),
     _fp16("fp16.late_overflows", "steps", "overflows after calibration"),
     _fp16("fp16.first_late_overflow_step", "step", "first overflow after calibration"),
@@ -222,6 +224,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     recent = fold.recent[-RECENT:]
     out["fp16.recent_overflow_rate"] = sum(recent) / len(recent)
     out["fp16.recent_steps"] = len(recent)
+    out["fp16.calibrated"] = fold.calibrated
     out["fp16.calibration_overflows"] = fold.calibration_overflows
     out["fp16.late_overflows"] = fold.late_overflows
     out["fp16.first_late_overflow_step"] = fold.first_late_step

@@ -1,0 +1,19 @@
+"""The fp16 rules' verdicts on a real log whose overflows could be read two ways."""
+
+from __future__ import annotations
+
+from tests.conftest import ROOT, diagnose_json
+
+# LLaMA-Factory#251 (held-out 6): a log cut mid-run, four straight overflows halving 128 -> 8, lr printed as 0
+MID_RUN = ROOT / "tests" / "corpus" / "heldout6-llamafactory-251-overflow-128-to-8-mid-run" / "console.log"
+
+
+def test_overflows_with_no_clean_streak_after_them_are_a_collapse_not_calibration() -> None:
+    """Nothing in the log shows the 20 clean steps that end calibration, so ZD202 ("expected and harmless")
+    must not stand beside ZD201's collapse, ZD201 says nothing of "after the start-up calibration", and the
+    lr fix is not offered where the log's lr is 0 ("Lower the learning rate to 0 (was 0)")."""
+    findings = {f["rule"]: f for f in diagnose_json(MID_RUN)["findings"]}
+    assert set(findings) == {"ZD201"}
+    collapse = findings["ZD201"]
+    assert "calibration" not in collapse["message"]
+    assert not [fix for fix in collapse["fixes"] if "learning rate" in fix["title"]]
