@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.probe.conftest import TRAIN, run_env
 
@@ -203,24 +205,31 @@ def test_a_wrapper_killed_mid_restart_is_picked_up_with_append(tmp_path) -> None
     assert [s["step"] for s in events(attempt, "step")] == [5]  # the relaunch's own steps, not the killed start's
 
 
+HF_SCRIPT = Path(__file__).with_name("hf_resume_script.py")
+
+
+def hf_fix_and_resume(tmp: Path, policy: str, config: dict, *script_args: str) -> subprocess.CompletedProcess:
+    """``zerodoctor run --fix-and-resume=POLICY`` over a 2-rank Trainer script, its config passed by ``--deepspeed``
+    and resumed by the Trainer's own ``--resume_from_checkpoint``; the run is ``tmp/runs/hf``."""
+    pytest.importorskip("transformers")
+    (tmp / "ds.json").write_text(json.dumps(config, indent=2))
+    command = [sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp / "runs"), "--name", "hf",
+               f"--fix-and-resume={policy}", "--resume-arg", "--resume_from_checkpoint {dir}", "--",
+               sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(HF_SCRIPT),
+               "--deepspeed", "ds.json", "--output_dir", "out", "--per_device_train_batch_size", "4",
+               "--report_to", "none", *script_args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp,
+                          env={**run_env(), "PYTHONPATH": str(ROOT)})
+
+
 def test_a_hugging_face_trainer_run_is_relaunched_with_deepspeed_and_resume_from_checkpoint(tmp_path) -> None:
     """The same loop for a Trainer script: the patched config goes to ``--deepspeed``, the checkpoint is Trainer's
     ``checkpoint-N`` (saved through DeepSpeed's ``save_checkpoint``, so the probe saw it) and the resume argument
     is Trainer's own."""
-    import pytest
-
-    pytest.importorskip("transformers")
-    (tmp_path / "ds.json").write_text(json.dumps({
+    done = hf_fix_and_resume(tmp_path, "safe", {
         "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-        "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}))
-    script = Path(__file__).with_name("hf_resume_script.py")
-    command = [sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp_path / "runs"), "--name", "hf",
-               "--fix-and-resume", "--resume-arg", "--resume_from_checkpoint {dir}", "--",
-               sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-               "--deepspeed", "ds.json", "--output_dir", "out", "--max_steps", "8", "--per_device_train_batch_size", "4",
-               "--save_steps", "2", "--report_to", "none", "--crash_at", "5"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path,
-                          env={**run_env(), "PYTHONPATH": str(ROOT)})
+        "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}},
+        "--max_steps", "8", "--save_steps", "2", "--crash_at", "5")
     audit = trail(tmp_path, "hf")
     first, second = audit["attempts"]
     assert [f["rule"] for f in first["findings"]] == ["ZD406"]
@@ -233,6 +242,48 @@ def test_a_hugging_face_trainer_run_is_relaunched_with_deepspeed_and_resume_from
     assert [s["step"] for s in events(attempt, "step")] == [5]  # Trainer resumed at step 5, then the fault again
     assert audit["outcome"] == "no fix left for ZD406 host-memory-allocation-failed"
     assert done.returncode == second["exit_code"] != 0
+
+
+def test_a_trainer_fp16_collapse_is_resumed_with_the_lower_lr_in_effect_in_its_own_scheduler(tmp_path) -> None:
+    """Case (a) for a Trainer script: fp16 through the shim, the Trainer's default linear decay from
+    ``--learning_rate 1e-3`` over 40 steps, and from step 26 on, while the lr is above 3e-4, gradients that overflow
+    fp16 at every scale (``--loss_mult``): DeepSpeed's scaler collapses (ZD201). The fixed loss scale only skips
+    steps (ZD203); ZD201's lower lr (half the last, 1.875e-4) is relaunched from ``out/checkpoint-25``.
+
+    The Trainer's scheduler (a LambdaLR DeepSpeed builds from the Trainer's callable: the config has no
+    ``scheduler``) is restored by ``load_checkpoint`` with the old base lr, ``base_lrs == [1e-3]``: a real run
+    without the probe re-basing it stepped 26 at the patched lr and was then set back to 1e-3 x 14/40 = 3.5e-4 by
+    the scheduler ("fix not in effect"). With it, attempt 3 runs the schedule a fresh ``--learning_rate 1.875e-4``
+    run would, from step 26 to 40, no step skipped."""
+    config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 1},
+              "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+              "fp16": {"enabled": "auto", "initial_scale_power": 8, "hysteresis": 2, "min_loss_scale": 1}}
+    done = hf_fix_and_resume(tmp_path, "unsafe-ok", config, "--max_steps", "40", "--save_steps", "5",
+                             "--learning_rate", "1e-3", "--fp16", "--cpu_fp16_shim", "--loss_mult", "1e9",
+                             "--loss_mult_from", "25", "--loss_mult_above_lr", "3e-4")
+    assert done.returncode == 0, done.stderr[-3000:]
+    audit = trail(tmp_path, "hf")
+    first, second, third = audit["attempts"]
+    assert [f["rule"] for f in first["findings"]] == ["ZD201"]
+    assert second["fix"]["config_patch"] == {"fp16": {"loss_scale": 256}}
+    assert [f["rule"] for f in second["findings"]] == ["ZD203"]
+    assert third["fix"]["config_patch"] == {"optimizer": {"params": {"lr": 1.875e-4}}}
+    assert third["resumed_from"]["dir"] == "out/checkpoint-25" and third["resumed_from"]["step"] == 25
+    argv = third["argv"]
+    assert argv[argv.index("--learning_rate") + 1] == "0.0001875"  # the Trainer's argument says it too
+    assert argv[-2:] == ["--resume_from_checkpoint", "out/checkpoint-25"]
+    assert audit["outcome"].startswith("fixed") and audit["exit_code"] == 0
+    attempt = tmp_path / "runs" / "hf" / "attempt-3"
+    for rank in (0, 1):
+        load, = [e for e in events(attempt, "checkpoint", rank) if e["op"] == "load"]
+        assert load["step"] == 25 and "lr" in load["reapplied"]
+        check, = events(attempt, "fix_check", rank)
+        assert check["in_effect"] and check["observed"]["base_lr"] == 1.875e-4
+        steps = events(attempt, "step", rank)
+        assert [s["step"] for s in steps] == list(range(26, 41))  # continues from the checkpoint, not 0
+        assert not any(s["overflow"] for s in steps)
+        # the Trainer's linear decay, as from a fresh --learning_rate 1.875e-4: step s at 1.875e-4 x (41 - s) / 40
+        assert [s["lr"] for s in steps] == pytest.approx([1.875e-4 * (41 - s) / 40 for s in range(26, 41)])
 
 
 def test_a_fix_a_scheduler_overrides_is_stopped_as_not_in_effect(tmp_path) -> None:

@@ -5,7 +5,11 @@ loss scaler from the checkpoint, so a resumed run silently trains with the value
 whatever its patched config says. The wrapper writes the patch it applied to ``fix.json`` in the
 attempt's run directory; when it sets the optimizer's lr, that lr is put back into every param group
 after the load, and when it touches the fp16 section, the loss scaler the patched config built at
-``initialize`` is taken before the load and put back after it. On the first
+``initialize`` is taken before the load and put back after it. A torch lr scheduler the engine steps (a Hugging
+Face Trainer's own, a LambdaLR DeepSpeed builds from the Trainer's callable when the config has no
+``scheduler``) is restored by the load too, its ``base_lrs`` the old lr, and would set the old schedule back on
+the first step: it is re-based on the patched lr, the point it had reached in its schedule kept (each group's lr
+scaled by patched / old base), which is what a fresh run with the lower lr would step with there. On the first
 step after the load the probe compares what the engine runs with from then on (the lr after the
 step, once a scheduler had its say) against them: an lr above the patched one (a scheduler that
 sets the lr itself from its own settings, say) or other loss scaling stops the attempt, since training on would spend the restart
@@ -63,9 +67,12 @@ class FixKeeper:
         optimizer = engine.optimizer
         expected: dict[str, Any] = {}
         if "lr" in taken:
-            for group in optimizer.param_groups:
-                group["lr"] = taken["lr"]
             expected["lr"] = taken["lr"]
+            if _rebase_schedule(getattr(engine, "lr_scheduler", None), taken["lr"]):
+                expected["base_lr"] = taken["lr"]
+            else:
+                for group in optimizer.param_groups:
+                    group["lr"] = taken["lr"]
         if "loss_scaler" in taken:
             optimizer.loss_scaler, optimizer.dynamic_loss_scale = taken["loss_scaler"]
             expected["dynamic_loss_scale"] = bool(optimizer.dynamic_loss_scale)
@@ -83,10 +90,29 @@ class FixKeeper:
         return expected, ok
 
 
+def _rebase_schedule(scheduler: Any, lr: float) -> bool:
+    """Re-base a torch lr scheduler (``base_lrs``, one per param group) on ``lr``; False when there is none."""
+    bases = getattr(scheduler, "base_lrs", None)
+    groups = getattr(getattr(scheduler, "optimizer", None), "param_groups", None)
+    if not isinstance(bases, list) or not groups or len(bases) != len(groups):
+        return False
+    for group, base in zip(groups, bases):
+        group["lr"] = group["lr"] * lr / base if base else lr
+        if "initial_lr" in group:  # what the scheduler was built from, saved with the optimizer's state
+            group["initial_lr"] = lr
+    scheduler.base_lrs = [lr] * len(groups)
+    if hasattr(scheduler, "_last_lr"):  # get_last_lr(), which the Trainer logs as learning_rate
+        scheduler._last_lr = [group["lr"] for group in groups]
+    return True
+
+
 def observed_values(engine: Any) -> dict[str, Any]:
-    """What the engine runs the next step with: its lr and its loss scaling."""
+    """What the engine runs the next step with: its lr, its scheduler's base lr, and its loss scaling."""
     optimizer = engine.optimizer
     values: dict[str, Any] = {"lr": engine.get_lr()[0]}
+    bases = getattr(getattr(engine, "lr_scheduler", None), "base_lrs", None)
+    if isinstance(bases, list) and bases:
+        values["base_lr"] = float(bases[0])
     if engine.fp16_enabled() and hasattr(optimizer, "loss_scaler"):
         values["dynamic_loss_scale"] = bool(optimizer.dynamic_loss_scale)
         values["loss_scale"] = float(optimizer.loss_scaler.cur_scale)
@@ -94,7 +120,8 @@ def observed_values(engine: Any) -> dict[str, Any]:
 
 
 def _same(name: str, observed: Any, expected: Any) -> bool:
-    """The lr may be lower than patched (a decaying schedule), never higher; the loss scaling exactly as patched."""
+    """The lr may be lower than patched (a decaying schedule), never higher; a scheduler's base lr and the loss
+    scaling exactly as patched."""
     if name == "lr":
         return observed <= expected * (1 + 1e-6)
     if isinstance(observed, float) and isinstance(expected, float):
