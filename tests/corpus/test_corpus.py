@@ -65,6 +65,20 @@ KNOWN_WRONG: dict[str, str] = {
                                                      "partition_grads, cut there): a dump alone is not called a hang",
     "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
                                                  "actor; the excerpt alone does not confirm host memory",
+    "heldout7-ds-1270-auto-gradient-clipping-str-compare": "DeepSpeed comparing an unfilled \"auto\" with a number "
+                                                           "(`if self.gradient_clipping() > 0.0:` -> TypeError 'str' and "
+                                                           "'float') reaches no config family: ZD901, unknown, other",
+    "heldout7-ds-2931-nccl-ib-unhandled-system-error": "ProcessGroupNCCL's generic 'Some NCCL operations have failed or "
+                                                       "timed out' is read as a collective timeout (ZD701, hang) and the "
+                                                       "'NCCL error: unhandled system error' of the IB failure beside it "
+                                                       "stays quiet (ZD909 is a fallback)",
+    "heldout7-kingdra-2-bash-killed-timestamped": "bash's job report 'line 27: 318 Killed sh start.sh' behind a "
+                                                  "timestamp is not the shell's bare 'Killed': nothing recognised",
+    "heldout7-llamafactory-3230-memcg-oom-kill-dmesg": "the kernel's 'oom-kill:constraint=CONSTRAINT_MEMCG,...' line and "
+                                                       "its task dump reach no host_oom_kill pattern: nothing recognised",
+    "heldout7-pytorch-131755-nccl-warn-cuda-failure-700": "NCCL's own 'NCCL WARN Cuda failure 700 'an illegal memory "
+                                                          "access was encountered'' debug line is not read: nothing "
+                                                          "recognised",
 }
 
 
