@@ -651,5 +651,21 @@ TRL = [
           "generations used for evaluation (4)."),
 ]
 
+# --- read after the seventh held-out set (2026-12-04): the kernel's one-line OOM summary --------------------------
+
+KERNEL_OOM = [
+    # linux mm/oom_kill.c dump_oom_summary: "oom-kill:constraint=%s,nodemask=%*pbl", then
+    # cpuset_print_current_mems_allowed (",cpuset=%s,mems_allowed=%*pbl"), mem_cgroup_print_oom_context
+    # (",oom_memcg=<path>" or ",global_oom", then ",task_memcg=<path>"), ",task=%s,pid=%d,uid=%d"; as dmesg prints it
+    Message("host_oom_kill", "ZD405", "linux 4.19+", "mm/oom_kill.c",
+            ("[17798674.377396] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=38e6fab2d82b,"
+             "mems_allowed=0-7,oom_memcg=/docker/38e6fab2d82b,task_memcg=/docker/38e6fab2d82b,task=python,"
+             "pid=202779,uid=1000",), variant="memcg"),
+    Message("host_oom_kill", "ZD405", "linux 4.19+", "mm/oom_kill.c",
+            ("[26002.108918] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=user.slice,mems_allowed=0,"
+             "global_oom,task_memcg=/user.slice/user-1000.slice/session-3.scope,task=python,pid=576419,uid=1000",),
+            variant="global"),
+]
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
-                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL]
+                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM]

@@ -58,6 +58,9 @@ FAMILIES: tuple[Family, ...] = (
     _family("host_oom_kill",
             r"Out of memory: Kill(?:ed)? process|oom-kill event|invoked oom-killer|Memory cgroup out of memory"
             r"|oom_kill_process|Killed process \d+ \(\S+\) total-vm"
+            # mm/oom_kill.c dump_oom_summary (4.19+): "oom-kill:constraint=%s,nodemask=%*pbl", the constraint one of
+            # CONSTRAINT_NONE/CPUSET/MEMORY_POLICY/MEMCG; matched from "=" on, so a line begun after "oom-kill:" counts
+            r"|=CONSTRAINT_[A-Z_]+,nodemask="
             # torch/csrc/DataLoader.cpp: "DataLoader worker (pid {}) is killed by signal: {}. ", strsignal(SIGKILL)
             r"|DataLoader worker \(pid \d+\) is killed by signal: Killed"),
     # op_builder/async_io.py: DeepSpeed's NVMe op needs libaio (headers to build, the .so to load)
