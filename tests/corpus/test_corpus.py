@@ -74,9 +74,6 @@ KNOWN_WRONG: dict[str, str] = {
                                                        "stays quiet (ZD909 is a fallback)",
     "heldout7-kingdra-2-bash-killed-timestamped": "bash's job report 'line 27: 318 Killed sh start.sh' behind a "
                                                   "timestamp is not the shell's bare 'Killed': nothing recognised",
-    "heldout7-pytorch-131755-nccl-warn-cuda-failure-700": "NCCL's own 'NCCL WARN Cuda failure 700 'an illegal memory "
-                                                          "access was encountered'' debug line is not read: nothing "
-                                                          "recognised",
 }
 
 

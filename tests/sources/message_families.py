@@ -667,5 +667,21 @@ KERNEL_OOM = [
             variant="global"),
 ]
 
+# NCCL's own WARN line for a CUDA call that failed: src/include/checks.h CUDACHECK "Cuda failure '%s'" (runtime API,
+# 2.3.5+), src/include/cudawrap.h CUCHECK "Cuda failure %d '%s'" (driver API, 2.19.1+); debug.cc's prefix
+# "\n%s:%d:%d [%d] %s:%d NCCL WARN " (host:pid:tid [device] file:line), "(%s)" the function before "NCCL WARN" in 2.30.7+
+NCCL_WARN = "node01:48213:48290 [3] "
+NCCL_CUDA = [
+    Message("illegal_memory_access", "ZD903", "nccl 2.3.5-latest", "nccl src/include/checks.h, src/debug.cc",
+            (f"\n{NCCL_WARN}enqueue.cc:1541 NCCL WARN Cuda failure 'an illegal memory access was encountered'",),
+            variant="CUDACHECK"),
+    Message("illegal_memory_access", "ZD903", "nccl 2.19.1-2.30.4", "nccl src/include/cudawrap.h, src/debug.cc",
+            (f"\n{NCCL_WARN}include/alloc.h:125 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'",),
+            variant="CUCHECK"),
+    Message("illegal_memory_access", "ZD903", "nccl 2.30.7-latest", "nccl src/include/cudawrap.h, src/debug.cc",
+            (f"{NCCL_WARN}include/alloc.h:115 (ncclCuMemHostFree) NCCL WARN Cuda failure 700 'an illegal memory "
+             "access was encountered'",), variant="CUCHECK"),
+]
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
-                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM]
+                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA]

@@ -131,6 +131,9 @@ KNOWN_LIMITS: dict[str, str] = {
     "host_oom_kill-deepspeed_0.3.12-0.5.7-rich": "rich wraps 'died with <Signals.SIGKILL:' / '9>.': the number is read "
                                                  "line by line, and the exception is the launcher's, named by no family",
     "collective_timeout-torch_2.4-latest-watchdog_stuck-wrap80": "the wrap cuts 'watchdog got stuck' itself",
+    **{f"illegal_memory_access-nccl_{v}-wrap80": "the wrap cuts the family's words ('an illeg' / 'al memory access'): "
+                                                 "a line that kills without a traceback is read alone"
+       for v in ("2.3.5-latest-CUDACHECK", "2.19.1-2.30.4-CUCHECK", "2.30.7-latest-CUCHECK")},
     "deepspeed_fp16_collapse-deepspeed_0.3.12-0.19_FP16_Optimizer-no_zero-wrap80": "every overflow line is cut inside 'Attempted lo' / 'ss scale': the scales that make a collapse are lost",
     "deepspeed_fp16_collapse-deepspeed_0.3.12-0.5.3_ZeRO-2-wrap80": "every overflow line is cut inside 'Attempted lo' / 'ss scale': the scales that make a collapse are lost",
     "collective_timeout-torch_1.8-2.0_blocking_wait-blocking_wait-mid_line": MID_LINE_CUT,

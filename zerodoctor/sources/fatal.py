@@ -73,7 +73,8 @@ class FatalDialect:
                 b"=nan", b"= nan", b": nan", b"] nan", b"loss nan", b"Loss nan", b"loss inf", b"Loss inf", b"NaN",
                 b"Bus error", b"Floating point exception",
                 b": undefined symbol", b"Unsupported gpu", b"THCudaCheck", b"IllegalAddress", b": cannot open shared",
-                b"bytes failed", b"(local_rank: ", b"=CONSTRAINT_")
+                b"bytes failed", b"(local_rank: ", b"=CONSTRAINT_",
+                b"Cuda failure")
 
     def __init__(self, context: Context) -> None:
         self.context = context
