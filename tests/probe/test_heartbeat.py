@@ -164,3 +164,46 @@ def test_a_heartbeat_during_interpreter_exit_reports_no_memory(tmp_path):
     done = subprocess.run([sys.executable, "-c", EXITING], capture_output=True, text=True, cwd=ROOT, check=True)
     at_exit, while_running = json.loads(done.stdout)
     assert while_running > 10 * 2**20 and at_exit is None
+
+
+def test_a_collective_naming_no_group_reads_c10ds_default_group_at_each_op_and_holds_no_reference_to_it():
+    """A real one-rank gloo group, in a process of its own: the op sees the live default group, with its
+    own count; once destroyed, the lookup says None and the group is freed (a reference held by the probe
+    kept gloo alive into interpreter teardown, where destroying it could abort the process)."""
+    script = """
+import gc, json, weakref
+import torch, torch.distributed as dist
+from zerodoctor.probe.comm import CommClock, _default_group
+from zerodoctor.probe.phase import RankPhase
+
+phase, seen = RankPhase(), []
+clock = CommClock(phase=phase, default_group=_default_group())
+op = clock.wrap("all_reduce", lambda tensor, async_op=False: seen.append(phase.now[3:]))
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+dist.all_reduce(torch.ones(1))  # c10d's count moves: the wrapper reads it, it does not keep its own
+op(torch.ones(1))
+world = weakref.ref(dist.distributed_c10d.GroupMember.WORLD)
+dist.destroy_process_group()
+gc.collect()
+op(torch.ones(1))
+print(json.dumps({"seen": seen, "freed": world() is None, "ops": clock.take_ops()["all_reduce"][0]}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["seen"] == [["all_reduce", "0", 2], ["all_reduce", None, None]]
+    assert result["freed"] and result["ops"] == 2
+
+
+def test_per_op_totals_restart_from_zero_at_each_take():
+    clock = CommClock()
+    all_reduce = clock.wrap("all_reduce", lambda tensor, async_op=False: None)
+    broadcast = clock.wrap("broadcast", lambda tensor, src, async_op=False: None)
+    all_reduce(torch.ones(4))
+    all_reduce(torch.ones(8))
+    broadcast(torch.ones(2), 0)
+    taken = clock.take_ops()
+    assert {op: (count, nbytes) for op, (count, nbytes, _) in taken.items()} == {"all_reduce": (2, 48), "broadcast": (1, 8)}
+    assert clock.take_ops() == {}  # nothing called since: no op reported
+    all_reduce(torch.ones(1))
+    assert [(op, count, nbytes) for op, (count, nbytes, _) in clock.take_ops().items()] == [("all_reduce", 1, 4)]

@@ -68,11 +68,13 @@ class EngineProbe:
         import torch
 
         grad_enabled = torch.is_grad_enabled
+        module = engine.module  # read once: on an nn.Module each read is a Python __getattr__ call
+        self._fp16 = engine.fp16_enabled()  # the config's, fixed for the engine's life
 
         def probed_forward(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return forward(*args, **kwargs)
-            if not (engine.module.training and grad_enabled()):  # evaluation: no samples, no step time of its own
+            if not (module.training and grad_enabled()):  # evaluation: no samples, no step time of its own
                 return self._call(forward, args, kwargs, "eval", "eval")
             start = perf_counter()
             out = self._call(forward, args, kwargs, "forward")
@@ -194,7 +196,7 @@ class EngineProbe:
         engine = self.engine
         if not engine.is_gradient_accumulation_boundary():
             return None
-        scale = engine._get_optimizer_loss_scale() if engine.fp16_enabled() else None
+        scale = engine._get_optimizer_loss_scale() if self._fp16 else None
         return engine.global_steps, engine.skipped_steps, scale, engine.get_lr()[0]
 
     def _after_step(self, before: tuple, start: float) -> None:
@@ -223,7 +225,7 @@ class EngineProbe:
             fields["comm_s"] = self.comm.take_step()
         if self._cuda is not None:
             fields.update(self._cuda())
-        self.writer.emit("step", **fields)
+        self.writer.put("step", fields)
         if self.keeper is not None and self.keeper.expected is not None:
             self._check_fix()
         self.phase.last_step, self.phase.data_s = engine.global_steps, 0.0
@@ -259,7 +261,8 @@ def _batch_shape(args: tuple, kwargs: dict) -> tuple[int | None, int | None]:
     for value in (*args, *kwargs.values()):
         shape = getattr(value, "shape", None)
         if shape is not None and len(shape) > 0:
-            ids = len(shape) >= 2 and not value.is_floating_point() and not value.is_complex()
+            dtype = value.dtype  # its flags are attributes: no tensor method calls at every forward
+            ids = len(shape) >= 2 and not dtype.is_floating_point and not dtype.is_complex
             return int(shape[0]), (int(value.numel()) if ids else None)
     return None, None
 

@@ -56,12 +56,18 @@ class EventWriter:
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Queue one event; fields may hold 0-dim tensors, resolved at flush time."""
-        if len(self._pending) >= self.max_pending:  # the writer is stuck: drop rather than grow or wait
+        self.put(kind, fields)
+
+    def put(self, kind: str, fields: dict[str, Any]) -> None:
+        """``emit`` for a dict the caller built and hands over (the step's, every step: no copy of it)."""
+        pending = self._pending
+        if len(pending) >= self.max_pending:  # the writer is stuck: drop rather than grow or wait
             self.dropped += 1
             return
-        fields["t"] = fields.get("t") or time.time()
+        if not fields.get("t"):
+            fields["t"] = time.time()
         fields["kind"] = kind
-        self._pending.append(fields)
+        pending.append(fields)
 
     def flush(self) -> None:
         with self._lock:
