@@ -72,8 +72,6 @@ KNOWN_WRONG: dict[str, str] = {
                                                        "timed out' is read as a collective timeout (ZD701, hang) and the "
                                                        "'NCCL error: unhandled system error' of the IB failure beside it "
                                                        "stays quiet (ZD909 is a fallback)",
-    "heldout7-kingdra-2-bash-killed-timestamped": "bash's job report 'line 27: 318 Killed sh start.sh' behind a "
-                                                  "timestamp is not the shell's bare 'Killed': nothing recognised",
 }
 
 

@@ -683,5 +683,17 @@ NCCL_CUDA = [
              "access was encountered'",), variant="CUCHECK"),
 ]
 
+# bash, jobs.c notify_of_job_status: a non-interactive shell reports a foreground job killed by a signal as
+# "%s: line %d: " (get_name_for_error: the shell's or the script's name) and pretty_print_job(JLIST_NONINTERACTIVE):
+# the pid "%5ld", the signal's description padded to 2 + LONGEST_SIGNAL_DESC (24), the command
+BASH_JOB = [
+    Message("host_oom_kill", "ZD405", "bash (jobs.c)", "bash jobs.c",
+            (f"/bin/bash: line 27: 48213 {'Killed'.ljust(26)}python train.py --deepspeed ds_config.json",),
+            variant="shell"),
+    Message("host_oom_kill", "ZD405", "bash (jobs.c)", "bash jobs.c",
+            (f"train.sh: line 3:  4821 {'Killed'.ljust(26)}deepspeed --num_gpus 8 train.py --deepspeed ds.json",),
+            variant="script"),
+]
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
-                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA]
+                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB]

@@ -160,6 +160,8 @@ KNOWN_LIMITS: dict[str, str] = {
     "nccl_error-torch_1.0-1.2-mid_line": MID_LINE_CUT,
     "nccl_error-torch_1.3-1.7-mid_line": MID_LINE_CUT,
     "host_oom_kill-torch_1.0-2.13-mid_line": MID_LINE_CUT,
+    "host_oom_kill-bash_jobs.c_-shell-mid_line": MID_LINE_CUT,
+    "host_oom_kill-bash_jobs.c_-script-mid_line": MID_LINE_CUT,
     "collective_timeout-torch_1.8-1.13-mid_line": MID_LINE_CUT,
     "deepspeed_config_rejected-deepspeed_0.7-0.14-mid_line": MID_LINE_CUT,
     "deepspeed_config_rejected-deepspeed_0.15-0.19-mid_line": MID_LINE_CUT,

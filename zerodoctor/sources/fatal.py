@@ -33,7 +33,11 @@ _INDENTED_EXCEPTION = re.compile(rf"^\s+{_ERROR_CLASS}(?::\s(.*))?$")
 _RICH_EDGE = re.compile(r"^\s*[│╭╰─]")
 _NOT_MESSAGE = re.compile(r"^\s*(?:$|Traceback|File \"|\[?\d{4}-\d\d-\d\d|During handling|The above exception"
                           r"|[│╭╰])")
-_KILLED = re.compile(r"^\s*(?:/\S+: line \d+: +\d+ )?Killed\b")
+# A process SIGKILLed, in a shell's words: the bare "Killed" (an interactive shell, dash), or bash's report of a
+# foreground job in a script (jobs.c notify_of_job_status: "%s: line %d: ", then pretty_print_job's "%5ld" pid and
+# the signal's description), the name the shell's or the script's ("/bin/bash", "bash", "train.sh"), anywhere in
+# the line (a timestamp or a rank prefix before it).
+_KILLED = re.compile(r"^\s*Killed\b|\S+: line \d+: +\d+ Killed\b")
 _WORD_EDGES = " \t]|\r"
 MESSAGE_LINES = 4
 MAX_FRAMES = 24
@@ -159,7 +163,7 @@ class FatalDialect:
             self._box_rank = int(box.group(1))
             return []
         family = crashes.classify(text)
-        if family not in _LINE_FAMILIES and _KILLED.match(text):
+        if family not in _LINE_FAMILIES and _KILLED.search(text):
             family = "host_oom_kill"
         if family not in _LINE_FAMILIES:
             return []
