@@ -248,13 +248,15 @@ def test_a_trainer_fp16_collapse_is_resumed_with_the_lower_lr_in_effect_in_its_o
     """Case (a) for a Trainer script: fp16 through the shim, the Trainer's default linear decay from
     ``--learning_rate 1e-3`` over 40 steps, and from step 26 on, while the lr is above 3e-4, gradients that overflow
     fp16 at every scale (``--loss_mult``): DeepSpeed's scaler collapses (ZD201). The fixed loss scale only skips
-    steps (ZD203); ZD201's lower lr (half the last, 1.875e-4) is relaunched from ``out/checkpoint-25``.
+    steps (ZD203); ZD201's lower lr (half the configured base lr, 5e-4: every step's lr halved, 1.875e-4 at step
+    26) is relaunched from ``out/checkpoint-25``.
 
     The Trainer's scheduler (a LambdaLR DeepSpeed builds from the Trainer's callable: the config has no
     ``scheduler``) is restored by ``load_checkpoint`` with the old base lr, ``base_lrs == [1e-3]``: a real run
     without the probe re-basing it stepped 26 at the patched lr and was then set back to 1e-3 x 14/40 = 3.5e-4 by
-    the scheduler ("fix not in effect"). With it, attempt 3 runs the schedule a fresh ``--learning_rate 1.875e-4``
-    run would, from step 26 to 40, no step skipped."""
+    the scheduler ("fix not in effect"). With it, attempt 3 runs the schedule a fresh ``--learning_rate 5e-4``
+    run would, from step 26 to 40, no step skipped. (Half the last lr as the new base, 1.875e-4, would have had the
+    schedule step 26 at 7e-5, a fifth of the last lr.)"""
     config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 1},
               "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
               "fp16": {"enabled": "auto", "initial_scale_power": 8, "hysteresis": 2, "min_loss_scale": 1}}
@@ -267,10 +269,10 @@ def test_a_trainer_fp16_collapse_is_resumed_with_the_lower_lr_in_effect_in_its_o
     assert [f["rule"] for f in first["findings"]] == ["ZD201"]
     assert second["fix"]["config_patch"] == {"fp16": {"loss_scale": 256}}
     assert [f["rule"] for f in second["findings"]] == ["ZD203"]
-    assert third["fix"]["config_patch"] == {"optimizer": {"params": {"lr": 1.875e-4}}}
+    assert third["fix"]["config_patch"] == {"optimizer": {"params": {"lr": 5e-4}}}
     assert third["resumed_from"]["dir"] == "out/checkpoint-25" and third["resumed_from"]["step"] == 25
     argv = third["argv"]
-    assert argv[argv.index("--learning_rate") + 1] == "0.0001875"  # the Trainer's argument says it too
+    assert argv[argv.index("--learning_rate") + 1] == "0.0005"  # the Trainer's argument says it too
     assert argv[-2:] == ["--resume_from_checkpoint", "out/checkpoint-25"]
     assert audit["outcome"].startswith("fixed") and audit["exit_code"] == 0
     attempt = tmp_path / "runs" / "hf" / "attempt-3"
@@ -278,12 +280,13 @@ def test_a_trainer_fp16_collapse_is_resumed_with_the_lower_lr_in_effect_in_its_o
         load, = [e for e in events(attempt, "checkpoint", rank) if e["op"] == "load"]
         assert load["step"] == 25 and "lr" in load["reapplied"]
         check, = events(attempt, "fix_check", rank)
-        assert check["in_effect"] and check["observed"]["base_lr"] == 1.875e-4
+        assert check["in_effect"] and check["observed"]["base_lr"] == 5e-4
         steps = events(attempt, "step", rank)
         assert [s["step"] for s in steps] == list(range(26, 41))  # continues from the checkpoint, not 0
         assert not any(s["overflow"] for s in steps)
-        # the Trainer's linear decay, as from a fresh --learning_rate 1.875e-4: step s at 1.875e-4 x (41 - s) / 40
-        assert [s["lr"] for s in steps] == pytest.approx([1.875e-4 * (41 - s) / 40 for s in range(26, 41)])
+        # the Trainer's linear decay, as from a fresh --learning_rate 5e-4: step s at 5e-4 x (41 - s) / 40, half the
+        # lr of the run before at every step (1.875e-4 at step 26)
+        assert [s["lr"] for s in steps] == pytest.approx([5e-4 * (41 - s) / 40 for s in range(26, 41)])
 
 
 def test_a_fix_a_scheduler_overrides_is_stopped_as_not_in_effect(tmp_path) -> None:

@@ -159,3 +159,15 @@ def _scaler_int(value: Any) -> int:
 _FIELDS = {"enabled": lax_bool, "loss_scale": _loss_scale, "initial_scale_power": lax_int,
            "loss_scale_window": _scaler_int, "hysteresis": lax_int, "consecutive_hysteresis": lax_bool,
            "min_loss_scale": _scaler_int}
+
+
+def read_optimizer_lr(config: dict[str, Any] | None) -> float | None:
+    """``optimizer.params.lr``, the base lr a schedule scales, where it is a positive number; None for none,
+    ``"auto"`` (the Trainer fills it: its run_start's config holds the number) or a value DeepSpeed passes to the
+    torch optimizer unread, for it to refuse."""
+    optimizer = (config or {}).get("optimizer")
+    params = optimizer.get("params") if isinstance(optimizer, dict) else None
+    lr = params.get("lr") if isinstance(params, dict) else None
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        return None
+    return float(lr)

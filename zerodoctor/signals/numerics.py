@@ -19,7 +19,7 @@ from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import FP16_LINES, STEPS, STEP_LINES
 from zerodoctor.signals.base import last_known, shown_by
-from zerodoctor.signals.config_values import Fp16Config, read_fp16
+from zerodoctor.signals.config_values import Fp16Config, read_fp16, read_optimizer_lr
 
 CLEAN_STREAK = 20  # clean steps in a row that end the calibration phase / make a scale "held"
 RECENT = 100  # steps in the recent-overflow window
@@ -48,7 +48,9 @@ SIGNALS = [
     _fp16("fp16.overflows_to_min", "overflows", "consecutive overflows left before DeepSpeed aborts at min scale"),
     _fp16("fp16.calibrated_scale_power", "log2", "log2 of the first scale that held: an initial_scale_power that "
                                                  "skips calibration"),
-    _fp16("fp16.suggested_lr", "lr", "stable_lr when lr grew into the overflows, else half the last lr"),
+    _fp16("fp16.suggested_lr", "lr", "the lr to configure: stable_lr when lr grew into the overflows, else half of "
+                                     "lr_base (a schedule keeps its shape, each step's lr halved)"),
+    _fp16("fp16.lr_base", "lr", "the config's optimizer lr, which a schedule scales; else the last step's lr"),
     _fp16("fp16.hit_min_scale", "bool", "DeepSpeed raised 'Current loss scale already at minimum'"),
     _fp16("fp16.stable_lr", "lr", "largest lr before late overflows began"),
     _fp16("fp16.lr_last", "lr", "lr of the last recorded step"),
@@ -236,8 +238,13 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         out["fp16.overflows_to_min"] = 0 if hit_min else _ScalerReplay(fp16_config, fold.replay).overflows_to_min()
     if fold.lr_last is not None:
         stable = fold.lr_max_before_late if fold.first_late_step is not None else None
-        suggested = stable if stable is not None and stable < 0.95 * fold.lr_last else fold.lr_last / 2
-        out.update({"fp16.lr_last": fold.lr_last, "fp16.stable_lr": stable, "fp16.suggested_lr": suggested})
+        # Halving the base halves the lr of every step a schedule makes from it (a decayed last lr, halved and
+        # configured as the base, would have the schedule start the resumed run far lower); an lr that grew into
+        # the overflows (a warm-up) is capped at where it was stable instead.
+        base = read_optimizer_lr(config) or fold.lr_last
+        suggested = stable if stable is not None and stable < 0.95 * fold.lr_last else base / 2
+        out.update({"fp16.lr_last": fold.lr_last, "fp16.lr_base": base, "fp16.stable_lr": stable,
+                    "fp16.suggested_lr": suggested})
     return out
 
 
