@@ -68,10 +68,6 @@ KNOWN_WRONG: dict[str, str] = {
     "heldout7-ds-1270-auto-gradient-clipping-str-compare": "DeepSpeed comparing an unfilled \"auto\" with a number "
                                                            "(`if self.gradient_clipping() > 0.0:` -> TypeError 'str' and "
                                                            "'float') reaches no config family: ZD901, unknown, other",
-    "heldout7-ds-2931-nccl-ib-unhandled-system-error": "ProcessGroupNCCL's generic 'Some NCCL operations have failed or "
-                                                       "timed out' is read as a collective timeout (ZD701, hang) and the "
-                                                       "'NCCL error: unhandled system error' of the IB failure beside it "
-                                                       "stays quiet (ZD909 is a fallback)",
 }
 
 

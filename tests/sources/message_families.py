@@ -695,5 +695,27 @@ BASH_JOB = [
             variant="script"),
 ]
 
+# The watchdog finding an NCCL error, not a timeout (ProcessGroupNCCL checkForNCCLErrorsInternal: "NCCL error: " +
+# ncclGetErrorWithVersion + "\n" + getNcclErrorDetailStr, std::runtime_error, DistBackendError from 2.0):
+# WorkNCCL::handleException logs the same epitaph and teardown a timeout gets, then the process aborts on the error
+ASYNC_ERROR = "NCCL error: unhandled system error, NCCL version 2.14.3\n" + SYSTEM_1_13 + LAST_ERROR
+ASYNC_ERROR_2_18 = ("NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1\n"
+                    + SYSTEM_1_13 + LAST_ERROR)
+NCCL_ASYNC = [
+    Message("nccl_error", "ZD909", "torch 1.13-2.0", PGNCCL,
+            (C10_LOG % 455 + SOME_FAILED, C10_LOG % 460 + TEAR_DOWN,
+             f"terminate called after throwing an instance of 'std::runtime_error'\n  what():  {ASYNC_ERROR}"),
+            variant="watchdog_error"),
+    Message("nccl_error", "ZD909", "torch 2.4", PGNCCL,
+            (C10_LOG_2_4 % 1664 + "[PG 0 Rank 3] Exception (either an error or timeout) detected by watchdog at work: "
+             "2134, last enqueued NCCL work: 2134, last completed NCCL work: 2133.",
+             C10_LOG_2_4 % 621 + "[PG 0 Rank 3] " + SOME_FAILED, C10_LOG_2_4 % 627 + "[PG 0 Rank 3] " + TEAR_DOWN,
+             C10_LOG_2_4 % 1515 + "[PG 0 Rank 3] Process group watchdog thread terminated with exception: "
+             + ASYNC_ERROR_2_18,
+             "terminate called after throwing an instance of 'c10::DistBackendError'\n  what():  [PG 0 Rank 3] "
+             f"Process group watchdog thread terminated with exception: {ASYNC_ERROR_2_18}"),
+            variant="watchdog_error"),
+]
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
-                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB]
+                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB, *NCCL_ASYNC]

@@ -12,14 +12,19 @@ The other wordings of the same fault, each read as a ``collective_timeout`` with
 ``ProcessGroupNCCL's watchdog got stuck for N seconds`` (2.2+: a CUDA or NCCL call hung the watchdog itself),
 gloo's ``Timed out waiting Nms for send/recv operation to complete`` (``transport/tcp/unbound_buffer.cc``), the
 store-based barrier of a new process group (``Timed out initializing process group in store based barrier``) and
-the generic ``Some NCCL operations have failed or timed out`` (1.x–2.x, after the watchdog).
+the generic ``Some NCCL operations have failed or timed out`` (1.x–2.x, after the watchdog). That epitaph is
+``WorkNCCL::handleException``'s for any failed work, a timeout or an NCCL or CUDA error the watchdog found: it is held
+for ``EPITAPH_LINES`` lines and dropped when the exception it announces names another fault (``terminate called …
+what():  NCCL error: unhandled system error``), so an NCCL failure is no timeout.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from zerodoctor.events import Event
+from zerodoctor.messages import crashes
 from zerodoctor.sources.text import Context, Line, joined, keyword_search
 
 _TIMEOUT = re.compile(
@@ -42,6 +47,16 @@ _RANK_TAG = re.compile(r"\bRank (\d+)\]")
 _OPENERS = ("Watchdog caught", "aught collective operation timeout", "Work WorkNCCL(", "ProcessGroupNCCL's watchdog",
             "Timed out initializing process group")
 MAX_WRAPPED_LINES = 4
+# After the epitaph: "To avoid data inconsistency, …", 2.2+'s "Process group watchdog thread terminated with exception:
+# <the exception>", "terminate called after throwing …", "  what():  <the exception>" (lines a terminal may wrap): the
+# exception is read within this many lines
+EPITAPH_LINES = 12
+# What the watchdog found when it is no timeout: a result NCCL returned (ProcessGroupNCCL's "NCCL error: " +
+# ncclGetErrorWithVersion, C10D_NCCL_CHECK's "NCCL error in: ", the ncclResult names of the detail line) or a CUDA
+# fault. Not "NCCL communicator was aborted" nor a bare DistBackendError: the watchdog's abort says those of a timeout too
+_NCCL_FAILURE = re.compile(r"NCCL error:? |\bnccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage"
+                           r"|InvalidArgument|RemoteError)\b")
+_CUDA_FAULTS = {"illegal_memory_access", "device_side_assert", "cuda_error", "cuda_oom"}
 
 
 def _work(text: str) -> re.Match | None:
@@ -67,14 +82,19 @@ class NcclDialect:
         self._mine = keyword_search(self.keywords)
         self._seen: set[tuple[int, int]] = set()
         self._wrapped: list[Line] = []  # the lines of a message whose end is still to come
+        self._epitaphs: dict[int, _Epitaph] = {}  # per rank: the generic epitaph, until its exception is read
 
     @property
     def holding(self) -> bool:
-        return bool(self._wrapped)
+        return bool(self._wrapped) or bool(self._epitaphs)
 
     def feed(self, line: Line) -> list[Event]:
+        held = self._weigh_epitaphs(line) if self._epitaphs else []
         if not self._wrapped and self._mine(line.text) is None:  # another dialect's line
-            return []
+            return held
+        return held + self._feed(line)
+
+    def _feed(self, line: Line) -> list[Event]:
         lines, self._wrapped = [*self._wrapped, line], []
         text = joined(lines, _whole) if len(lines) > 1 else line.text
         match = _work(text)
@@ -99,7 +119,23 @@ class NcclDialect:
 
     def finish(self) -> list[Event]:
         lines, self._wrapped = self._wrapped, []
-        return self._other_wording(lines[-1], joined(lines)) if lines else []
+        out = self._other_wording(lines[-1], joined(lines)) if lines else []
+        epitaphs, self._epitaphs = self._epitaphs, {}
+        return out + [e.event for e in epitaphs.values()]
+
+    def _weigh_epitaphs(self, line: Line) -> list[Event]:
+        """The held epitaphs after one more line: dropped when the line names a fault that is no timeout (on their
+        rank, or on any when the line names none), told as timeouts once their window is over."""
+        fault = bool(_NCCL_FAILURE.search(line.text)) or crashes.classify(line.text) in _CUDA_FAULTS
+        out: list[Event] = []
+        for rank, held in list(self._epitaphs.items()):
+            if fault and line.rank in (None, rank):
+                del self._epitaphs[rank]
+            elif held.lines_left <= 1:
+                out.append(self._epitaphs.pop(rank).event)
+            else:
+                held.lines_left -= 1
+        return out
 
     def _other_wording(self, line: Line, text: str) -> list[Event]:
         """A timeout that names no WorkNCCL: a stuck watchdog, gloo's transport, the generic epitaph."""
@@ -120,5 +156,17 @@ class NcclDialect:
         if (rank, -1) in self._seen:  # one such line per rank: the watchdog repeats itself
             return []
         self._seen.add((rank, -1))
-        return [self.context.event("log", line, rank=rank, message=said, source=self.name, level="ERROR",
-                                   what="collective_timeout", data=data, step=self.context.last_step())]
+        event = self.context.event("log", line, rank=rank, message=said, source=self.name, level="ERROR",
+                                   what="collective_timeout", data=data, step=self.context.last_step())
+        if said == _FAILED:  # a timeout unless the exception it announces names another fault
+            self._epitaphs[rank] = _Epitaph(event, EPITAPH_LINES)
+            return []
+        return [event]
+
+
+@dataclass
+class _Epitaph:
+    """The generic epitaph of one rank, told as a timeout unless an error follows within ``lines_left`` lines."""
+
+    event: Event
+    lines_left: int
