@@ -39,6 +39,8 @@ SIGNALS = [
     _fp16("fp16.recent_steps", "steps", f"steps in that window: {RECENT}, or all of a shorter run"),
     _fp16("fp16.calibrated", "bool", f"the run went {CLEAN_STREAK} clean steps in a row: overflows before were "
                                      "calibration, after are late (a log cut mid-run may show none)"),
+    _fp16("fp16.calibration_from_start", "bool", "the first overflow came at the initial scale (2^initial_scale_power): "
+                                                 "the overflows shown began at the run's start"),
     _fp16("fp16.calibration_overflows", "steps", f"overflows before the first {CLEAN_STREAK} clean steps in a row"),
     _fp16("fp16.late_overflows", "steps", "overflows after calibration"),
     _fp16("fp16.first_late_overflow_step", "step", "first overflow after calibration"),
@@ -80,6 +82,7 @@ class Fold(runview.Fold):
     calibration_overflows: int = 0
     late_overflows: int = 0
     first_late_step: int | None = None
+    first_overflow_scale: float | None = None  # the scale the first overflow was attempted at
     scale_last: float | None = None
     first_held_scale: float | None = None
     max_held_scale: float | None = None
@@ -168,6 +171,8 @@ class Fold(runview.Fold):
             replay.clean(scales[start:end])
 
     def _overflowed(self, step: int, scale: float | None, replay: _ScalerReplay | None) -> None:
+        if not self.calibration_overflows and not self.late_overflows:  # the run's first overflow
+            self.first_overflow_scale = scale
         self.clean = 0
         if self.calibrated:
             self.late_overflows += 1
@@ -227,6 +232,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["fp16.recent_overflow_rate"] = sum(recent) / len(recent)
     out["fp16.recent_steps"] = len(recent)
     out["fp16.calibrated"] = fold.calibrated
+    if fold.first_overflow_scale is not None:
+        out["fp16.calibration_from_start"] = fold.first_overflow_scale == (fp16_config or Fp16Config()).initial_scale
     out["fp16.calibration_overflows"] = fold.calibration_overflows
     out["fp16.late_overflows"] = fold.late_overflows
     out["fp16.first_late_overflow_step"] = fold.first_late_step
