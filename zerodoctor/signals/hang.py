@@ -345,6 +345,9 @@ def _flight_recorder(view: RunView) -> dict[str, Any]:
 
 def _timeouts(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     timeouts = [e for e in view.events.get("log", []) if e.get("what") == "collective_timeout"]
+    # a rank that named its collective also printed the generic epitaph after it: one timeout, not two
+    named = {e["rank"] for e in timeouts if (e.get("data") or {}).get("seq") is not None}
+    timeouts = [e for e in timeouts if e["rank"] not in named or (e.get("data") or {}).get("seq") is not None]
     out: dict[str, Any] = {"hang.collective_timeouts": len(timeouts)}
     ends = view.events.get("run_end", [])
     failed = sorted({e["rank"] for e in ends if e.get("exit_code") or e.get("signal")})
@@ -359,7 +362,10 @@ def _timeouts(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["hang.timeout_s"] = next((d["timeout_s"] for _, d in data if d.get("timeout_s") is not None), None)
     behind = sorted({r for r, d in data if seq is not None and d.get("seq") is not None and d["seq"] < seq})
     world = values.get("run.world_size")
-    silent = sorted(set(range(world)) - set(ranks)) if isinstance(world, int) and world > len(ranks) else []
+    # A rank with a file of its own that logged no timeout did not wait in the collective; a console log is an
+    # excerpt (one node's output, a paste of rank 1's lines), where a rank it does not show said nothing to it.
+    complete = not view.from_console_log
+    silent = sorted(set(range(world)) - set(ranks)) if complete and isinstance(world, int) and world > len(ranks) else []
     suspects = sorted(set(behind) | set(silent))
     out["hang.suspect_ranks"] = suspects or None
     out["hang.behind_ranks"], out["hang.silent_ranks"] = behind or None, silent or None

@@ -17,7 +17,7 @@ _dumped = shown_by(CONFIG, switch=RUN_DUMP)
 _stepwise = shown_by(STEPS)
 
 SIGNALS = [
-    _dumped("run.world_size", "ranks", "ranks in the job (run_start, else the ranks seen)"),
+    _dumped("run.world_size", "ranks", "ranks in the job (run_start, else at least the highest rank seen + 1)"),
     _dumped("run.world_size_stated", "ranks", "world size the run itself stated (run_start or a logged message), not "
                                               "guessed"),
     _dumped("run.ranks_seen", "ranks", "ranks that wrote at least one event"),
@@ -75,7 +75,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     stated = view.world_size_stated
     step_times = StepWindow.series(fold.recent, 1)
     return {
-        "run.world_size": stated or (len(ranks) or None),
+        "run.world_size": stated or (max(ranks) + 1 if ranks else None),  # a log of rank 3's lines: 4 ranks at least
         "run.world_size_stated": stated,
         "run.ranks_seen": len(ranks) or None,
         "run.zero_stage": stage,

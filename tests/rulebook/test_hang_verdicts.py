@@ -1,0 +1,27 @@
+"""ZD701's words on real console excerpts of one rank's watchdog lines (held-out 7's pastes)."""
+
+from __future__ import annotations
+
+from tests.conftest import ROOT, diagnose_json
+
+CORPUS = ROOT / "tests" / "corpus"
+
+
+def _timeout(case: str) -> dict:
+    found = {f["rule"]: f for f in diagnose_json(CORPUS / case / "console.log")["findings"]}
+    return found["ZD701"]
+
+
+def test_an_excerpt_of_rank_3_accuses_no_rank_it_does_not_show() -> None:
+    """F5-TTS#728: rank 3's watchdog line alone. The job has at least 4 ranks (not "ranks in the job: 1"), and
+    ranks 0-2, whose output the paste does not hold, are not said to have "never reported it"."""
+    finding = _timeout("heldout7-f5-tts-728-watchdog-allreduce-rank3")
+    assert finding["evidence"]["run.world_size"] == 4
+    assert "never reported" not in finding["message"] and "hang.silent_ranks" not in finding["evidence"]
+
+
+def test_the_watchdog_line_and_its_epitaph_are_one_timeout() -> None:
+    """DeepSpeed#6705: rank 1's "Watchdog caught collective operation timeout" and, after it, the generic "Some NCCL
+    operations have failed or timed out" of the same rank: one collective timed out, not two."""
+    finding = _timeout("heldout7-ds-6705-watchdog-pdsh-prefix-glued-bar")
+    assert finding["evidence"]["hang.collective_timeouts"] == 1
