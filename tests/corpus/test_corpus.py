@@ -42,9 +42,6 @@ def test_no_error_on_a_log_that_shows_no_fault(score) -> None:
 
 # Cases diagnose gets wrong today, each with why; every other case must stay right.
 KNOWN_WRONG: dict[str, str] = {
-    "bigscience-tr1-13b-dataloader-shm-bus-error": "PyTorch's DataLoader names shared memory ('out of shared memory', "
-                                                   "'insufficient shared memory (shm)'), but no family knows it: the "
-                                                   "'Bus error' is read as a native crash (ZD902, other)",
     "ds-1635-cpu-adam-step-dominates": "the excerpt never shows that the optimizer is offloaded (only the user's "
                                        "config, pasted as prose, says so): an optimizer step of 95% alone is not "
                                        "called offload",

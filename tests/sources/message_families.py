@@ -717,5 +717,25 @@ NCCL_ASYNC = [
             variant="watchdog_error"),
 ]
 
+# torch/csrc/DataLoader.cpp: a worker's SIGBUS handler (SIGNAL_HANDLER(SIGBUS, ...), "\n"-terminated) and the main
+# process's THPModule_errorIfAnyWorkerFails, reached from the DataLoader's queue wait through signal_handling.py
+# ("DataLoader worker (pid %d) is killed by signal: " + strsignal(SIGBUS) + ". " + the shared-memory hint; an
+# ostringstream in older trees, fmt::format in newer, the same words)
+SHM_WAIT = traceback(SCRIPT, ("/workspace/train.py", 180, "main", "for batch in loader:"),
+                     (f"{SITE}/torch/utils/data/dataloader.py", 1133, "_try_get_data",
+                      "data = self._data_queue.get(timeout=timeout)"),
+                     (f"{SITE}/torch/utils/data/_utils/signal_handling.py", 67, "handler",
+                      "_error_if_any_worker_fails()"))
+DATALOADER_SHM = [
+    Message("dataloader_shm", "ZD407", "torch", "torch/csrc/DataLoader.cpp",
+            ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory "
+             "(shm).",), variant="worker"),
+    Message("dataloader_shm", "ZD407", "torch", "torch/csrc/DataLoader.cpp",
+            ("RuntimeError: DataLoader worker (pid 30882) is killed by signal: Bus error. It is possible that "
+             "dataloader's workers are out of shared memory. Please try to raise your shared memory limit.",),
+            SHM_WAIT, variant="main"),
+]
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
-                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB, *NCCL_ASYNC]
+                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB, *NCCL_ASYNC,
+                           *DATALOADER_SHM]

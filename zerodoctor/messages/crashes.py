@@ -97,6 +97,14 @@ FAMILIES: tuple[Family, ...] = (
             r"|CUDA driver version is insufficient|unspecified launch failure|uncorrectable ECC error"
             r"|CUDA error: [a-z]|cudaError\w+|CUDA-capable device\(s\) is/are busy or unavailable"
             r"|Found no NVIDIA driver|nvcc fatal\s*:|cublas runtime error|cuda runtime error \(\d+\)"),
+    # torch/csrc/DataLoader.cpp: a DataLoader worker's SIGBUS handler ("ERROR: Unexpected bus error encountered in
+    # worker. This might be caused by insufficient shared memory (shm).") and the main process finding the worker
+    # dead ("DataLoader worker (pid N) is killed by signal: Bus error. It is possible that dataloader's workers are
+    # out of shared memory. Please try to raise your shared memory limit.", an ostringstream, later fmt::format, the
+    # same words, the hint added for SIGBUS alone, so the head "is killed by signal: Bus error" says it where a
+    # terminal cut the hint off). Before native_crash: its "Bus error" is a full /dev/shm, not a compiled extension's.
+    _family("dataloader_shm", r"Unexpected bus error encountered in worker|insufficient shared memory \(shm\)"
+            r"|workers are out of shared memory|DataLoader worker \(pid [\d, ]+\) is killed by signal: Bus error"),
     # A native crash is a cause (the others' NCCL errors and timeouts follow it); SIGABRT is most often an effect
     # (NCCL's watchdog, c10::Error thrown in a destructor) and is read apart, below. A signal's bare name is prose
     # (Ray lists "killed by SIGSEGV or other unexpected errors" among possible causes): only the words of the

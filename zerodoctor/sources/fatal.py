@@ -44,8 +44,8 @@ MAX_FRAMES = 24
 MAX_TRACEBACK_LINES = 400  # a traceback that never ends (a truncated paste) lets go after this many lines
 MAX_MESSAGE = 1000
 # Families a line may show on its own (no exception around it): killers, signals, kernel assertions.
-_LINE_FAMILIES = ("host_oom_kill", "native_crash", "process_aborted", "host_alloc_failed", "device_side_assert", "illegal_memory_access",
-                  "nccl_error", "nonfinite_loss", "cuda_error", "missing_shared_library", "nvcc_arch_unsupported")
+_LINE_FAMILIES = ("host_oom_kill", "dataloader_shm", "native_crash", "process_aborted", "host_alloc_failed",
+                  "device_side_assert", "illegal_memory_access", "nccl_error", "nonfinite_loss", "cuda_error", "missing_shared_library", "nvcc_arch_unsupported")
 # A warning names a failure the run goes on after (torchvision's "Failed to load image Python extension: …
 # undefined symbol"): never a fatal line.
 _WARNING = re.compile(r"Warning\b|\bwarn(?:ing)?\(|\[W(?:ARN(?:ING)?)?\]")
@@ -75,7 +75,7 @@ class FatalDialect:
                 b"(core dumped)", b"Killed", b"Detected ", b"Memory cgroup", b"Out of memory", b"::bad_alloc",
                 b"DefaultCPUAllocator", b"NCCL error", b"CUDA error", b"CUBLAS_STATUS", b"CUDNN_STATUS", b"Assertion",
                 b"=nan", b"= nan", b": nan", b"] nan", b"loss nan", b"Loss nan", b"loss inf", b"Loss inf", b"NaN",
-                b"Bus error", b"Floating point exception",
+                b"Bus error", b"Unexpected bus error", b"insufficient shared memory", b"Floating point exception",
                 b": undefined symbol", b"Unsupported gpu", b"THCudaCheck", b"IllegalAddress", b": cannot open shared",
                 b"bytes failed", b"(local_rank: ", b"=CONSTRAINT_",
                 b"Cuda failure")
