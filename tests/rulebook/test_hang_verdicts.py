@@ -25,3 +25,20 @@ def test_the_watchdog_line_and_its_epitaph_are_one_timeout() -> None:
     operations have failed or timed out" of the same rank: one collective timed out, not two."""
     finding = _timeout("heldout7-ds-6705-watchdog-pdsh-prefix-glued-bar")
     assert finding["evidence"]["hang.collective_timeouts"] == 1
+
+
+def test_a_store_barrier_that_more_processes_reached_than_the_group_holds_names_the_shared_store() -> None:
+    """pseco#15: "(world_size=4, worker_count=16)". Twelve processes too many is no rank that never joined: another
+    job, or a leftover process, uses the same MASTER_ADDR:MASTER_PORT store, and the fix says where to look."""
+    finding = _timeout("heldout7-pseco-15-store-barrier-worker-count-16")
+    assert "more processes reached it (16) than the group holds (4)" in finding["message"]
+    assert "never joined" not in finding["message"]
+    assert finding["fixes"][0]["title"].startswith("Give each job its own rendezvous store")
+
+
+def test_a_store_barrier_fewer_processes_reached_says_how_many() -> None:
+    """metaseq#52: "(world_size=2048, worker_count=1792)": 256 processes never reached the new group's barrier."""
+    finding = _timeout("heldout7-metaseq-52-store-barrier-2048-ranks")
+    assert "store-based barrier timed out" in finding["message"]
+    assert "1792 of 2048 processes reached the barrier" in finding["message"]
+    assert finding["fixes"][0]["title"] == "Find the processes that never reached the barrier"

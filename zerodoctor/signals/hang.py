@@ -58,7 +58,10 @@ SIGNALS = [
     Signal("hang.suspect_ranks", "ranks", "ranks stuck on an older collective, or that reported none while others did"),
     Signal("hang.behind_ranks", "ranks", "ranks that timed out on an older collective (a smaller SeqNum)"),
     Signal("hang.silent_ranks", "ranks", "ranks of the job that reported no timeout while others did"),
-    Signal("hang.failed_ranks", "ranks", "ranks that exited non-zero or by a signal"),
+    Signal("hang.failed_ranks", "ranks", "ranks that failed: exited non-zero, or by a signal"),
+    Signal("hang.barrier_world_size", "ranks", "processes a new process group's store-based barrier waited for "
+                                               "(world_size)"),
+    Signal("hang.barrier_joined", "ranks", "processes the store-based barrier counted (worker_count)"),
     _heartbeats("hang.window_s", "s", f"no step for this long is a stall: max({HANG_WITHIN_S:g} s, {STEP_TIMES:g} "
                                       f"median steps) less {NAMING_LATENCY_S:g} s to name it"),
     _heartbeats("hang.stalled_s", "s", "seconds since the last completed step, at the judgement's now"),
@@ -360,6 +363,9 @@ def _timeouts(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     ranks = sorted({r for r, _ in data})
     out.update({"hang.collective": op, "hang.seq": seq, "hang.timeout_ranks": ranks})
     out["hang.timeout_s"] = next((d["timeout_s"] for _, d in data if d.get("timeout_s") is not None), None)
+    barrier = next((d for _, d in data if d.get("op") == "store_based_barrier" and "joined" in d), None)
+    if barrier is not None:  # more processes than the group holds is another job on the same store, not a straggler
+        out["hang.barrier_world_size"], out["hang.barrier_joined"] = barrier["world_size"], barrier["joined"]
     behind = sorted({r for r, d in data if seq is not None and d.get("seq") is not None and d["seq"] < seq})
     world = values.get("run.world_size")
     # A rank with a file of its own that logged no timeout did not wait in the collective; a console log is an
