@@ -74,7 +74,8 @@ SIGNALS = [
     _dumped("config.overflow_prone", "bool", "fp16 loss-scale settings that overflow or abort on the first bad steps"),
     _dumped("config.fp16_unusable", "keys", "fp16 values DeepSpeed refuses, or takes but its loss scaler cannot work "
             "with: dotted key → why"),
-    _dumped("config.fp16_unusable_patch", "patch", "merge patch setting each unusable fp16 value to DeepSpeed's default"),
+    _dumped("config.fp16_unusable_patch", "patch", "merge patch setting each unusable fp16 value to DeepSpeed's "
+                                                   "default"),
     _dumped("config.scheduler", "name", "scheduler.type ('none' without a scheduler)"),
     _dumped("config.warmup_scheduler", "bool", "the scheduler warms up: WarmupLR or WarmupDecayLR"),
     _dumped("config.warmup_min_lr", "lr", "learning rate the warm-up starts from (WarmupLR default 0)"),
@@ -84,7 +85,8 @@ SIGNALS = [
     _dumped("config.bucket_outliers", "keys", "ZeRO bucket sizes the user wrote larger than the whole model"),
     _dumped("config.bucket_waste_bytes", "bytes", "device memory the oversized buckets hold and never fill"),
     _dumped("config.bucket_waste_share", "ratio", "memory held by oversized buckets / the device's memory"),
-    _dumped("config.bucket_patch", "patch", "merge patch sizing the oversized buckets to the model (one bucket holds all of it)"),
+    _dumped("config.bucket_patch", "patch", "merge patch sizing the oversized buckets to the model (one bucket "
+                                            "holds all of it)"),
     _dumped("config.small_buckets", "keys", f"ZeRO bucket sizes the user wrote so small a step needs more than "
                                             f"{BUCKET_MAX_COLLECTIVES:,} collectives"),
     _dumped("config.small_bucket_collectives", "collectives", "collectives per step the smallest such bucket makes"),

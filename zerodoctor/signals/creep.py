@@ -45,7 +45,8 @@ SIGNALS = [
                                                   "its memory, at that growth"),
     _heartbeats("creep.host_points", "heartbeats", "heartbeats in the fastest-growing rank's fit"),
     _heartbeats("creep.host_bytes", "bytes", "RSS of the fastest-growing host's ranks now"),
-    _heartbeats("creep.host_limit_bytes", "bytes", "the fastest-growing host's memory (MemTotal, or the cgroup's limit)"),
+    _heartbeats("creep.host_limit_bytes", "bytes", "the fastest-growing host's memory (MemTotal, or the cgroup's "
+                                                   "limit)"),
     _heartbeats("creep.host_ranks", "ranks", "the ranks of the fastest-growing host"),
 ]
 

@@ -79,9 +79,10 @@ SIGNALS = [
                                               "resuming"),
     _heartbeats("hang.recovered_lasted_s", "s", "how long the last recovered stall lasted"),
     _heartbeats("hang.recovered_step", "step", "the step that ended the last recovered stall"),
-    _heartbeats("hang.recovered_kind", "name", "kind of the last recovered stall: rank | collective | silent, as hang.kind"),
-    _heartbeats("hang.recovered_stuck_states", "records", f"where the last recovered stall's stuck ranks were, at its end ({STATE}; quiet_s "
-                                                          "as above)"),
+    _heartbeats("hang.recovered_kind", "name", "kind of the last recovered stall: rank | collective | silent, as "
+                                               "hang.kind"),
+    _heartbeats("hang.recovered_stuck_states", "records", f"where the last recovered stall's stuck ranks were, at "
+                                                          f"its end ({STATE}; quiet_s as above)"),
     _heartbeats("hang.recovered_waiting_states", "records", f"where the other ranks were, at its end ({STATE})"),
     _heartbeats("hang.recovered_ranks", "ranks", "the ranks stuck in the last recovered stall"),
     _flight_recorder("hang.fr_behind", "ranks", "how many ranks' flight recorder dumps place them behind the others "
@@ -371,7 +372,8 @@ def _timeouts(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     # A rank with a file of its own that logged no timeout did not wait in the collective; a console log is an
     # excerpt (one node's output, a paste of rank 1's lines), where a rank it does not show said nothing to it.
     complete = not view.from_console_log
-    silent = sorted(set(range(world)) - set(ranks)) if complete and isinstance(world, int) and world > len(ranks) else []
+    silent = (sorted(set(range(world)) - set(ranks))
+              if complete and isinstance(world, int) and world > len(ranks) else [])
     suspects = sorted(set(behind) | set(silent))
     out["hang.suspect_ranks"] = suspects or None
     out["hang.behind_ranks"], out["hang.silent_ranks"] = behind or None, silent or None

@@ -35,12 +35,13 @@ SIGNALS = [
     _fp16("fp16.min_loss_scale", "scale", "min_loss_scale (DeepSpeed default 1)"),
     _fp16("fp16.overflow_count", "steps", "steps skipped for overflow"),
     _fp16("fp16.overflow_rate", "ratio", "skipped steps / steps"),
-    _fp16("fp16.recent_overflow_rate", "ratio", f"skipped share of the recent steps (the last {RECENT}, or all of a shorter run)"),
+    _fp16("fp16.recent_overflow_rate", "ratio", f"skipped share of the recent steps (the last {RECENT}, or all of a "
+                                                "shorter run)"),
     _fp16("fp16.recent_steps", "steps", f"steps in that window: {RECENT}, or all of a shorter run"),
     _fp16("fp16.calibrated", "bool", f"the run went {CLEAN_STREAK} clean steps in a row: overflows before were "
                                      "calibration, after are late (a log cut mid-run may show none)"),
-    _fp16("fp16.calibration_from_start", "bool", "the first overflow came at the initial scale (2^initial_scale_power): "
-                                                 "the overflows shown began at the run's start"),
+    _fp16("fp16.calibration_from_start", "bool", "the first overflow came at the initial scale "
+                                                 "(2^initial_scale_power): the overflows shown began at the start"),
     _fp16("fp16.calibration_overflows", "steps", f"overflows before the first {CLEAN_STREAK} clean steps in a row"),
     _fp16("fp16.late_overflows", "steps", "overflows after calibration"),
     _fp16("fp16.first_late_overflow_step", "step", "first overflow after calibration"),

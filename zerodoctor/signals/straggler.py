@@ -24,12 +24,15 @@ _timed = shown_by(STEPS, switch=STEP_TIMES)
 SIGNALS = [
     _timed("straggler.rank", "rank", "the rank the others wait for: the one that waits least in collectives"),
     _timed("straggler.ranks", "ranks", "the straggling rank, as a list"),
-    _timed("straggler.cost_s", "s", "per step, how much longer the other ranks wait in collectives than the straggler does"),
-    _timed("straggler.share", "ratio", "the straggler's cost / the median rank's step time: the share of each step lost "
-                                       "(0 when only one rank reports its times: there is no other to wait for)"),
+    _timed("straggler.cost_s", "s", "per step, how much longer the other ranks wait in collectives than the "
+                                    "straggler does"),
+    _timed("straggler.share", "ratio", "the straggler's cost / the median rank's step time: the share of each step "
+                                       "lost (0 when only one rank reports its times: there is no other to wait for)"),
     _timed("straggler.step_s", "s", "mean step time (the median over ranks)"),
-    _timed("straggler.outside_extra_s", "s", "the straggler's time outside the engine per step, beyond the others' (median)"),
-    _timed("straggler.device_extra_s", "s", "the straggler's forward+backward+step time outside collectives, beyond the others'"),
+    _timed("straggler.outside_extra_s", "s", "the straggler's time outside the engine per step, beyond the "
+                                             "others' (median)"),
+    _timed("straggler.device_extra_s", "s", "the straggler's forward+backward+step time outside collectives, "
+                                            "beyond the others'"),
     _timed("straggler.data_s", "s", "the straggler's time in the DataLoader per step"),
     _timed("straggler.others_data_s", "s", "the other ranks' time in the DataLoader per step (median)"),
 ]

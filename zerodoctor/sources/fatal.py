@@ -45,7 +45,8 @@ MAX_TRACEBACK_LINES = 400  # a traceback that never ends (a truncated paste) let
 MAX_MESSAGE = 1000
 # Families a line may show on its own (no exception around it): killers, signals, kernel assertions.
 _LINE_FAMILIES = ("host_oom_kill", "dataloader_shm", "native_crash", "process_aborted", "host_alloc_failed",
-                  "device_side_assert", "illegal_memory_access", "nccl_error", "nonfinite_loss", "cuda_error", "missing_shared_library", "nvcc_arch_unsupported")
+                  "device_side_assert", "illegal_memory_access", "nccl_error", "nonfinite_loss", "cuda_error",
+                  "missing_shared_library", "nvcc_arch_unsupported")
 # A warning names a failure the run goes on after (torchvision's "Failed to load image Python extension: …
 # undefined symbol"): never a fatal line.
 _WARNING = re.compile(r"Warning\b|\bwarn(?:ing)?\(|\[W(?:ARN(?:ING)?)?\]")
