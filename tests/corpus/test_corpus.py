@@ -68,11 +68,6 @@ KNOWN_WRONG: dict[str, str] = {
     "heldout7-ds-1270-auto-gradient-clipping-str-compare": "DeepSpeed comparing an unfilled \"auto\" with a number "
                                                            "(`if self.gradient_clipping() > 0.0:` -> TypeError 'str' and "
                                                            "'float') reaches no config family: ZD901, unknown, other",
-    "heldout8-alpaca-207-flattened-nccl-ib-remote-error": "the whole error pasted as one line: ProcessGroupNCCL's "
-                                                           "'Some NCCL operations have failed or timed out' and the "
-                                                           "'what(): NCCL error: remote process exited ...' it announces "
-                                                           "share the line, and the epitaph is read as a collective "
-                                                           "timeout (ZD701, hang) while the NCCL result is not read",
 }
 
 

@@ -715,6 +715,16 @@ NCCL_ASYNC = [
              "terminate called after throwing an instance of 'c10::DistBackendError'\n  what():  [PG 0 Rank 3] "
              f"Process group watchdog thread terminated with exception: {ASYNC_ERROR_2_18}"),
             variant="watchdog_error"),
+    # a peer or the fabric gone: ncclGetErrorString's ncclRemoteError "remote process exited or there was a network
+    # error" (NCCL 2.12+), getNcclErrorDetailStr's "ncclRemoteError: A call failed possibly due to a network error or
+    # a remote process exiting prematurely." (NCCL_REMOTE_ERROR), Last error: net_ib.cc's completion WARN
+    Message("nccl_error", "ZD909", "torch 1.13-2.0", PGNCCL,
+            (C10_LOG % 455 + SOME_FAILED, C10_LOG % 460 + TEAR_DOWN,
+             "terminate called after throwing an instance of 'std::runtime_error'\n  what():  NCCL error: remote "
+             "process exited or there was a network error, NCCL version 2.14.3\nncclRemoteError: A call failed "
+             "possibly due to a network error or a remote process exiting prematurely.\nLast error:\nNET/IB : Got "
+             "completion from peer 10.1.1.2<39138> with error 12, opcode 0, len 0, vendor err 129"),
+            variant="watchdog_remote_error"),
 ]
 
 # torch/csrc/DataLoader.cpp: a worker's SIGBUS handler (SIGNAL_HANDLER(SIGBUS, ...), "\n"-terminated) and the main

@@ -36,6 +36,13 @@ NOT_A_FAULT = re.compile(r"^(?:KeyboardInterrupt|SystemExit|torch\.distributed\.
                          # torchrun told to stop (SIGTERM/SIGINT/SIGHUP/SIGQUIT: scancel, Ctrl-C), elastic/multiprocessing/api.py
                          r"(?:torch\.distributed\.elastic\.multiprocessing\.api\.)?SignalException)\b")
 
+# What NCCL returned when a call failed, as ProcessGroupNCCL reports it: "NCCL error: " + ncclGetErrorWithVersion
+# (checkForNCCLErrorsInternal), C10D_NCCL_CHECK's "NCCL error in: ", and getNcclErrorDetailStr's result names
+# ("ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+# NCCL 2.12+ whose ncclGetErrorString says "remote process exited or there was a network error")
+NCCL_RESULT = (r"NCCL error:? |\bnccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage|InvalidArgument"
+               r"|RemoteError)\b")
+
 FAMILIES: tuple[Family, ...] = (
     _family("illegal_memory_access",
             r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|illegal instruction was encountered"
@@ -115,7 +122,10 @@ FAMILIES: tuple[Family, ...] = (
             r"|Fatal Python error: (?:Segmentation|Bus|Floating|Illegal)"),
     _family("collective_timeout",
             r"Watchdog caught collective operation timeout|timed out in blocking wait|watchdog got stuck"
-            r"|Some NCCL operations have failed or timed out|Timed out waiting \d+ ?ms for|Gloo.{0,80}[Tt]imed out"
+            # WorkNCCL::handleException's epitaph for any failed work: a timeout unless the NCCL result it announces
+            # follows on the same line (a paste that lost its line breaks)
+            rf"|Some NCCL operations have failed or timed out(?!.*(?:{NCCL_RESULT}))"
+            r"|Timed out waiting \d+ ?ms for|Gloo.{0,80}[Tt]imed out"
             r"|DistStoreError: .{0,80}[Tt]imed out|wait timeout after \d+ ?ms"
             r"|Timed out initializing process group in store based barrier", root=False),
     _family("nccl_error",

@@ -15,7 +15,8 @@ store-based barrier of a new process group (``Timed out initializing process gro
 the generic ``Some NCCL operations have failed or timed out`` (1.x–2.x, after the watchdog). That epitaph is
 ``WorkNCCL::handleException``'s for any failed work, a timeout or an NCCL or CUDA error the watchdog found: it is held
 for ``EPITAPH_LINES`` lines and dropped when the exception it announces names another fault (``terminate called …
-what():  NCCL error: unhandled system error``), so an NCCL failure is no timeout.
+what():  NCCL error: unhandled system error``), so an NCCL failure is no timeout; that exception may follow on the
+epitaph's own line, in a paste that lost its line breaks.
 """
 
 from __future__ import annotations
@@ -51,12 +52,15 @@ MAX_WRAPPED_LINES = 4
 # <the exception>", "terminate called after throwing …", "  what():  <the exception>" (lines a terminal may wrap): the
 # exception is read within this many lines
 EPITAPH_LINES = 12
-# What the watchdog found when it is no timeout: a result NCCL returned (ProcessGroupNCCL's "NCCL error: " +
-# ncclGetErrorWithVersion, C10D_NCCL_CHECK's "NCCL error in: ", the ncclResult names of the detail line) or a CUDA
-# fault. Not "NCCL communicator was aborted" nor a bare DistBackendError: the watchdog's abort says those of a timeout too
-_NCCL_FAILURE = re.compile(r"NCCL error:? |\bnccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage"
-                           r"|InvalidArgument|RemoteError)\b")
+# What the watchdog found when it is no timeout: a result NCCL returned (crashes.NCCL_RESULT) or a CUDA fault. Not
+# "NCCL communicator was aborted" nor a bare DistBackendError: the watchdog's abort says those of a timeout too
+_NCCL_FAILURE = re.compile(crashes.NCCL_RESULT)
 _CUDA_FAULTS = {"illegal_memory_access", "device_side_assert", "cuda_error", "cuda_oom"}
+
+
+def _names_a_failure(text: str) -> bool:
+    """The text names a fault that is no timeout: what the epitaph announced when the watchdog found an error."""
+    return bool(_NCCL_FAILURE.search(text)) or crashes.classify(text) in _CUDA_FAULTS
 
 
 def _work(text: str) -> re.Match | None:
@@ -126,7 +130,7 @@ class NcclDialect:
     def _weigh_epitaphs(self, line: Line) -> list[Event]:
         """The held epitaphs after one more line: dropped when the line names a fault that is no timeout (on their
         rank, or on any when the line names none), told as timeouts once their window is over."""
-        fault = bool(_NCCL_FAILURE.search(line.text)) or crashes.classify(line.text) in _CUDA_FAULTS
+        fault = _names_a_failure(line.text)
         out: list[Event] = []
         for rank, held in list(self._epitaphs.items()):
             if fault and line.rank in (None, rank):
@@ -159,7 +163,8 @@ class NcclDialect:
         event = self.context.event("log", line, rank=rank, message=said, source=self.name, level="ERROR",
                                    what="collective_timeout", data=data, step=self.context.last_step())
         if said == _FAILED:  # a timeout unless the exception it announces names another fault
-            self._epitaphs[rank] = _Epitaph(event, EPITAPH_LINES)
+            if not _names_a_failure(text[text.index(_FAILED) + len(_FAILED):]):
+                self._epitaphs[rank] = _Epitaph(event, EPITAPH_LINES)
             return []
         return [event]
 
