@@ -65,9 +65,6 @@ KNOWN_WRONG: dict[str, str] = {
                                                      "partition_grads, cut there): a dump alone is not called a hang",
     "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
                                                  "actor; the excerpt alone does not confirm host memory",
-    "heldout7-ds-1270-auto-gradient-clipping-str-compare": "DeepSpeed comparing an unfilled \"auto\" with a number "
-                                                           "(`if self.gradient_clipping() > 0.0:` -> TypeError 'str' and "
-                                                           "'float') reaches no config family: ZD901, unknown, other",
 }
 
 

@@ -78,3 +78,16 @@ def test_a_rank_killed_in_teardown_after_training_is_told_apart_from_a_crash_in_
                            str(copied)], capture_output=True, text=True, timeout=180, cwd=ROOT)
     (finding,) = [f for f in json.loads(proc.stdout)["findings"] if f["severity"] in ("warning", "error")]
     assert finding["rule"] == "ZD902" and finding["ranks"] == [1], finding
+
+
+def test_an_auto_value_deepspeed_compares_with_a_number_is_named_a_config_fault(tmp_path) -> None:
+    """The Hugging Face docs' ``"gradient_clipping": "auto"`` in a script that calls ``deepspeed.initialize`` itself
+    (DeepSpeed#1270): DeepSpeed accepts the config and its engine raises CPython's TypeError at the first step.
+    ZD627 names it from the probe's traceback and from the console a user would paste."""
+    run = record_run(tmp_path, "auto-clip", {**CONFIG, "gradient_clipping": "auto"}, "--steps", "4")
+    assert run.returncode != 0, run.console()[-2000:]
+    assert "not supported between instances of 'str' and 'float'" in run.console()
+    assert "ZD627" in _rules(run.run_dir), run.console()[-3000:]
+    copied = tmp_path / "pasted.log"
+    copied.write_bytes((run.run_dir / "console.log").read_bytes())
+    assert "ZD627" in _rules(copied)

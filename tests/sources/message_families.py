@@ -746,6 +746,26 @@ DATALOADER_SHM = [
             SHM_WAIT, variant="main"),
 ]
 
+# --- read after the seventh held-out set (2026-12-04): CPython's TypeError for text used as a number ---------------
+
+# DeepSpeed reads some config values straight from the JSON and compares or divides with them; a value left text
+# ("auto" that no Trainer filled, a quoted number) meets CPython's Objects/object.c do_richcompare "'%s' not supported
+# between instances of '%.100s' and '%.100s'" (3.6+) or Objects/abstract.c binop_type_error "unsupported operand
+# type(s) for %.100s: '%.100s' and '%.100s'", raised in DeepSpeed's own frame
+CLIP = traceback(SCRIPT, ("/workspace/train.py", 174, "train", "model.step()"),
+                 (f"{SITE}/deepspeed/runtime/engine.py", 1338, "step", "self._take_model_step(lr_kwargs)"),
+                 (f"{SITE}/deepspeed/runtime/engine.py", 1257, "_take_model_step",
+                  "if self.gradient_clipping() > 0.0:"))
+PRINT_EVERY = traceback(SCRIPT, ("/workspace/train.py", 174, "train", "loss = engine.train_batch(data_iter)"),
+                        (f"{SITE}/deepspeed/runtime/pipe/engine.py", 388, "train_batch",
+                         "if self.global_steps % self.steps_per_print() == 0:"))
+TEXT_AS_NUMBER = [
+    Message("text_used_as_number", "ZD627", "deepspeed 0.3-0.19, python 3.6+", "cpython Objects/object.c",
+            ("TypeError: '>' not supported between instances of 'str' and 'float'",), CLIP, "gradient_clipping"),
+    Message("text_used_as_number", "ZD627", "deepspeed 0.3-0.19, python 3.6+", "cpython Objects/abstract.c",
+            ("TypeError: unsupported operand type(s) for %: 'int' and 'str'",), PRINT_EVERY, "steps_per_print"),
+]
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
                            *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB, *NCCL_ASYNC,
-                           *DATALOADER_SHM]
+                           *DATALOADER_SHM, *TEXT_AS_NUMBER]

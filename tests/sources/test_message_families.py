@@ -127,7 +127,13 @@ NO_EXCEPTION_TYPE = "the cut takes the exception's type: the sentence left is re
 # the very words a family is named by. A log that starts mid-line keeps its first line's tail only; for these
 # one-line messages the 30 characters cut hold the family's name ("CUDA error: an i" of "illegal memory
 # access"), and matching on what is left (message tails other text ends with too) would trade precision away.
+NO_FRAMES = "no frame is left to say DeepSpeed raised it, and the same words raised in the user's code are no config fault"
 KNOWN_LIMITS: dict[str, str] = {
+    **{f"text_used_as_number-deepspeed_0.3-0.19_python_3.6+-{v}-{w}": f"{why}: {NO_FRAMES}"
+       for v in ("gradient_clipping", "steps_per_print")
+       for w, why in (("timestamp_level", "a logger is handed the message, not the stack"),
+                      ("mid_line", "the log starts after the traceback"),
+                      ("wrap80", "the wrap cuts DeepSpeed's frame line, its site-packages path longer than 80 columns"))},
     "host_oom_kill-deepspeed_0.3.12-0.5.7-rich": "rich wraps 'died with <Signals.SIGKILL:' / '9>.': the number is read "
                                                  "line by line, and the exception is the launcher's, named by no family",
     "collective_timeout-torch_2.4-latest-watchdog_stuck-wrap80": "the wrap cuts 'watchdog got stuck' itself",

@@ -24,6 +24,8 @@ _FRAME = re.compile(crashes.FRAME)
 _LIBRARIES = ("torch", "deepspeed", "transformers", "accelerate", "peft", "trl", "apex", "megatron", "lightning",
               "pytorch_lightning", "fairseq", "colossalai", "bitsandbytes", "flash_attn", "triton", "vllm")
 _SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen ")
+_INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\](\w+)")  # any other installed package, by its top name
+_USER_CODE = "user code"
 SURVIVABLE = {"nonfinite_loss"}  # counted on every rank that showed it, stepping on or not
 ABORT = 6
 SIGNAL_FAMILIES = ("native_crash", "process_aborted", crashes.TEARDOWN_CRASH)
@@ -38,6 +40,9 @@ SIGNALS = [
     Signal("fatal.message", "text", "error"),
     Signal("fatal.frame", "frame", "raised in (innermost frame of the user's code)"),
     Signal("fatal.library_frame", "frame", "entered the library at"),
+    Signal("fatal.raised_in", "frame", "raised at (the innermost frame, the library's or the user's)"),
+    Signal("fatal.raised_library", "name",
+           "the library whose code raised the root fatal error (deepspeed, torch …, or user code)"),
     Signal("fatal.signal", "name", "the signal that killed the root rank (SIGSEGV, SIGABRT, …), when one did"),
     Signal("fatal.module", "name", "the module a missing-module error names"),
     Signal("fatal.library", "name", "the shared library a missing-library error names"),
@@ -111,10 +116,18 @@ def _errors(run: RunView) -> list[dict[str, Any]]:
 
 
 def _frames(traceback: list[str]) -> dict[str, str]:
-    """The innermost frame of the user's code, and the library frame its call went into."""
+    """The innermost frame of the user's code, the library frame its call went into, and the innermost frame
+    of all (where the error was raised: the library's own line when a library raised it)."""
     frames = [m.groups() for m in map(_FRAME.search, traceback) if m]
     user = [i for i, (path, _, _) in enumerate(frames) if not _SITE.search(path) and _library(path) is None]
     out: dict[str, str] = {}
+    if frames:
+        path, line, function = frames[-1]
+        inside = _library(path)
+        out["fatal.raised_in"] = f"{inside or _short(path)}:{line} in {function}"
+        installed = _INSTALLED.search(path)
+        out["fatal.raised_library"] = (inside.split("/", 1)[0] if inside else installed.group(1) if installed
+                                       else _USER_CODE)
     if user:
         path, line, function = frames[user[-1]]
         out["fatal.frame"] = f"{_short(path)}:{line} in {function}"

@@ -1,8 +1,8 @@
 """Sources, text: the error a log dies of → ``exception`` events (tracebacks) and ``log`` events ``fatal``.
 
 The layer under every other dialect: whatever else a log holds, the Python exception it ends on
-(``Traceback (most recent call last):``, its ``File "…", line N, in f`` frames, or rich's boxed form
-``│ /path/file.py:N in f │``; then ``Type: message`` and the message's next lines), or a line that kills
+(``Traceback (most recent call last):`` — or a paste cut after it — its ``File "…", line N, in f`` frames,
+or rich's boxed form ``│ /path/file.py:N in f │``; then ``Type: message`` and the message's next lines), or a line that kills
 a process without one (glibc's ``Segmentation fault``, CPython's ``Fatal Python error``, the kernel's OOM
 killer, C++'s ``terminate called after throwing an instance of 'std::bad_alloc'``, a CUDA kernel's
 ``Assertion … failed``, a NaN loss in a progress line), is read here. The events carry what the probe's
@@ -21,8 +21,10 @@ from zerodoctor.messages import crashes
 from zerodoctor.sources.text import Context, Line, keyword_search
 
 _TRACEBACK = "Traceback (most recent call last)"
-_FRAME = re.compile(rf"^\s*{crashes.FRAME}")
-_RICH_FRAME = re.compile(r"^\s*│\s*(\S+\.py):(\d+) in (\S+)")
+# A frame line; a paste that quoted the traceback as inline code starts its first frame with the backtick
+_FRAME = re.compile(rf"^[\s`]*{crashes.FRAME}")
+# rich's frame "path:line in function"; a long site-packages path pushes the function onto the box's next line
+_RICH_FRAME = re.compile(r"^\s*│\s*(\S+\.py):(\d+)(?: in (\S+))?")
 # An exception line: a dotted class name that reads as an error, then its message. Python prints it at
 # column 0; consoles add prefixes (ranks, timestamps, pytest's "E   "), so any leading text up to a space.
 _ERROR_CLASS = r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Failure|Exit))"
@@ -79,7 +81,7 @@ class FatalDialect:
                 b"Bus error", b"Unexpected bus error", b"insufficient shared memory", b"Floating point exception",
                 b": undefined symbol", b"Unsupported gpu", b"THCudaCheck", b"IllegalAddress", b": cannot open shared",
                 b"bytes failed", b"(local_rank: ", b"=CONSTRAINT_",
-                b"Cuda failure")
+                b"Cuda failure", b'File "')
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -102,6 +104,8 @@ class FatalDialect:
         if _TRACEBACK in text:
             self._open[line.rank] = _Traceback(line)
             return []
+        if _FRAME.match(text):  # a traceback pasted from its first frame on, without its head line
+            return self._continue(self._open.setdefault(line.rank, _Traceback(line)), line, text)
         match = _EXCEPTION.search(text)
         if match and crashes.is_fault(match.group(1)) and not text.lstrip().startswith(("warnings.warn", "Exception ignored")):
             tb = self._open[line.rank] = _Traceback(line)
@@ -124,6 +128,7 @@ class FatalDialect:
         frame = _FRAME.match(text) or _RICH_FRAME.match(text)
         if frame:
             path, number, function = frame.groups()
+            function = function or "?"
             tb.frames = [*tb.frames, f'File "{path}", line {number}, in {function}'][-MAX_FRAMES:]
             return []
         match = _INDENTED_EXCEPTION.match(text)
