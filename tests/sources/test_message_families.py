@@ -30,6 +30,7 @@ PREAMBLE = [
 ]
 LOGGED = "[2024-05-01 10:00:00,123] [ERROR] [engine.py:12:step] "
 RED, RESET = "\x1b[1;31m", "\x1b[0m"
+MPI_TAG = "[1,3]<stderr>:"
 MID_LINE = 30
 BAR = "\r".join(f" {p}%|{'█' * (p // 10)}{' ' * (10 - p // 10)}| {p * 10}/1000 [12:0{p % 10}<20:31,  1.95s/it]"
                 for p in (35, 36, 37))
@@ -48,6 +49,18 @@ def printed(m: Message, render: Callable[[str], str] = str) -> list[str]:
 def rank_prefixed(m: Message) -> list[str]:
     """torchrun's ``[rank3]:`` on every line (2.4's C++ log lines carry it already)."""
     return [line if line.startswith("[rank3]:") else f"[rank3]:{line}" for line in printed(m)]
+
+
+def mpirun_tagged(m: Message) -> list[str]:
+    """Open MPI 4.x's ``mpirun --tag-output``: ``[1,3]<stderr>:`` ("[%s,%s]<%s>:", orte/mca/iof/base/
+    iof_base_output.c) before every line and again where a read of the rank's pipe began mid-line: between the
+    exception's type and its message, which Python wrote apart (deepspeedai/DeepSpeed#1834's
+    "RuntimeError[1,19]<stderr>:: NCCL communicator was aborted")."""
+    lines = printed(m)
+    if m.frames:
+        last = len(lines) - len(m.records[-1].split("\n"))
+        lines[last] = lines[last].replace(": ", f"{MPI_TAG}: ", 1)
+    return [MPI_TAG + line for line in lines]
 
 
 def logged(m: Message) -> list[str]:
@@ -103,7 +116,7 @@ def started_mid_line(m: Message) -> list[str]:
 WRAPPINGS: dict[str, Callable[[Message], list[str]]] = {
     "plain": printed, "rank_prefix": rank_prefixed, "timestamp_level": logged, "ansi": coloured, "rich": rich_box,
     "tqdm": after_tqdm, "wrap80": lambda m: cut(printed(m), 80), "wrap120": lambda m: cut(printed(m), 120),
-    "mid_line": started_mid_line,
+    "mid_line": started_mid_line, "mpirun_tag": mpirun_tagged,
 }
 TERMINAL_WIDTH = {"wrap80": 80, "wrap120": 120}   # these cut the launcher lines too
 

@@ -155,6 +155,22 @@ def test_nccl_timeouts_once_per_rank_and_seq() -> None:
     assert finding.ranks == [0, 1, 2, 3] and finding.evidence["hang.suspect_ranks"] == [3]
 
 
+# Open MPI's mpirun --tag-output as its sources format the tag, for job 1's rank 3 (the files are named where
+# zerodoctor/sources/text.py reads it): ORTE's (1.x-4.x) and PMIx's (5.x) default, tag-detailed and rank forms.
+MPI_TAGS = {"orte": "[1,3]<stderr>:", "pmix": "[1,3]<stdout>: ", "pmix_tag_detailed": "[1,3][node-07:41822]<stdout>: ",
+            "pmix_rank": "[3]<stdout>: "}
+
+
+@pytest.mark.parametrize("tag", list(MPI_TAGS.values()), ids=list(MPI_TAGS))
+def test_an_mpirun_tag_before_each_line_is_the_lines_rank(tmp_path: Path, tag: str) -> None:
+    plain = kind(parse("hf_trainer_nan_loss.log"), "step")
+    lines = (LOGS / "hf_trainer_nan_loss.log").read_text().split("\n")
+    (tmp_path / "console.log").write_text("\n".join(tag + line if line else line for line in lines))
+    tagged = kind(parsed(list(read_batches(tmp_path / "console.log", make_parser("text", "t")))), "step")
+    assert [s["rank"] for s in tagged] == [3] * len(plain) and len(plain) == 8
+    assert [repr({**s, "rank": 0}) for s in tagged] == [repr(s) for s in plain]
+
+
 def test_hf_header_and_log_dicts() -> None:
     events = parse("hf_trainer_nan_loss.log")
     (header,) = [e for e in events if e.get("what") == "trainer_batch"]

@@ -67,6 +67,16 @@ def test_a_signal_in_torchruns_failure_box_is_the_rank_of_its_entry() -> None:
     assert sorted(fatal) == [(rank, "process_aborted") for rank in ended]
 
 
+def test_an_mpirun_tag_gives_the_rank_even_inside_the_exception_line() -> None:
+    # deepspeedai/DeepSpeed#1834, under Open MPI's mpirun --tag-output: "[1,19]<stderr>:RuntimeError[1,19]<stderr>::
+    # NCCL communicator was aborted on rank 19." (the tag again where Python's second write began). Read as rank 0's.
+    path = CORPUS / "heldout7-ds-1834-mpirun-prefix-communicator-aborted" / "console.log"
+    found = [(e["rank"], e["type"], e["message"]) for e in events(path) if e["kind"] == "exception"]
+    assert found == [(19, "RuntimeError", "NCCL communicator was aborted on rank 19.")]
+    (finding,) = [f for f in diagnose([path], rules=RULES).findings if f.rule == "ZD909"]
+    assert finding.ranks == [19] and "<stderr>" not in finding.message
+
+
 def test_the_memory_cap_of_a_fraction_limited_process_is_read() -> None:
     # PyTorch 2.11 on an H200 capped at 6 GiB (samples/gpu-capacity-oom-h200): free says 132 GiB, the cap 6.
     numbers = oom_numbers("CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 139.80 GiB "

@@ -26,6 +26,13 @@ from zerodoctor.events import Event
 # torchrun's --log-line-prefix-template / --tee ("[rank3]:", "[default3]:") and the launcher's
 # per-rank prefix: the only rank a line carries before its message.
 _RANK_PREFIX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?")
+# Open MPI's mpirun --tag-output. Open MPI 1.x-4.x write "[%s,%s]<%s>:" (jobid, rank, stdout/stderr/stddiag)
+# before each chunk their I/O forwarder read from a rank's pipe and after each newline in it
+# (orte/mca/iof/base/iof_base_output.c, v1.10.7-v4.1.6), so a line the rank wrote in pieces carries it inside
+# too ("RuntimeError[1,19]<stderr>:: NCCL …"). 5.x's PMIx holds a partial line back and tags whole lines:
+# "[%s,%s]<%s>: ", "[%s,%s][host:pid]<%s>: " (--output tag-detailed), "[%s]<%s>: " (--output rank)
+# (openpmix src/common/pmix_iof.c, v4.2.9 and master).
+_MPI_TAG = re.compile(r"\[(?:[^\[\],]+,)?(\d+)\](?:\[[^\[\]]*\])?<std(?:out|err|diag)>:")
 # Colours and terminal titles a console kept (CSI "ESC[31m", OSC "ESC]0;…BEL"): the dialects read the words.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 _STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
@@ -39,7 +46,7 @@ MAX_INTERVAL = 10_000
 
 @dataclass
 class Line:
-    """One decoded line as the dialects see it: no newline, no ``[rankN]:`` prefix."""
+    """One decoded line as the dialects see it: no newline, no launcher's rank prefix (``[rankN]:``, mpirun's tag)."""
 
     text: str
     number: int
@@ -140,7 +147,7 @@ def clock(text: str) -> float | None:
 
 def _raw_clock(data: bytes) -> float | None:
     text = data.decode("utf-8", "replace")
-    return clock(_RANK_PREFIX.sub("", _ANSI.sub("", text), count=1))
+    return clock(unprefixed(_ANSI.sub("", text))[1])
 
 
 class Dialect(Protocol):
@@ -180,6 +187,7 @@ class TextParser:
         self._remember = self.context.recent.append
         self._holders: list[Dialect] = []
         self._number = 0
+        self._tag_space = True  # mpirun's tags end in a space (5.x) until a line shows one that does not (4.x)
 
     def feed(self, data: bytes) -> list[Event]:
         self._number += 1
@@ -214,10 +222,9 @@ class TextParser:
         if "\x1b" in text:
             text = _ANSI.sub("", text)
         width = len(text)
-        match = _RANK_PREFIX.match(text)
-        rank = None
-        if match:
-            rank, text = int(match.group(1)), text[match.end():]
+        if self._tag_space and ">:" in text and (tag := _MPI_TAG.match(text)) and not text.startswith(" ", tag.end()):
+            self._tag_space = False  # a tag with no space after it: Open MPI 4.x's, whose tags never end in one
+        rank, text = unprefixed(text, self._tag_space)
         t, stamped = self.context.stamp(text, self._number)
         return Line(text, self._number, rank, t, width, stamped)
 
@@ -284,8 +291,24 @@ def trie_pattern(words: Iterable[bytes]) -> bytes:
 
 def strip_prefix(raw: bytes) -> tuple[int | None, str]:
     """``(rank, text)`` of a raw line from ``Context.lookback()``, for dialects that look back."""
-    text = raw.decode("utf-8", "replace").rstrip("\r\n")
+    return unprefixed(raw.decode("utf-8", "replace").rstrip("\r\n"))
+
+
+def unprefixed(text: str, tag_space: bool = True) -> tuple[int | None, str]:
+    """``(rank, text)`` of a decoded line without the rank prefix a launcher wrote before it (None: no prefix).
+
+    mpirun's tag is taken out wherever it is: inside a line it only marks where its forwarder's read began (4.x
+    writes no space there). ``tag_space``: a space right after a leading tag is the tag's, as Open MPI 5.x writes
+    it, not the line's indentation (a traceback's frames, a header's rows), as under 4.x.
+    """
     match = _RANK_PREFIX.match(text)
     if match:
         return int(match.group(1)), text[match.end():]
-    return None, text
+    if ">:" not in text:
+        return None, text
+    rank, match = None, _MPI_TAG.match(text)
+    if match:
+        rank, text = int(match.group(1)), text[match.end():]
+        if tag_space:
+            text = text.removeprefix(" ")
+    return rank, _MPI_TAG.sub("", text)
