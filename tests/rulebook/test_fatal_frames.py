@@ -26,3 +26,10 @@ def test_a_headless_traceback_still_says_where_the_fault_surfaced() -> None:
     """miles#308: an illegal memory access pasted from the first frame on; the user's frame it surfaced in is named."""
     finding = _finding("miles-308-illegal-memory-access-megatron-attention", "ZD903")
     assert "reported in models/hf_attention.py:99 in forward" in finding["message"]
+
+
+def test_a_crash_with_no_frame_of_the_users_names_the_library_line_that_raised() -> None:
+    """DeepSpeed#3645: after Ctrl-C, DeepSpeed's own launcher dies in its SIGINT handler; every frame is an installed
+    package's, so the finding names the launcher's line instead of no place at all."""
+    finding = _finding("heldout8-ds-3645-ctrl-c-launcher-nameerror", "ZD901")
+    assert "inside deepspeed/launcher/runner.py:548 in sigkill_handler" in finding["message"]

@@ -39,7 +39,7 @@ SIGNALS = [
     Signal("fatal.type", "name", "exception class of the root fatal error"),
     Signal("fatal.message", "text", "error"),
     Signal("fatal.frame", "frame", "raised in (innermost frame of the user's code)"),
-    Signal("fatal.library_frame", "frame", "entered the library at"),
+    Signal("fatal.library_frame", "frame", "entered the library at (where it raised, when no frame is the user's)"),
     Signal("fatal.raised_in", "frame", "raised at (the innermost frame, the library's or the user's)"),
     Signal("fatal.raised_library", "name",
            "the library whose code raised the root fatal error (deepspeed, torch …, or user code)"),
@@ -135,6 +135,8 @@ def _frames(traceback: list[str]) -> dict[str, str]:
         if entered:
             path, line, function = entered
             out["fatal.library_frame"] = f"{_library(path)}:{line} in {function}"
+    elif frames:  # no frame is the user's (a launcher's own crash): the library line that raised
+        out["fatal.library_frame"] = out["fatal.raised_in"]
     return out
 
 
