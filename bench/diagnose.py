@@ -9,10 +9,14 @@ sums), in this process and as a fresh ``python -c`` process, start-up included (
 process, and again with ``--jobs 1`` (no read-ahead processes: the in-process reader alone). Prints a
 table; targets: ≥ 300k events/s, ≤ 1.5× DuckDB's whole process, peak RSS at 10M ≤ 1.2× at 1M.
 
+With ``--pg URL`` (a PostgreSQL database the role may create schemas in), a second table: ``diagnose --db``
+into a lasting SQLite file and into a fresh schema of that database, the same file, one after the other;
+target: PostgreSQL's events/s ≥ 0.5× SQLite's.
+
 ``floor x duckdb proc`` is orjson's parse of each line against DuckDB's whole process: a reader that
 decodes every line in Python cannot go below it.
 
-    python bench/diagnose.py [--sizes 100000 1000000] [--keep DIR]    # DuckDB: pip install duckdb
+    python bench/diagnose.py [--sizes 100000 1000000] [--keep DIR] [--pg URL]    # DuckDB: pip install duckdb
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from urllib.parse import quote
 
 import orjson
 
@@ -116,6 +123,29 @@ def run_diagnose(path: Path, *extra: str) -> tuple[float, float, float, int]:
     return wall, int(own) / 1024, int(workers) / 1024, findings
 
 
+def into_stores(path: Path, pg_url: str, folder: Path) -> tuple[float, float]:
+    """Wall seconds of ``diagnose --db`` into a new SQLite file, then into a new schema of ``pg_url``:
+    the lasting stores ``watch`` keeps, where the scratch store of a plain ``diagnose`` skips fsync."""
+    from sqlalchemy import create_engine
+
+    sqlite_file = folder / f"{path.stem}.db"
+    sqlite_file.unlink(missing_ok=True)
+    sqlite = run_diagnose(path, "--db", str(sqlite_file))[0]
+    sqlite_file.unlink()
+    schema = f"zd_bench_{secrets.token_hex(4)}"
+    admin = create_engine(pg_url)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    try:
+        url = f"{pg_url}{'&' if '?' in pg_url else '?'}options={quote(f'-csearch_path={schema}')}"
+        pg = run_diagnose(path, "--db", url)[0]
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        admin.dispose()
+    return sqlite, pg
+
+
 def _cell(value: float | None, width: int) -> str:
     return f"{value:>{width}.2f}" if value else f"{'n/a':>{width}}"
 
@@ -124,10 +154,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--keep", type=Path, help="write the logs here instead of a temporary folder")
+    ap.add_argument("--pg", metavar="URL", help="also time diagnose --db into this PostgreSQL database and SQLite")
     args = ap.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="zd-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, stores = [], []
     for size in sorted(args.sizes):
         path = folder / f"events-{size}.jsonl"
         if not path.exists():
@@ -139,6 +170,8 @@ def main() -> None:
         alone, _, _, same = run_diagnose(path, "--jobs", "1")
         assert same == findings, "the read-ahead changed the findings"
         rows.append((lines, path.stat().st_size / 2**20, floor, duck, wall, rss, worker, findings, alone))
+        if args.pg:
+            stores.append((lines, *into_stores(path, args.pg, folder)))
         if not args.keep:
             os.remove(path)
     print(f"{'events':>9} {'MiB':>7} {'orjson s':>9} {'duckdb s':>9} {'duckdb proc s':>14} {'diagnose s':>11} "
@@ -150,6 +183,12 @@ def main() -> None:
               f"{lines / wall:>10.0f} {wall / floor:>8.1f} {_cell(proc and wall / proc, 14)} "
               f"{_cell(proc and floor / proc, 20)} {rss:>13.0f} {worker:>11.0f} {findings:>9} {alone:>7.2f} "
               f"{wall / alone:>7.2f}")
+    if stores:
+        print(f"\n{'events':>9} {'sqlite --db s':>14} {'events/s':>10} {'postgresql --db s':>18} {'events/s':>10} "
+              f"{'pg x sqlite':>12}")
+        for lines, sqlite, pg in stores:
+            print(f"{lines:>9} {sqlite:>14.2f} {lines / sqlite:>10.0f} {pg:>18.2f} {lines / pg:>10.0f} "
+                  f"{sqlite / pg:>12.2f}")
 
 
 if __name__ == "__main__":
