@@ -26,9 +26,13 @@ SIGNALS = [
     Signal("crash.resume_world_size", "ranks", "data-parallel world size that tried to load the checkpoint"),
     Signal("crash.missing_header", "name", "the CUDA header the op build could not find"),
     Signal("crash.swap_buffers_wanted", "buffers", "swap buffers the parameter swapper asked for"),
-    Signal("crash.sigkilled", "ranks", "how many ranks were killed by SIGKILL (exit code -9)"),
+    Signal("crash.sigkilled", "ranks",
+           "how many ranks were killed by SIGKILL (exit code -9); unknown where the run shows no rank's exit"),
     Signal("crash.host_killed", "ranks", "how many ranks were killed for host memory: SIGKILL, or Ray's memory monitor"),
     Signal("crash.ranks_host_killed", "ranks", "those ranks"),
+    Signal("crash.ray_killed", "ranks",
+           "how many ranks Ray's memory monitor killed; no count where it never spoke (the run may not be Ray's)"),
+    Signal("crash.killed_from_outside", "bool", "a rank was killed from outside: by SIGKILL, or by Ray's memory monitor"),
     Signal("crash.extension_lock_waiters", "ranks",
            "how many ranks' logs end waiting for another process's JIT build of an op"),
     Signal("crash.ranks_extension_lock_waiters", "ranks", "the ranks waiting on the JIT build lock"),
@@ -48,10 +52,12 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
             out["crash.saved_world_size"], out["crash.resume_world_size"] = data["saved_world_size"], data["world_size"]
         out["crash.missing_header"] = out.get("crash.missing_header") or data.get("header")
         out["crash.swap_buffers_wanted"] = out.get("crash.swap_buffers_wanted") or data.get("wanted_buffers")
-    killed = {e["rank"] for e in run.events.get("run_end", [])
-              if e.get("signal") == SIGKILL or e.get("exit_code") == -SIGKILL}
-    out["crash.sigkilled"] = len(killed)
+    ended = run.events.get("run_end", [])
+    killed = {e["rank"] for e in ended if e.get("signal") == SIGKILL or e.get("exit_code") == -SIGKILL}
+    out["crash.sigkilled"] = len(killed) if ended else None  # a log that shows no exit counts no kills, not zero
     seen["host_killed"] = killed | seen["ray_memory_monitor_kill"]
+    out["crash.ray_killed"] = len(seen["ray_memory_monitor_kill"]) or None
+    out["crash.killed_from_outside"] = bool(seen["host_killed"])
     seen["extension_lock_waiters"] = _lock_waiters(run)
     for name, ranks in seen.items():
         out[f"crash.{name}"] = len(ranks)
