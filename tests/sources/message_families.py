@@ -766,6 +766,56 @@ TEXT_AS_NUMBER = [
             ("TypeError: unsupported operand type(s) for %: 'int' and 'str'",), PRINT_EVERY, "steps_per_print"),
 ]
 
+# --- read after the eighth held-out set (2026-12-04): c10d's collective fingerprints under DETAIL -------------------
+
+# torch/csrc/distributed/c10d/ProcessGroupWrapper.cpp (TORCH_DISTRIBUTED_DEBUG=DETAIL): operator<< prints a
+# fingerprint as "CollectiveFingerPrint(SequenceNumber=%d, OpType=%s, TensorShape=[%s], TensorDtypes=%s,
+# TensorDeviceTypes=%s)" (c10::toString of the device type lands on TensorOptions' overload), one with no tensors
+# as "CollectiveFingerPrint(SequenceNumber=%dOpType=%s)"; verify_tensors raises "Detected mismatch between
+# collectives on ranks. Rank %d is running collective: %s, but Rank %d is running collective: %s." and
+# compute_collective_diff's "Collectives differ in the following aspects: " with "\t Sequence number: %dvs %d",
+# "  Op type: %svs %s", "  Tensor %s: %svs %s" (torch 2.13 installed here prints these, a 2-rank gloo run). The
+# first source (torch/lib/c10d, 1.9-1.10) names one rank: "Rank %d is running inconsistent collective: " and
+# "CollectiveFingerPrint(OpType=%s, TensorShape=%s, TensorDtypes=%s, TensorDeviceTypes=%s" (no closing parenthesis)
+CUDA_OPTIONS = ("TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), requires_grad=false "
+                "(default), pinned_memory=false (default), memory_format=(nullopt))")
+MISMATCH = "RuntimeError: Detected mismatch between collectives on ranks. "
+
+
+def fingerprint(sequence: int, op: str, shape: str | None = None, dtype: str = "Float") -> str:
+    """operator<<(CollectiveFingerPrint), 2.x: tensors printed where the collective has any."""
+    if shape is None:
+        return f"CollectiveFingerPrint(SequenceNumber={sequence}OpType={op})"
+    return (f"CollectiveFingerPrint(SequenceNumber={sequence}, OpType={op}, TensorShape=[{shape}], "
+            f"TensorDtypes={dtype}, TensorDeviceTypes={CUDA_OPTIONS})")
+
+
+def differ(*aspects: str) -> str:
+    return "Collectives differ in the following aspects: " + "".join(aspects)
+
+
+COLLECTIVE_MISMATCH = [
+    # DeepSpeed#7568's situation: the fingerprints' lengths differ (a scalar against a 1-D bucket), so the other
+    # rank's is its length decoded (7 = GATHER), sequence number 0
+    Message("collective_mismatch", "ZD708", "torch 2.x-2.13", "c10d ProcessGroupWrapper.cpp",
+            (MISMATCH + f"Rank 2 is running collective: {fingerprint(32, 'ALLREDUCE', '')}, but Rank 3 is running "
+             f"collective: {fingerprint(0, 'GATHER')}." + differ("\t Sequence number: 32vs 0", "  Op type: ALLREDUCEvs GATHER",
+                                                                   "  Tensor Tensor dtypes: Floatvs ",
+                                                                   f"  Tensor Tensor devices: {CUDA_OPTIONS}vs "),),
+            ALL_REDUCE, "length"),
+    Message("collective_mismatch", "ZD708", "torch 2.x-2.13", "c10d ProcessGroupWrapper.cpp",
+            (MISMATCH + f"Rank 1 is running collective: {fingerprint(16150, 'ALLREDUCE', '344502304', 'Half')}, but "
+             f"Rank 0 is running collective: {fingerprint(16150, 'ALLREDUCE', '497464352', 'Half')}."
+             + differ("  Tensor Tensor shapes: 344502304vs 497464352"),), ALL_REDUCE, "shapes"),
+    Message("collective_mismatch", "ZD708", "torch 2.x-2.13", "c10d ProcessGroupWrapper.cpp",
+            (MISMATCH + f"Rank 1 is running collective: {fingerprint(101, 'BROADCAST', '1')}, but Rank 0 is running "
+             f"collective: {fingerprint(101, 'ALLREDUCE', '1')}." + differ("  Op type: BROADCASTvs ALLREDUCE"),),
+            ALL_REDUCE, "op"),
+    Message("collective_mismatch", "ZD708", "torch 1.9-1.10", "c10d torch/lib/c10d/ProcessGroupWrapper.cpp",
+            (MISMATCH + "Rank 0 is running inconsistent collective: CollectiveFingerPrint(OpType=ALLREDUCE, "
+             f"TensorShape=[4096], TensorDtypes=Float, TensorDeviceTypes={CUDA_OPTIONS}",), ALL_REDUCE),
+]
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
                            *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB, *NCCL_ASYNC,
-                           *DATALOADER_SHM, *TEXT_AS_NUMBER]
+                           *DATALOADER_SHM, *TEXT_AS_NUMBER, *COLLECTIVE_MISMATCH]

@@ -103,6 +103,15 @@ FAMILIES: tuple[Family, ...] = (
             r"not supported between instances of '(?:str' and '(?:int|float)|(?:int|float)' and 'str)'"
             r"|unsupported operand type\(s\) for [^:']{1,12}: '(?:str' and '(?:int|float)|(?:int|float)' and 'str)'"
             r"|can only concatenate str \(not \"(?:int|float)\"\) to str"),
+    # c10d's ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL, torch/csrc/distributed/c10d/ProcessGroupWrapper.cpp):
+    # before each collective the ranks allgather a fingerprint of it and one that finds another's different raises,
+    # instead of the hang that follows without DETAIL. 1.9-1.10 (torch/lib/c10d): "Detected mismatch between
+    # collectives on ranks. Rank %d is running inconsistent collective: CollectiveFingerPrint(OpType=…"; later "…
+    # Rank %d is running collective: CollectiveFingerPrint(SequenceNumber=%d, OpType=…), but Rank %d is running
+    # collective: …" and "Collectives differ in the following aspects: …". The fingerprint's head survives a cut
+    # that takes the sentence's start (signals/mismatch.py reads the rest)
+    _family("collective_mismatch",
+            r"Detected mismatch between collectives on ranks|is running (?:inconsistent )?collective: CollectiveFingerPrint\("),
     _family("missing_module", r"ModuleNotFoundError: No module named|ImportError: No module named"
             r"|ImportError: cannot import name|No module named '[\w.]+'"),
     _family("nonfinite_loss",

@@ -8,9 +8,9 @@ from zerodoctor.plugins.hookspecs import hookimpl
 @hookimpl
 def register_signals() -> list:
     from zerodoctor.signals import (amp, batch, comms, config, crashes, creep, evidence, fatal, hang, memory,
-                                    numerics, offload, plots, run, stacks, straggler, trace, trainer)
+                                    mismatch, numerics, offload, plots, run, stacks, straggler, trace, trainer)
 
     # Order matters: a module may read what earlier ones computed; evidence sums up last. plots computes
     # nothing: its fold keeps what the report's plots draw.
     return [run, batch, numerics, amp, comms, trace, memory, creep, offload, config, hang, straggler, trainer, crashes,
-            fatal, stacks, plots, evidence]
+            fatal, mismatch, stacks, plots, evidence]
