@@ -65,10 +65,6 @@ KNOWN_WRONG: dict[str, str] = {
                                                      "partition_grads, cut there): a dump alone is not called a hang",
     "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
                                                  "actor; the excerpt alone does not confirm host memory",
-    "heldout9-ds-454-transformer-kernel-cublas-error-13": "DeepSpeed's transformer-kernel GEMM wrappers print a "
-                                                          "failed cuBLAS status as '!!!! kernel execution error. "
-                                                          "(m: .., error: 13)', words no crash family knows: "
-                                                          "nothing is read",
     "heldout9-ds-5302-return-code-1-after-checkpoint": "the launcher's 'exits with return code = 1' alone is read as "
                                                        "a rank's end, but no rule speaks of a rank that exited with an "
                                                        "error status and left no traceback in the excerpt",

@@ -235,6 +235,18 @@ CUDA = [
     Message("cuda_error", "ZD908", "torch 1.4-latest", "aten/src/ATen/cuda/CublasHandlePool.cpp",
             ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",), FORWARD,
             variant="cublas_create"),
+    # DeepSpeed's transformer kernels' GEMM wrappers (csrc/transformer/cublas_wrappers.cu) fprintf a failed
+    # cublasStatus_t to stderr and carry on, so one failing layer prints a line per GEMM (DeepSpeed#454's forward):
+    # bare "!!!! kernel execution error.\n" in 0.2.0-0.3.0, "(m: %d, n: %d, k: %d, error: %d) \n" from 0.3.1
+    # (f0f2a7026), "(batch: %d, m: …" for cublas_strided_batched_gemm
+    Message("cuda_error", "ZD908", "deepspeed 0.2.0-0.3.0", "csrc/transformer/cublas_wrappers.cu",
+            ("!!!! kernel execution error.",), variant="ds_gemm_bare"),
+    Message("cuda_error", "ZD908", "deepspeed 0.3.1-0.19", "csrc/transformer/cublas_wrappers.cu",
+            ("!!!! kernel execution error. (m: 768, n: 4608, k: 3072, error: 13) ",
+             "!!!! kernel execution error. (m: 2304, n: 4608, k: 768, error: 13) "), variant="ds_gemm"),
+    Message("cuda_error", "ZD908", "deepspeed 0.3.1-0.19", "csrc/transformer/cublas_wrappers.cu",
+            ("!!!! kernel execution error. (batch: 48, m: 384, n: 384, k: 64, error: 13) ",),
+            variant="ds_strided_batched_gemm"),
     *(Message("cuda_error", "ZD908", v, C10_CUDA, (cuda_check(v, NO_KERNEL, "cudaErrorNoKernelImageForDevice"),),
               FORWARD, variant="no_kernel_image") for v in C10_VERSIONS),
 ]

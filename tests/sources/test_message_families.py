@@ -164,6 +164,7 @@ KNOWN_LIMITS: dict[str, str] = {
     "cuda_error-torch_1.4-latest-cublas_sgemm-mid_line": MID_LINE_CUT,
     "cuda_error-torch_2.0-2.1-no_kernel_image-mid_line": MID_LINE_CUT,
     "cuda_error-torch_2.4-no_kernel_image-mid_line": MID_LINE_CUT,
+    "cuda_error-deepspeed_0.3.1-0.19-ds_strided_batched_gemm-mid_line": MID_LINE_CUT,
     "deepspeed_batch_nonpositive-deepspeed_0.1-0.19-grad_acc-mid_line": MID_LINE_CUT,
     "deepspeed_batch_nonpositive-deepspeed_0.1-0.19-micro-mid_line": MID_LINE_CUT,
     "device_mismatch-torch_1.0-1.5_TH_bindings-mid_line": MID_LINE_CUT,

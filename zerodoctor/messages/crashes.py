@@ -117,11 +117,17 @@ FAMILIES: tuple[Family, ...] = (
     _family("nonfinite_loss",
             r"Loss became infinite or NaN|(?i:(?<![a-z])loss\b['\"\]]?(?:\s+is)?\s*[:=]?\s*['\"]?(?:nan|[-+]?inf)\b)"
             r"|(?i:\bnan loss\b|non-finite loss|loss is not finite)"),
+    # DeepSpeed's own cuBLAS/rocBLAS GEMM wrappers (csrc/transformer/cublas_wrappers.cu, the training kernels, 0.2.0+;
+    # inference_cublas_wrappers.h 0.7.3+; inference v2 blas_utils.h 0.12+) print a failed status to stderr and go on:
+    # "!!!! kernel execution error.\n" (0.2.0-0.3.0), then "!!!! kernel execution error. (m: %d, n: %d, k: %d,
+    # error: %d) \n" and the strided-batched "(batch: %d, m: …" (0.3.1+, f0f2a7026); the status is cublasStatus_t's
+    # number (13 = CUBLAS_STATUS_EXECUTION_FAILED)
     _family("cuda_error",
             r"CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cuDNN error|no kernel image is available for execution"
             r"|CUDA driver version is insufficient|unspecified launch failure|uncorrectable ECC error"
             r"|CUDA error: [a-z]|cudaError\w+|CUDA-capable device\(s\) is/are busy or unavailable"
-            r"|Found no NVIDIA driver|nvcc fatal\s*:|cublas runtime error|cuda runtime error \(\d+\)"),
+            r"|Found no NVIDIA driver|nvcc fatal\s*:|cublas runtime error|cuda runtime error \(\d+\)"
+            r"|!!!! kernel execution error\."),
     # torch/csrc/DataLoader.cpp: a DataLoader worker's SIGBUS handler ("ERROR: Unexpected bus error encountered in
     # worker. This might be caused by insufficient shared memory (shm).") and the main process finding the worker
     # dead ("DataLoader worker (pid N) is killed by signal: Bus error. It is possible that dataloader's workers are

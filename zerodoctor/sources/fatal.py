@@ -81,7 +81,7 @@ class FatalDialect:
                 b"Bus error", b"Unexpected bus error", b"insufficient shared memory", b"Floating point exception",
                 b": undefined symbol", b"Unsupported gpu", b"THCudaCheck", b"IllegalAddress", b": cannot open shared",
                 b"bytes failed", b"(local_rank: ", b"=CONSTRAINT_",
-                b"Cuda failure", b'File "')
+                b"Cuda failure", b'File "', b"!!!! kernel execution error")
 
     def __init__(self, context: Context) -> None:
         self.context = context
