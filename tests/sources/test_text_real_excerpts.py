@@ -77,6 +77,14 @@ def test_an_mpirun_tag_gives_the_rank_even_inside_the_exception_line() -> None:
     assert finding.ranks == [19] and "<stderr>" not in finding.message
 
 
+def test_a_failure_quoted_in_the_line_is_the_quoted_words() -> None:
+    # pytorch/pytorch#131755: "… include/alloc.h:125 NCCL WARN Cuda failure 700 'an illegal memory access was
+    # encountered'". From the family's word on, ZD903 printed "illegal memory access was encountered'".
+    path = CORPUS / "heldout7-pytorch-131755-nccl-warn-cuda-failure-700" / "console.log"
+    (finding,) = [f for f in diagnose([path], rules=RULES).findings if f.rule == "ZD903"]
+    assert finding.evidence["fatal.message"] == "an illegal memory access was encountered"
+
+
 def test_the_memory_cap_of_a_fraction_limited_process_is_read() -> None:
     # PyTorch 2.11 on an H200 capped at 6 GiB (samples/gpu-capacity-oom-h200): free says 132 GiB, the cap 6.
     numbers = oom_numbers("CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 139.80 GiB "

@@ -41,6 +41,7 @@ _NOT_MESSAGE = re.compile(r"^\s*(?:$|Traceback|File \"|\[?\d{4}-\d\d-\d\d|During
 # the line (a timestamp or a rank prefix before it).
 _KILLED = re.compile(r"^\s*Killed\b|\S+: line \d+: +\d+ Killed\b")
 _WORD_EDGES = " \t]|\r"
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 MESSAGE_LINES = 4
 MAX_FRAMES = 24
 MAX_TRACEBACK_LINES = 400  # a traceback that never ends (a truncated paste) lets go after this many lines
@@ -199,9 +200,17 @@ def _message(parts: list[str]) -> str:
 
 
 def _from_failure(text: str, family: str) -> str:
-    """The line from the word that holds the failure on: a progress bar or a log prefix glued before it goes."""
+    """The line from the word that holds the failure on: a progress bar or a log prefix glued before it goes.
+
+    A failure quoted inside the line (NCCL's ``NCCL WARN Cuda failure 700 'an illegal memory access was
+    encountered'``) is the quoted words: from the family's word on, the line would keep the closing quote only.
+    """
     match = crashes.BY_NAME[family].pattern.search(text) if family in crashes.BY_NAME else None
     start = match.start() if match else 0
     while start > 0 and text[start - 1] not in _WORD_EDGES:
         start -= 1
+    if match:
+        quoted = next((q for q in _QUOTED.finditer(text) if q.start() < start and match.end() < q.end()), None)
+        if quoted:
+            return quoted.group()[1:-1].strip()
     return text[start:].strip()
