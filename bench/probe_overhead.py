@@ -294,7 +294,7 @@ def heartbeat_costs_us(repeat: int = 20_000) -> dict[str, float]:
 
     import torch
 
-    from zerodoctor.probe.comm import CommClock
+    from zerodoctor.probe.comm import CommClock, _group_types
     from zerodoctor.probe.phase import RankPhase
 
     def best_us(fn: Any, *args: Any, **kwargs: Any) -> float:
@@ -316,7 +316,8 @@ def heartbeat_costs_us(repeat: int = 20_000) -> dict[str, float]:
 
     if not dist.is_initialized():  # a real one-rank gloo group: its name and c10d count are what is read
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    clock = CommClock(phase=phase, default_group=lambda: dist.distributed_c10d.GroupMember.WORLD)
+    clock = CommClock(phase=phase, default_group=lambda: dist.distributed_c10d.GroupMember.WORLD,
+                      group_types=_group_types())
 
     def collective(*args: Any, **kwargs: Any) -> None:  # the backend's op, doing nothing
         return None

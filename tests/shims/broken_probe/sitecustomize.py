@@ -6,7 +6,7 @@ Put this directory on PYTHONPATH behind the run's own sitecustomize; that one ch
 from zerodoctor.probe.engine import EngineProbe
 
 
-def _broken_after_step(self, before, start):
+def _broken_after_step(self, *args):
     raise RuntimeError("injected probe failure")
 
 
