@@ -23,6 +23,28 @@ def test_writer_turns_tensors_into_numbers_and_keeps_non_finite(tmp_path):
     assert "grad_norm" not in second  # missing, not null
 
 
+def test_writer_lines_are_what_the_schema_model_validates_and_a_refusal_falls_to_the_model(tmp_path):
+    """Each kind's msgspec twin validates, msgspec encodes a flat finite event; a NaN goes out as NaN, a value only
+    the pydantic model coerces (a whole float for an int) is coerced, one it refuses too is dropped and counted."""
+    from zerodoctor import events
+
+    writer = EventWriter(tmp_path, "r", 2)
+    sent = [("step", {"step": 4, "loss": 0.25, "lr": 1e-4, "overflow": False, "samples": 8, "step_time_s": 0.003}),
+            ("comm", {"op": "all_reduce", "step": 4, "count": 2, "bytes": 4096, "total_s": 0.001, "interval_s": 1.0}),
+            ("heartbeat", {"phase": "collective", "since_t": 1.5e9, "op": "all_reduce", "group": "0", "seq": 7}),
+            ("step", {"step": 5, "loss": float("nan")}),
+            ("step", {"step": 6.0}),
+            ("heartbeat", {"phase": "napping"})]
+    for kind, fields in sent:
+        writer.emit(kind, t=1.7e9, **fields)
+    writer.close()
+    lines = [json.loads(x) for x in (tmp_path / "rank-2.jsonl").read_text().splitlines()]
+    assert writer.dropped == 1 and len(lines) == 5
+    for line, (kind, fields) in zip(lines[:3], sent):
+        assert line == events.new(kind, t=1.7e9, run="r", rank=2, **fields)
+    assert math.isnan(lines[3]["loss"]) and lines[4]["step"] == 6 and isinstance(lines[4]["step"], int)
+
+
 def test_writer_drops_an_invalid_event_and_counts_it(tmp_path):
     writer = EventWriter(tmp_path, "r", 0)
     writer.emit("step", step="not a number")
