@@ -65,9 +65,6 @@ KNOWN_WRONG: dict[str, str] = {
                                                      "partition_grads, cut there): a dump alone is not called a hang",
     "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
                                                  "actor; the excerpt alone does not confirm host memory",
-    "heldout9-ds-5302-return-code-1-after-checkpoint": "the launcher's 'exits with return code = 1' alone is read as "
-                                                       "a rank's end, but no rule speaks of a rank that exited with an "
-                                                       "error status and left no traceback in the excerpt",
     "heldout8-ds-7568-collective-mismatch-detail": "the expectation, written before scoring and before ZD708, asks "
                                                    "'other' (ZD901's fatal error); ZD708 now names the ranks' "
                                                    "different collectives as a hang (its category): the finding "

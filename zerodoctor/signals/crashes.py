@@ -1,8 +1,9 @@
 """Signals, crashes: how the run stopped → known crash signatures, SIGKILLed ranks, a stall on the JIT build lock.
 
-The signatures come from ``sources/crashes.py`` (``log`` events ``crash``); kills from ``run_end``
-(the probe, torchrun's summary and one-line failure, DeepSpeed's launcher). A rank whose last
-``extension`` event says ``Using … as PyTorch extensions root`` and which logged nothing after it is
+The signatures come from ``sources/crashes.py`` (``log`` events ``crash``); kills and error exits from
+``run_end`` (the probe, torchrun's summary and one-line failure, DeepSpeed's launcher): a positive exit code
+is the status a rank's program chose (Python's 1 for an uncaught exception, argparse's 2), not a signal.
+A rank whose last ``extension`` event says ``Using … as PyTorch extensions root`` and which logged nothing after it is
 waiting on ``torch/utils/file_baton.py``'s lock: a rank that builds prints "Emitting ninja build file"
 right away, one that loads a cached build prints "Loading extension module" — only a waiter is silent.
 """
@@ -11,11 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from zerodoctor.messages.crashes import signal_of
 from zerodoctor.signals.view import RunView
 from zerodoctor.signals.base import Signal
 from zerodoctor.sources.crashes import SIGNATURES
 
 SIGKILL = 9
+# A run the user or the scheduler stopped: its ranks' exit statuses are no fault (Ctrl-C, torchrun's SIGTERM)
+_STOPPED = ("KeyboardInterrupt", "SignalException")
 
 SIGNALS = [
     *(Signal(f"crash.{name}", "ranks", f"how many ranks printed the '{name}' crash signature")
@@ -33,6 +37,10 @@ SIGNALS = [
     Signal("crash.ray_killed", "ranks",
            "how many ranks Ray's memory monitor killed; no count where it never spoke (the run may not be Ray's)"),
     Signal("crash.killed_from_outside", "bool", "a rank was killed from outside: by SIGKILL, or by Ray's memory monitor"),
+    Signal("crash.error_exits", "ranks",
+           "how many ranks exited with an error status (an exit code above 0, no signal) in a run nobody stopped"),
+    Signal("crash.ranks_error_exits", "ranks", "those ranks"),
+    Signal("crash.error_exit_code", "code", "the exit status of the first of them"),
     Signal("crash.extension_lock_waiters", "ranks",
            "how many ranks' logs end waiting for another process's JIT build of an op"),
     Signal("crash.ranks_extension_lock_waiters", "ranks", "the ranks waiting on the JIT build lock"),
@@ -58,11 +66,21 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     seen["host_killed"] = killed | seen["ray_memory_monitor_kill"]
     out["crash.ray_killed"] = len(seen["ray_memory_monitor_kill"]) or None
     out["crash.killed_from_outside"] = bool(seen["host_killed"])
+    seen["error_exits"] = _error_exits(run, ended)
+    out["crash.error_exit_code"] = next((e["exit_code"] for e in ended if e["rank"] in seen["error_exits"]), None)
     seen["extension_lock_waiters"] = _lock_waiters(run)
     for name, ranks in seen.items():
         out[f"crash.{name}"] = len(ranks)
         out[f"crash.ranks_{name}"] = sorted(ranks) or None
     return out
+
+
+def _error_exits(run: RunView, ended: list[dict[str, Any]]) -> set[int]:
+    """Ranks whose exit code is a status above 0, not a signal; none where the user or the scheduler stopped the run."""
+    if any(str(e.get("type") or "").endswith(_STOPPED) for e in run.events.get("exception", [])):
+        return set()
+    return {e["rank"] for e in ended
+            if (e.get("exit_code") or 0) > 0 and signal_of(e.get("exit_code"), e.get("signal")) is None}
 
 
 def _lock_waiters(run: RunView) -> set[int]:

@@ -45,6 +45,10 @@ LAUNCHER_LINES = 8  # lines after "Killing subprocess" in which the launcher nam
 # Bounded numbers: an exit code or a rank past int32 is a garbled line, not an event the store refuses.
 _EXITED = re.compile(r"failed \(exitcode: (-?\d{1,9})\) local_rank: (\d{1,9})\b|exits with return code = (-?\d{1,9})\b"
                      r"|died with <Signals\.SIG\w+: (\d{1,2})\b")
+# DeepSpeed's launcher names the command, which it built with "--local_rank={local_rank}" (launcher/launch.py, unless
+# --no_local_rank): the rank, as torchrun's "local_rank: R", where a paste broke the list before its end
+_LAUNCHER_COMMAND = ":sigkill_handler] ["
+_ARGV_RANK = re.compile(r"'--local_rank=(\d{1,9})'")
 
 
 class TorchDialect:
@@ -54,7 +58,7 @@ class TorchDialect:
     # command is a list, so its line holds "] exits with return code" (a symbol first: cheap), which finds it
     # alone too, as people paste it; the window still finds it where a terminal wrapped it after the "]".
     keywords = (b"CUDA out of memory", b"Tried to allocate", b"Root Cause (first", b"Failures:", b"(exitcode: ",
-                b"Killing subprocess", b"] exits with return code", b"<Signals.")
+                b"Killing subprocess", b"] exits with return code", b"<Signals.", _LAUNCHER_COMMAND.encode())
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -63,6 +67,7 @@ class TorchDialect:
         self._summary_rank: int | None = None
         self._exited: set[int] = set()
         self._killing = 0
+        self._argv_rank: int | None = None  # the rank in the launcher's command line being read
 
     @property
     def holding(self) -> bool:
@@ -77,6 +82,9 @@ class TorchDialect:
             return []
         if self._killing:
             self._killing -= 1
+        if _LAUNCHER_COMMAND in text:
+            found = _ARGV_RANK.search(text)
+            self._argv_rank = int(found.group(1)) if found else None
         if line.rank not in self._open and ("exitcode" in text or "return code" in text or "died with <" in text):
             return self._exited_line(line, text)
         out: list[Event] = []
@@ -134,8 +142,12 @@ class TorchDialect:
         code, local_rank, launcher_code, signal = match.groups()
         if signal is not None:  # DeepSpeed's launcher 0.3.12-0.5.7: subprocess's CalledProcessError
             launcher_code = f"-{signal}"
-        if launcher_code is not None:  # the launcher names the command, not the rank
-            return self._ended(line, line.rank if line.rank is not None else 0, int(launcher_code))
+        if launcher_code is not None:  # the launcher names the command: the rank is its --local_rank
+            found = _ARGV_RANK.search(text)
+            rank = int(found.group(1)) if found else self._argv_rank
+            self._argv_rank = None
+            return self._ended(line, rank if rank is not None else line.rank if line.rank is not None else 0,
+                               int(launcher_code))
         return self._ended(line, int(local_rank), int(code))
 
     def _ended(self, line: Line, rank: int, code: int) -> list[Event]:
