@@ -72,7 +72,7 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     message = root.get("message") or ""
     out.update({"fatal.family": root["family"], "fatal.ranks": len(ranks), "fatal.root_ranks": ranks,
                 "fatal.rank": root["rank"], "fatal.step": root.get("step"), "fatal.type": root.get("type"),
-                "fatal.message": message[:MESSAGE_CHARS] or None, "fatal.signal": root.get("signal"),
+                "fatal.message": _cut(message) or None, "fatal.signal": root.get("signal"),
                 **_frames(root.get("traceback") or [])})
     named = _SIGNAL_NAME.search(message)
     if named and root["family"] in SIGNAL_FAMILIES and not out.get("fatal.signal"):
@@ -87,6 +87,17 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if named and root["family"] == "missing_shared_library":
         out["fatal.library"] = named.group(1) or named.group(2)
     return out
+
+
+def _cut(message: str) -> str:
+    """The message, at most MESSAGE_CHARS long: cut after a whole word and marked (…), so no number or name is
+    left half (c10d's fingerprint cut at "pi" of "pinned_memory")."""
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    head = message[:MESSAGE_CHARS]
+    if not message[MESSAGE_CHARS].isspace() and " " in head:
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip(" ,;:") + "…"
 
 
 def _errors(run: RunView) -> list[dict[str, Any]]:
