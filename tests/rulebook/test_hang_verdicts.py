@@ -42,3 +42,11 @@ def test_a_store_barrier_fewer_processes_reached_says_how_many() -> None:
     assert "store-based barrier timed out" in finding["message"]
     assert "1792 of 2048 processes reached the barrier" in finding["message"]
     assert finding["fixes"][0]["title"] == "Find the processes that never reached the barrier"
+
+
+def test_two_ranks_in_different_collectives_name_the_one_behind() -> None:
+    """LlamaFactory#2902 (held-out 9): rank 0's watchdog timed out in SeqNum 1516, rank 1's in 1517. Rank 1 finished
+    1516, so rank 0 is behind: not "every rank that logged timed out on the same collective"."""
+    finding = _timeout("heldout9-llamafactory-2902-watchdog-after-loss-line")
+    assert "SeqNum 1517" in finding["message"] and "rank 0 stuck on an earlier collective" in finding["message"]
+    assert "same collective" not in finding["message"]

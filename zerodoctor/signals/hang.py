@@ -360,7 +360,9 @@ def _timeouts(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         return out
     data = [(e["rank"], e.get("data") or {}) for e in timeouts]
     seq_votes = Counter((d.get("seq"), d.get("op")) for _, d in data)
-    (seq, op), _ = seq_votes.most_common(1)[0]
+    # The collective most ranks wait in; on a tie the later one: a rank waiting in SeqNum N+1 finished N, so one
+    # still in N is behind it (LlamaFactory#2902's rank 0 in 1516, rank 1 in 1517), not in "the same collective"
+    (seq, op), _ = max(seq_votes.items(), key=lambda vote: (vote[1], -1 if vote[0][0] is None else vote[0][0]))
     ranks = sorted({r for r, _ in data})
     out.update({"hang.collective": op, "hang.seq": seq, "hang.timeout_ranks": ranks})
     out["hang.timeout_s"] = next((d["timeout_s"] for _, d in data if d.get("timeout_s") is not None), None)
