@@ -116,7 +116,10 @@ def _precision(config: dict[str, Any], attrs: dict[str, str]) -> str | None:
         return "fp16"
     if on("bf16", "bfloat16_enabled") or on("bfloat16", "bfloat16_config"):
         return "bf16"
-    return "fp32" if config or attrs else None
+    # fp32 only where the print says so: a pasted slice of it (vall-e#58's activation_checkpointing_config and
+    # aio_config rows, under "Creating fp16 optimizer") holds no precision row at all
+    said = config or any(a in attrs for a in ("fp16_enabled", "float16_config", "bfloat16_enabled", "bfloat16_config"))
+    return "fp32" if said else None
 
 
 class CommsTable:
