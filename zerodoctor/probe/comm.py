@@ -82,6 +82,7 @@ class CommClock:
                         break
                 else:
                     group = default_group()
+            nbytes = _message_bytes(args, kwargs)  # before the op, while the caller's tensors are still in cache
             previous = phase.now
             start = perf_counter()
             phase.now = ("collective", start, previous[0], op, group, None)
@@ -94,7 +95,7 @@ class CommClock:
                 clock._depth = 0
                 clock.step_s += seconds
                 totals[0] += 1
-                totals[1] += _message_bytes(args, kwargs)
+                totals[1] += nbytes
                 totals[2] += seconds
                 if previous[0] in OUTSIDE:  # called from outside the engine: a new outside phase from now
                     phase.leave(previous, at=end)

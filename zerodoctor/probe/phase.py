@@ -4,8 +4,9 @@ The training thread only swaps one tuple on the ``PHASE`` object (no lock; its o
 ``perf_counter``, is the one the wrappers time their calls with anyway); the writer's thread reads it
 every ``HEARTBEAT_EVERY_S`` and writes a ``heartbeat``, so a rank that waits, sleeps or loads data still
 says so, and a rank that says nothing at all is dead or frozen with the interpreter lock held. A phase's
-start is kept on that monotonic clock and turned into unix time by the heartbeat (now, less how long
-ago it began).
+start is kept on that monotonic clock and turned into unix time by the heartbeat, by an offset between
+the two clocks that stays put (so every heartbeat of one phase gives the same ``since_t``, which is how
+the hang signals tell one phase run from the next) until the wall clock is stepped.
 
 Phases nest one level: a collective runs inside an engine phase (``outer``). Leaving an
 engine phase for the user's code starts a new "outside" phase at that moment; leaving a
@@ -31,6 +32,8 @@ State = tuple[str, float, "str | None", "str | None", Any, "int | None"]
 # c10d counts a collective when it is issued, on the calling thread, before it waits (see ``group_place``); an
 # op this old has long passed that line, so the group's count is its number
 SETTLED_S = 1.0
+# the wall clock moved this far against the monotonic one (a clock step): phases start from the new offset on
+STEPPED_S = 0.5
 
 
 class RankPhase:
@@ -41,6 +44,7 @@ class RankPhase:
         self.last_step: int | None = None
         self.thread: int | None = None  # the thread that drives the engine; others' data loaders don't count
         self.data_s = 0.0  # time in the data loader since the last optimizer step
+        self._wall = time.time() - perf_counter()  # unix time = perf_counter() + this
 
     def enter(self, phase: str, at: float | None = None) -> State:
         """Enter an engine phase or the data loader (at ``at``, a ``perf_counter`` reading the caller took
@@ -80,7 +84,10 @@ class RankPhase:
             if self.now is not state:  # the op ended meanwhile: the count read may be a later op's
                 return self.heartbeat()
         exiting = not threading.main_thread().is_alive()
-        since_t = time.time() - (perf_counter() - since)
+        wall = time.time() - perf_counter()
+        if abs(wall - self._wall) > STEPPED_S:
+            self._wall = wall
+        since_t = since + self._wall
         return {"phase": phase, "since_t": since_t, "outer": outer, "op": op, "group": group, "seq": seq,
                 "last_step": self.last_step, "rss_bytes": None if exiting else rss_bytes(),
                 "pinned_bytes": None if exiting else pinned_bytes()}
