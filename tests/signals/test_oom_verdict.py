@@ -75,6 +75,17 @@ CASES = [
      "free. Including non-PyTorch memory, this process has 7.25 GiB memory in use. 6.00 GiB allowed; Of the allocated "
      "memory 5.14 GiB is allocated by PyTorch, and 856.94 MiB is reserved by PyTorch but unallocated." + EXPANDABLE_HINT,
      0.1395, "ZD401", ("of 6.00 GiB", "fragmentation, not capacity")),
+    # stranded + free hold this one request and no second: expandable_segments is said not to help, not offered
+    ("https://github.com/awslabs/keys_values/issues/92",
+     "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 572.00 MiB. GPU 0 has a total capacity "
+     "of 39.49 GiB of which 321.31 MiB is free. Process 3721648 has 414.00 MiB memory in use. Including non-PyTorch "
+     "memory, this process has 37.46 GiB memory in use. Process 1374765 has 414.00 MiB memory in use. Process 1374763 "
+     "has 414.00 MiB memory in use. Process 1374764 has 414.00 MiB memory in use. Of the allocated memory 36.04 GiB is "
+     "allocated by PyTorch, and 321.37 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory "
+     "is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+     "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+     0.0079, "ZD402", ("capacity, not fragmentation", "expandable_segments:True would not help: stranded and free "
+                                                       "memory together hold this one allocation, not a second")),
 ]
 
 
