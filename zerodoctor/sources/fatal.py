@@ -57,6 +57,10 @@ _WARNING = re.compile(r"Warning\b|\bwarn(?:ing)?\(|\[W(?:ARN(?:ING)?)?\]")
 # (pid: 4242)  (SIGABRT)" and "traceback : Signal 6 (SIGABRT) received by PID 4242", which name no rank.
 _BOX_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: \d+\)")
 _BOX_FIELD = re.compile(r"^\s*(?:exitcode|traceback)\s*: ")
+# ProcessGroupNCCL's own lines name their rank ("[E ProcessGroupNCCL.cpp:916] [Rank 7] NCCL watchdog thread
+# terminated with exception: CUDA error: …", 2.2+ "[PG ID 0 PG GUID 0(default_pg) Rank 5]"): the rank of a line whose
+# prefix said none (Ray's "(RayWorkerVllm pid=5304) ", vllm#2682)
+_PG_RANK = re.compile(r"ProcessGroupNCCL\.cpp:\d+\] \[[^\]]*\bRank (\d+)\]")
 
 
 @dataclass
@@ -175,6 +179,8 @@ class FatalDialect:
         if family not in _LINE_FAMILIES:
             return []
         rank = self._box_rank if self._box_rank is not None and _BOX_FIELD.match(text) else line.rank
+        tagged = _PG_RANK.search(text) if rank is None else None
+        rank = int(tagged.group(1)) if tagged else rank
         rank = rank if rank is not None else 0  # as context.event names it
         if (rank, family) in self._said:
             return []
