@@ -32,6 +32,7 @@ SIGNAL_FAMILIES = ("native_crash", "process_aborted", crashes.TEARDOWN_CRASH)
 
 SIGNALS = [
     Signal("fatal.family", "name", "crash family"),
+    Signal("fatal.seen", "bool", "the log shows a fatal error of a rank's own (a flag: gates a rule, never shown)"),
     Signal("fatal.ranks", "ranks", "ranks that died of the crash family"),
     Signal("fatal.root_ranks", "ranks", "the ranks that died of the root cause's family"),
     Signal("fatal.rank", "rank", "the rank where the root fatal error was seen first"),
@@ -66,11 +67,11 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
                                                    if e["family"] == f.name})
                            for f in crashes.FAMILIES}
     if not errors:
-        return {**out, "fatal.family": NONE, "fatal.ranks": 0}
+        return {**out, "fatal.family": NONE, "fatal.seen": False, "fatal.ranks": 0}
     root = min(errors, key=lambda e: (crashes.rank_of(e["family"]), e["t"]))
     ranks = sorted({e["rank"] for e in errors if e["family"] == root["family"]})
     message = root.get("message") or ""
-    out.update({"fatal.family": root["family"], "fatal.ranks": len(ranks), "fatal.root_ranks": ranks,
+    out.update({"fatal.family": root["family"], "fatal.seen": True, "fatal.ranks": len(ranks), "fatal.root_ranks": ranks,
                 "fatal.rank": root["rank"], "fatal.step": root.get("step"), "fatal.type": root.get("type"),
                 "fatal.message": _cut(message) or None, "fatal.signal": root.get("signal"),
                 **_frames(root.get("traceback") or [])})
