@@ -71,11 +71,12 @@ def test_a_log_with_nothing_recognised_says_so(tmp_path: Path) -> None:
     proc = run_cli("diagnose", str(log))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
-        f"{log}: nothing recognised (3 lines read, as text); zerodoctor knows zerodoctor's events "
-        "(rank-N.jsonl) and console logs with deepspeed, torch, nccl, hf, megatron, crash, fatal, stackdump, amp lines")
+        f"{log}: nothing to judge (3 lines read, as text): no step, config dump, error or hang line zerodoctor reads; "
+        "it reads zerodoctor's events (rank-N.jsonl) and the deepspeed, torch, nccl, hf, megatron, crash, fatal, "
+        "stackdump, amp lines of a console log")
     assert "no findings" not in proc.stdout
     markdown = run_cli("diagnose", "--format", "markdown", str(log)).stdout
-    assert "nothing recognised (3 lines read" in markdown and "No findings" not in markdown
+    assert "nothing to judge (3 lines read" in markdown and "No findings" not in markdown
 
 
 def test_output_file_for_any_format(tmp_path: Path) -> None:

@@ -15,13 +15,17 @@ _WORDS = {"config": ("config dump", "config"), "steps": ("per-step lines", "step
 def known_formats() -> str:
     from zerodoctor.sources.text import dialects
 
-    return ("zerodoctor's events (rank-N.jsonl) and console logs with "
-            + ", ".join(d.name for d in dialects()) + " lines")
+    return ("zerodoctor's events (rank-N.jsonl) and the "
+            + ", ".join(d.name for d in dialects()) + " lines of a console log")
 
 
 def unrecognised(i: InputSummary) -> str:
+    """A file no event came from. Said as what is missing, not as an unknown format: a slice of DeepSpeed's
+    config print without its head is DeepSpeed's own lines, and "zerodoctor knows deepspeed lines" read as a
+    contradiction there (held-out 9's open-r1#59)."""
     read = f"{i.lines} line{'s' if i.lines != 1 else ''} read" if i.lines else "the file is empty"
-    return f"{i.path}: nothing recognised ({read}, as {i.format}); zerodoctor knows {known_formats()}"
+    return (f"{i.path}: nothing to judge ({read}, as {i.format}): no step, config dump, error or hang line "
+            f"zerodoctor reads; it reads {known_formats()}")
 
 
 def not_judged_line(report: Report) -> str:

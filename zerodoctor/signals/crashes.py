@@ -40,7 +40,7 @@ SIGNALS = [
     Signal("crash.error_exits", "ranks",
            "how many ranks exited with an error status (an exit code above 0, no signal) in a run nobody stopped"),
     Signal("crash.ranks_error_exits", "ranks", "those ranks"),
-    Signal("crash.error_exit_code", "code", "the exit status of the first of them"),
+    Signal("crash.error_exit_code", "code", "the exit status of the first rank that exited with an error"),
     Signal("crash.extension_lock_waiters", "ranks",
            "how many ranks' logs end waiting for another process's JIT build of an op"),
     Signal("crash.ranks_extension_lock_waiters", "ranks", "the ranks waiting on the JIT build lock"),
