@@ -17,3 +17,14 @@ def test_overflows_with_no_clean_streak_after_them_are_a_collapse_not_calibratio
     collapse = findings["ZD201"]
     assert "calibration" not in collapse["message"]
     assert not [fix for fix in collapse["fixes"] if "learning rate" in fix["title"]]
+
+
+def test_the_scale_named_is_the_one_the_logs_last_overflow_line_set() -> None:
+    """A step carries the scale it tried; the line that skipped it says the scale it set. LLaMA-Factory#251 ends
+    "Attempted loss scale: 16, reducing to 8", DeepSpeed#5779's calibration "… 1024, reducing to 512": ZD201 said
+    "scale last 16" and ZD202 "calibrated down to 1024"."""
+    (collapse,) = [f for f in diagnose_json(MID_RUN)["findings"] if f["rule"] == "ZD201"]
+    assert collapse["message"].endswith("skipped, loss scale last set to 8")
+    calibration = ROOT / "tests" / "corpus" / "ds-5779-calibration-to-512" / "console.log"
+    (calibrated,) = [f for f in diagnose_json(calibration)["findings"] if f["rule"] == "ZD202"]
+    assert "calibrated down to 512, none after" in calibrated["message"]

@@ -46,6 +46,8 @@ SIGNALS = [
     _fp16("fp16.late_overflows", "steps", "overflows after calibration"),
     _fp16("fp16.first_late_overflow_step", "step", "first overflow after calibration"),
     _fp16("fp16.loss_scale_last", "scale", "loss scale of the last recorded step"),
+    _fp16("fp16.loss_scale_set", "scale",
+          "loss scale last set: the log's last overflow line says it, or a step that did not overflow ran at it"),
     _fp16("fp16.scale_below_one", "bool", "the last recorded scale is below 1: the gradients overflow fp16 unscaled"),
     _fp16("fp16.max_held_scale", "scale", f"largest scale that ran {CLEAN_STREAK} steps without overflow"),
     _fp16("fp16.overflows_to_min", "overflows", "consecutive overflows left before DeepSpeed aborts at min scale"),
@@ -85,6 +87,7 @@ class Fold(runview.Fold):
     first_late_step: int | None = None
     first_overflow_scale: float | None = None  # the scale the first overflow was attempted at
     scale_last: float | None = None
+    scale_last_clean: bool = False  # the step of ``scale_last`` did not overflow: it ran at the scale last set
     first_held_scale: float | None = None
     max_held_scale: float | None = None
     scales_seen: list[float] = field(default_factory=list)  # the first two distinct scales (a static one is alone)
@@ -153,7 +156,7 @@ class Fold(runview.Fold):
                 self._overflowed(steps[end], scales[end], replay)
             start = end + 1
         if last := last_known(scales, 1):
-            self.scale_last = scales[last[0]]
+            self.scale_last, self.scale_last_clean = scales[last[0]], not flags[last[0]]
         if replay is not None:
             self.replay = replay.state()
 
@@ -239,6 +242,10 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["fp16.late_overflows"] = fold.late_overflows
     out["fp16.first_late_overflow_step"] = fold.first_late_step
     out["fp16.loss_scale_last"] = fold.scale_last
+    # A console log says it on its last overflow line; a step that did not overflow ran at the scale last set.
+    said = next((e["data"]["scale"] for e in reversed(view.events.get("log", [])) if e.get("what") == "loss_scale_set"),
+                None)
+    out["fp16.loss_scale_set"] = said if said is not None else fold.scale_last if fold.scale_last_clean else None
     out["fp16.max_held_scale"] = fold.max_held_scale
     if fold.first_held_scale:
         out["fp16.calibrated_scale_power"] = int(math.log2(fold.first_held_scale))

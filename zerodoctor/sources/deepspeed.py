@@ -30,6 +30,7 @@ MIN_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease sca
 _OVERFLOW = re.compile(
     rf"\[deep(?:speed|scale)\] OVERFLOW!(?: Rank (\d+))? Skipping step\.(?: Attempted loss scale: ({NUM}))?")
 _GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:? (\d+)")
+_REDUCED_TO = re.compile(rf"reducing to ({NUM})")  # the scale an overflow line set; a step carries the one it tried
 _REDUCING = re.compile(rf"Reducing dynamic loss scale from ({NUM}) to ({NUM})")
 _STATIC = re.compile(rf"Using static loss scale of: ({NUM})")
 _DETECTED = re.compile(rf"(?:Overflow detected\.|fp16 dynamic loss scale overflow!)(?: Rank \d+)?(?: Skipping step\.)?"
@@ -84,6 +85,7 @@ class DeepSpeedDialect:
         self._reported: set[tuple] = set()
         self._flushes = 0
         self._batch_wrapped = 0  # lines left to complete a batch assertion hard-wrapped after its "!="
+        self._scale_set: tuple[Line, int, float | None, float] | None = None  # the last overflow line's new scale
 
     @property
     def holding(self) -> bool:
@@ -126,7 +128,13 @@ class DeepSpeedDialect:
         return self.comms.feed(line) or []
 
     def finish(self) -> list[Event]:
-        return self.config.finish() + self.clock.flush()
+        out = self.config.finish() + self.clock.flush()
+        if self._scale_set is not None:
+            line, rank, tried, scale = self._scale_set
+            out.append(self.context.event("log", line, rank=rank, message=f"loss scale set to {scale:g}",
+                                          source=self.name, level="INFO", what="loss_scale_set",
+                                          data={"attempted": tried, "scale": scale}))
+        return out
 
     def _rank(self, line: Line, said: str | None = None) -> int:
         if said is not None:
@@ -147,6 +155,11 @@ class DeepSpeedDialect:
                                               level="WARNING", what="static_loss_scaler"))
             elif "reducing to" in text or "Reducing hysteresis" in text:
                 out += self._dynamic(line, rank, match.group(0))
+                reduced = _REDUCED_TO.search(text, match.end())
+                if reduced:
+                    self._scale_set = (line, rank, scale, float(reduced.group(1)))
+                elif "Reducing hysteresis" in text and scale is not None:  # a count-down keeps the scale it tried
+                    self._scale_set = (line, rank, scale, scale)
             return out
         match = _GRAD_OVERFLOW.search(text)
         if match:
@@ -155,6 +168,7 @@ class DeepSpeedDialect:
                                   step=int(match.group(1)) + 1)
         match = _REDUCING.search(text)
         if match:
+            self._scale_set = (line, self._rank(line), float(match.group(1)), float(match.group(2)))
             return self.clock.add(line, self._rank(line), "reducing",
                                   {"overflow": True, "loss_scale": float(match.group(1))}) + self._dynamic(
                 line, self._rank(line), match.group(0))
