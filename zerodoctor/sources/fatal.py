@@ -93,6 +93,7 @@ class FatalDialect:
         self._mine = keyword_search(self.keywords)
         self._open: dict[int | None, _Traceback] = {}
         self._said: set[tuple[int, str]] = set()  # (rank, family) of fatal lines already reported
+        self._named: set[str] = set()  # families already reported from a named rank
         self._box_rank: int | None = None  # the rank of the failure box's entry being read
 
     @property
@@ -157,11 +158,19 @@ class FatalDialect:
             del self._open[line.rank]
         return []
 
+    def _named_families(self) -> set[str]:
+        """The families already shown on a named rank: its fatal lines, its tracebacks read or still being read."""
+        read = {crashes.classify(f"{tb.type}: {_message(tb.parts)}") for rank, tb in self._open.items()
+                if rank is not None and tb.type is not None}
+        return self._named | read
+
     def _close(self, rank: int | None) -> list[Event]:
         tb = self._open.pop(rank)
         if tb.type is None:
             return []
         message = _message(tb.parts)
+        if rank is not None:
+            self._named.add(crashes.classify(f"{tb.type}: {message}") or crashes.UNKNOWN)
         return [self.context.event("exception", tb.line, type=tb.type, message=message[:MAX_MESSAGE],
                                    traceback=tb.frames or None, step=self.context.last_step())]
 
@@ -181,10 +190,15 @@ class FatalDialect:
         rank = self._box_rank if self._box_rank is not None and _BOX_FIELD.match(text) else line.rank
         tagged = _PG_RANK.search(text) if rank is None else None
         rank = int(tagged.group(1)) if tagged else rank
+        if rank is None and family in self._named_families():
+            return []  # a named rank's crash echoed unprefixed (C++'s "terminate called" / "what():"): no rank 0's
+        named = rank is not None
         rank = rank if rank is not None else 0  # as context.event names it
         if (rank, family) in self._said:
             return []
         self._said.add((rank, family))
+        if named:
+            self._named.add(family)
         return [self.context.event("log", line, rank=rank, message=_from_failure(text, family)[:MAX_MESSAGE],
                                    source=self.name, level="ERROR", what="fatal", data={"family": family},
                                    step=self.context.last_step())]
