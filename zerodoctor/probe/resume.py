@@ -3,13 +3,14 @@
 DeepSpeed's ``load_checkpoint`` restores the optimizer's param groups (their ``lr``) and the fp16
 loss scaler from the checkpoint, so a resumed run silently trains with the values that failed,
 whatever its patched config says. The wrapper writes the patch it applied to ``fix.json`` in the
-attempt's run directory; when it sets the optimizer's lr, that lr is put back into every param group
-after the load, and when it touches the fp16 section, the loss scaler the patched config built at
-``initialize`` is taken before the load and put back after it. A torch lr scheduler the engine steps (a Hugging
-Face Trainer's own, a LambdaLR DeepSpeed builds from the Trainer's callable when the config has no
-``scheduler``) is restored by the load too, its ``base_lrs`` the old lr, and would set the old schedule back on
-the first step: it is re-based on the patched lr, the point it had reached in its schedule kept (each group's lr
-scaled by patched / old base), which is what a fresh run with the lower lr would step with there. On the first
+attempt's run directory; when it sets the optimizer's lr, every param group's lr is scaled by patched ÷
+configured lr after the load (groups given lrs of their own keep their ratios), and when it touches the fp16
+section, the loss scaler the patched config built at ``initialize`` is taken before the load and put back
+after it. A torch lr scheduler the engine steps (a Hugging Face Trainer's own, a LambdaLR DeepSpeed builds from
+the Trainer's callable when the config has no ``scheduler``) is restored by the load too, its ``base_lrs`` the
+old lrs, and would set the old schedule back on the first step: it is re-based, the point it had reached in its
+schedule kept (each group's lr and base scaled by patched ÷ configured lr), which is what a fresh run with the
+lower lr would step with there. On the first
 step after the load the probe compares what the engine runs with from then on (the lr after the
 step, once a scheduler had its say) against them: an lr above the patched one (a scheduler that
 sets the lr itself from its own settings, say) or other loss scaling stops the attempt, since training on would spend the restart
@@ -58,6 +59,10 @@ class FixKeeper:
         taken: dict[str, Any] = {}
         if self.lr is not None:
             taken["lr"] = self.lr
+            # each group's lr as the patched config built it: the groups that took the configured lr hold the patch's
+            scheduler = getattr(engine, "lr_scheduler", None)
+            bases = getattr(scheduler, "base_lrs", None)
+            taken["built_lrs"] = list(bases) if isinstance(bases, list) else [g["lr"] for g in optimizer.param_groups]
         if self.keep_scaler and hasattr(optimizer, "loss_scaler"):
             taken["loss_scaler"] = (optimizer.loss_scaler, optimizer.dynamic_loss_scale)
         return taken
@@ -67,19 +72,23 @@ class FixKeeper:
         optimizer = engine.optimizer
         expected: dict[str, Any] = {}
         if "lr" in taken:
-            expected["lr"] = taken["lr"]
-            if _rebase_schedule(getattr(engine, "lr_scheduler", None), taken["lr"]):
-                expected["base_lr"] = taken["lr"]
+            # the first group's lr is the one checked: the patched lr where that group took the configured one
+            bases = _rebase_schedule(getattr(engine, "lr_scheduler", None), taken["lr"], taken["built_lrs"])
+            if bases is not None:
+                expected["lr"] = expected["base_lr"] = bases[0]
             else:
-                for group in optimizer.param_groups:
-                    group["lr"] = taken["lr"]
+                groups = optimizer.param_groups
+                scale = _scale(taken["lr"], taken["built_lrs"], [g["lr"] for g in groups])
+                for group in groups:
+                    group["lr"] = group["lr"] * scale if scale is not None else taken["lr"]
+                expected["lr"] = groups[0]["lr"]
         if "loss_scaler" in taken:
             optimizer.loss_scaler, optimizer.dynamic_loss_scale = taken["loss_scaler"]
             expected["dynamic_loss_scale"] = bool(optimizer.dynamic_loss_scale)
             if not optimizer.dynamic_loss_scale:
                 expected["loss_scale"] = float(optimizer.loss_scaler.cur_scale)
         self.expected = expected or None
-        return list(taken)
+        return [name for name in ("lr", "loss_scaler") if name in taken]
 
     def check(self, observed: dict[str, Any]) -> tuple[dict[str, Any], bool] | None:
         """After the first step past a load: (expected, in effect), or None when there is nothing to check."""
@@ -90,20 +99,37 @@ class FixKeeper:
         return expected, ok
 
 
-def _rebase_schedule(scheduler: Any, lr: float) -> bool:
-    """Re-base a torch lr scheduler (``base_lrs``, one per param group) on ``lr``; False when there is none."""
+def _rebase_schedule(scheduler: Any, lr: float, built: list[float]) -> list[float] | None:
+    """Re-base a torch lr scheduler (``base_lrs``, one per param group) on the patched ``lr``; its new base lrs, or
+    None when there is none.
+
+    Groups given lrs of their own (LoRA's, layer-wise decay) keep their ratios: each base is scaled by patched ÷
+    configured lr, the configured lr being the loaded base of a group the patched config built at ``lr``.
+    """
     bases = getattr(scheduler, "base_lrs", None)
     groups = getattr(getattr(scheduler, "optimizer", None), "param_groups", None)
     if not isinstance(bases, list) or not groups or len(bases) != len(groups):
-        return False
-    for group, base in zip(groups, bases):
-        group["lr"] = group["lr"] * lr / base if base else lr
+        return None
+    scale = _scale(lr, built, bases)
+    rebased = [base * scale if scale is not None else lr for base in bases]
+    for group, base, new in zip(groups, bases, rebased):
+        group["lr"] = group["lr"] * new / base if base else new
         if "initial_lr" in group:  # what the scheduler was built from, saved with the optimizer's state
-            group["initial_lr"] = lr
-    scheduler.base_lrs = [lr] * len(groups)
+            group["initial_lr"] = new
+    scheduler.base_lrs = rebased
     if hasattr(scheduler, "_last_lr"):  # get_last_lr(), which the Trainer logs as learning_rate
         scheduler._last_lr = [group["lr"] for group in groups]
-    return True
+    return rebased
+
+
+def _scale(lr: float, built: list[float], loaded: list[float]) -> float | None:
+    """patched ÷ configured lr: ``built`` are the groups' lrs as the patched config made them, ``loaded`` as the
+    checkpoint restored them; the configured lr is the loaded one of the first group built at ``lr`` (the first
+    group's when none was, or the groups do not pair). None when that lr is 0: nothing to scale."""
+    configured = loaded[0] if loaded else 0.0
+    if len(built) == len(loaded):
+        configured = next((old for new, old in zip(built, loaded) if math.isclose(new, lr, rel_tol=1e-9)), configured)
+    return lr / configured if configured else None
 
 
 def observed_values(engine: Any) -> dict[str, Any]:
