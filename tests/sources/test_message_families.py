@@ -186,10 +186,6 @@ KNOWN_LIMITS: dict[str, str] = {
     "deepspeed_config_rejected-deepspeed_0.7-0.14-mid_line": MID_LINE_CUT,
     "deepspeed_config_rejected-deepspeed_0.15-0.19-mid_line": MID_LINE_CUT,
     "zero_section_missing-accelerate_installed_-mid_line": MID_LINE_CUT,
-    # the family's pattern still finds the fingerprint's head, but a line with no exception type is read only for
-    # the families sources/fatal.py's _LINE_FAMILIES lists, and c10d's mismatch is always a RuntimeError
-    **{f"collective_mismatch-torch_{v}-mid_line": NO_EXCEPTION_TYPE
-       for v in ("2.x-2.13-length", "2.x-2.13-shapes", "2.x-2.13-op", "1.9-1.10")},
     **{f"trl_generations_indivisible-trl_{v}-mid_line": NO_EXCEPTION_TYPE
        for v in ("0.15-0.16-train", "0.15-0.16-eval", "0.17-train", "0.18-0.19-eval", "0.18-latest-global_batch",
                  "0.20-latest-num_generations", "0.27-latest-eval")},

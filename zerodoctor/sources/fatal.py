@@ -49,7 +49,7 @@ MAX_MESSAGE = 1000
 # Families a line may show on its own (no exception around it): killers, signals, kernel assertions.
 _LINE_FAMILIES = ("host_oom_kill", "dataloader_shm", "native_crash", "process_aborted", "host_alloc_failed",
                   "device_side_assert", "illegal_memory_access", "nccl_error", "nonfinite_loss", "cuda_error",
-                  "missing_shared_library", "nvcc_arch_unsupported")
+                  "missing_shared_library", "nvcc_arch_unsupported", "collective_mismatch")
 # A warning names a failure the run goes on after (torchvision's "Failed to load image Python extension: …
 # undefined symbol"): never a fatal line.
 _WARNING = re.compile(r"Warning\b|\bwarn(?:ing)?\(|\[W(?:ARN(?:ING)?)?\]")
@@ -86,7 +86,8 @@ class FatalDialect:
                 b"Bus error", b"Unexpected bus error", b"insufficient shared memory", b"Floating point exception",
                 b": undefined symbol", b"Unsupported gpu", b"THCudaCheck", b"IllegalAddress", b": cannot open shared",
                 b"bytes failed", b"(local_rank: ", b"=CONSTRAINT_",
-                b"Cuda failure", b'File "', b"!!!! kernel execution error")
+                b"Cuda failure", b'File "', b"!!!! kernel execution error",
+                b"CollectiveFingerPrint(")
 
     def __init__(self, context: Context) -> None:
         self.context = context
