@@ -95,10 +95,11 @@ FAMILIES: tuple[Family, ...] = (
     _family("trl_generations_indivisible",
             r"\) must be (?:evenly )?divisible by (?:the number of generations|num_generations \(|the global batch size \()"),
     # CPython's words for an operator its operands' types do not have: Objects/object.c do_richcompare "'%s' not
-    # supported between instances of '%.100s' and '%.100s'" (3.6+), Objects/abstract.c binop_type_error "unsupported operand type(s) for %.100s: '%.100s' and '%.100s'",
-    # unicodeobject.c "can only concatenate str (not \"%.200s\") to str" (3.7+). Text on one side, a number on the
-    # other: a value read as text where a number was meant. Raised inside DeepSpeed (``fatal.raised_library``),
-    # a config value: an "auto" nothing filled, a number in quotes (DeepSpeed#1270's gradient_clipping)
+    # supported between instances of '%.100s' and '%.100s'" (3.6+), Objects/abstract.c binop_type_error
+    # "unsupported operand type(s) for %.100s: '%.100s' and '%.100s'", unicodeobject.c "can only concatenate str
+    # (not \"%.200s\") to str" (3.7+). Text on one side, a number on the other: a value read as text where a
+    # number was meant. Raised inside DeepSpeed (``fatal.raised_library``), a config value: an "auto" nothing
+    # filled, a number in quotes (DeepSpeed#1270's gradient_clipping)
     _family("text_used_as_number",
             r"not supported between instances of '(?:str' and '(?:int|float)|(?:int|float)' and 'str)'"
             r"|unsupported operand type\(s\) for [^:']{1,12}: '(?:str' and '(?:int|float)|(?:int|float)' and 'str)'"
@@ -111,7 +112,8 @@ FAMILIES: tuple[Family, ...] = (
     # collective: …" and "Collectives differ in the following aspects: …". The fingerprint's head survives a cut
     # that takes the sentence's start (signals/mismatch.py reads the rest)
     _family("collective_mismatch",
-            r"Detected mismatch between collectives on ranks|is running (?:inconsistent )?collective: CollectiveFingerPrint\("),
+            r"Detected mismatch between collectives on ranks"
+            r"|is running (?:inconsistent )?collective: CollectiveFingerPrint\("),
     _family("missing_module", r"ModuleNotFoundError: No module named|ImportError: No module named"
             r"|ImportError: cannot import name|No module named '[\w.]+'"),
     _family("nonfinite_loss",

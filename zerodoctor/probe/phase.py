@@ -25,9 +25,9 @@ HEARTBEAT_EVERY_S = float(os.environ.get("ZERODOCTOR_HEARTBEAT_S", "5"))
 OUTSIDE = ("user", "eval", "data")  # outside the engine: the user's code, evaluation, the data loader
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
-# (phase, since, outer, op, group, seq): what the heartbeat reports, ``since`` on ``perf_counter``'s clock. In a collective, ``group`` is the live
-# process group itself while the op runs, named and counted by the heartbeat (``group_place``); an async op's
-# wait carries the name and number read when it was issued.
+# (phase, since, outer, op, group, seq): what the heartbeat reports, ``since`` on ``perf_counter``'s clock. In a
+# collective, ``group`` is the live process group itself while the op runs, named and counted by the heartbeat
+# (``group_place``); an async op's wait carries the name and number read when it was issued.
 State = tuple[str, float, "str | None", "str | None", Any, "int | None"]
 # c10d counts a collective when it is issued, on the calling thread, before it waits (see ``group_place``); an
 # op this old has long passed that line, so the group's count is its number

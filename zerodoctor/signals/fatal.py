@@ -71,8 +71,8 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     root = min(errors, key=lambda e: (crashes.rank_of(e["family"]), e["t"]))
     ranks = sorted({e["rank"] for e in errors if e["family"] == root["family"]})
     message = root.get("message") or ""
-    out.update({"fatal.family": root["family"], "fatal.seen": True, "fatal.ranks": len(ranks), "fatal.root_ranks": ranks,
-                "fatal.rank": root["rank"], "fatal.step": root.get("step"), "fatal.type": root.get("type"),
+    out.update({"fatal.family": root["family"], "fatal.seen": True, "fatal.ranks": len(ranks),
+                "fatal.root_ranks": ranks, "fatal.rank": root["rank"], "fatal.step": root.get("step"), "fatal.type": root.get("type"),
                 "fatal.message": _cut(message) or None, "fatal.signal": root.get("signal"),
                 **_frames(root.get("traceback") or [])})
     named = _SIGNAL_NAME.search(message)

@@ -23,14 +23,15 @@ from zerodoctor.signals.base import Signal
 from zerodoctor.signals.view import RunView
 
 SIGNALS = [
-    Signal("mismatch.rank", "rank", "the rank that found its collective differs from another rank's"),
-    Signal("mismatch.op", "name", "the collective that rank called (ALLREDUCE, BROADCAST, …)"),
-    Signal("mismatch.call", "count", "that collective's sequence number in its process group (torch 1.13+)"),
-    Signal("mismatch.tensor", "text", "that collective's tensor: 'a scalar' or 'shape [4096]'"),
+    Signal("mismatch.rank", "rank", "the rank c10d names first, whose collective differs from another rank's"),
+    Signal("mismatch.op", "name", "the collective the first rank called (ALLREDUCE, BROADCAST, …)"),
+    Signal("mismatch.call", "count",
+           "the sequence number of the first rank's collective in the process group (torch 1.13+)"),
+    Signal("mismatch.tensor", "text", "the tensor of the first rank's collective: 'a scalar' or 'shape [4096]'"),
     Signal("mismatch.other_rank", "rank", "the rank whose collective differs"),
     Signal("mismatch.other_op", "name", "the collective the other rank called, where c10d printed it"),
-    Signal("mismatch.other_call", "count", "its sequence number"),
-    Signal("mismatch.other_tensor", "text", "its tensor"),
+    Signal("mismatch.other_call", "count", "the sequence number of the other rank's collective"),
+    Signal("mismatch.other_tensor", "text", "the tensor of the other rank's collective"),
     Signal("mismatch.other_op_unread", "bool",
            "c10d compared the fingerprints' lengths only: the other rank's op is not printed (the name in its "
            "place is the length)"),

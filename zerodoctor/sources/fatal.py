@@ -2,11 +2,11 @@
 
 The layer under every other dialect: whatever else a log holds, the Python exception it ends on
 (``Traceback (most recent call last):`` — or a paste cut after it — its ``File "…", line N, in f`` frames,
-or rich's boxed form ``│ /path/file.py:N in f │``; then ``Type: message`` and the message's next lines), or a line that kills
-a process without one (glibc's ``Segmentation fault``, CPython's ``Fatal Python error``, the kernel's OOM
-killer, C++'s ``terminate called after throwing an instance of 'std::bad_alloc'``, a CUDA kernel's
-``Assertion … failed``, a NaN loss in a progress line), is read here. The events carry what the probe's
-carry (type, message, frames), so ``signals/fatal.py`` judges a pasted log and a recorded run alike;
+or rich's boxed form ``│ /path/file.py:N in f │``; then ``Type: message`` and the message's next lines), or a
+line that kills a process without one (glibc's ``Segmentation fault``, CPython's ``Fatal Python error``, the
+kernel's OOM killer, C++'s ``terminate called after throwing an instance of 'std::bad_alloc'``, a CUDA
+kernel's ``Assertion … failed``, a NaN loss in a progress line), is read here. The events carry what the
+probe's carry (type, message, frames), so ``signals/fatal.py`` judges a pasted log and a recorded run alike;
 naming the family is ``messages/crashes.py``'s. A message a terminal hard-wrapped is read whole: up to
 ``MESSAGE_LINES`` lines after the exception line are joined to it.
 """
