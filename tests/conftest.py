@@ -15,6 +15,8 @@ from urllib.parse import quote
 import msgspec
 import pytest
 
+from tests import extensions
+
 ROOT = Path(__file__).resolve().parents[1]
 # The PostgreSQL server the store tests also run on (``.ci/postgres`` starts one; CI always has it).
 PG_URL = os.environ.get("ZERODOCTOR_TEST_PG_URL")
@@ -74,6 +76,22 @@ def root() -> Path:
 
 
 SNAPSHOTS = ROOT / "tests" / "snapshots"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every DeepSpeed process a test starts builds its ops into this session's own directory (tests/extensions.py)."""
+    directory, made = extensions.private_directory()
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(directory)
+    config.stash[_EXTENSIONS] = (directory, made)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    directory, made = config.stash.get(_EXTENSIONS, (None, False))
+    if made:
+        extensions.remove(directory)
+
+
+_EXTENSIONS = pytest.StashKey[tuple]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
