@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
 
-HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x9b31m\r\x08"  # OSC 0 (title), clear screen, C1 CSI, CR, backspace
+# OSC 0 (title), clear screen, C1 CSI, CR, backspace, a right-to-left override and a left-to-right isolate
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x9b31m\r\x08\u202e\u2066"
 OUR_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # SGR: what Rich writes for colour and bold, nothing else
 
 
@@ -32,7 +34,11 @@ def _hostile_run(runs: Path) -> Path:
 
 def _controls(text: str) -> list[str]:
     """Control characters left once our colour sequences are taken out (newline and tab are text)."""
-    return [c for c in OUR_COLOUR.sub("", text) if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0]
+    return [c for c in OUR_COLOUR.sub("", text)
+            if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0 or unicodedata.bidirectional(c) in _BIDI]
+
+
+_BIDI = {"LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI", "LRM", "RLM", "ALM"}
 
 
 @pytest.fixture

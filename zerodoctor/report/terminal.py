@@ -5,8 +5,10 @@ terminal obeys the control sequences in them: OSC 0 sets its title, ``ESC[2J`` c
 screen, a C1 CSI does the same on some terminals, a carriage return overprints a line. So
 every text report (``diagnose``, ``watch``, ``status``, ``check``, ``compare``, Markdown) puts
 input text through ``escape`` (for Rich markup) or ``plain``, and ``watch``'s log lines through
-``PlainFormatter``: C0 and C1 control characters are dropped, newline and tab kept. Colour is
-ours alone: Rich adds it around the text.
+``PlainFormatter``: C0 and C1 control characters are dropped, newline and tab kept, and so are Unicode's
+bidirectional controls (U+202A–U+202E, U+2066–U+2069, the marks U+200E, U+200F, U+061C): a right-to-left override
+in a run name reorders what follows it on the line, the "Trojan Source" trick (CVE-2021-42574). Colour is ours
+alone: Rich adds it around the text.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from rich.console import Console
 from rich.markup import escape as escape_markup
 from rich.text import Text
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but tab and newline, DEL, C1
+# C0 but tab and newline, DEL, C1; the bidirectional marks, embeddings, overrides and isolates
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def plain(text: str) -> str:
