@@ -177,3 +177,67 @@ def test_deepspeeds_rejection_is_counted_in_the_summary(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == (f"no findings in {path} at world size 1 (not given, and the batch values "
                                             "do not fix it: pass --world-size N), and DeepSpeed rejects it")
+
+
+def test_the_plan_prices_every_option_in_memory_and_time_and_marks_each_figure(tmp_path: Path) -> None:
+    """The issue's command: a 7B model on 8 GPUs of 80 GiB; nothing measured, so every step time is assumed."""
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True},
+                                "zero_optimization": {"stage": 2}}))
+    args = ("check", str(path), "--world-size", "8", "--params", "7e9", "--gpu-mem", "80GiB", "--no-deepspeed")
+    proc = run_cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("Model states per GPU and step time"))
+    assert lines[header + 1].split() == ["stage", "offload", "ZeRO", "paper", "fits", "step", "time"]
+    rows = lines[header + 2:header + 10]
+    assert [r.split()[:2] for r in rows] == [["0", "none"], ["1", "none"], ["1", "optimizer"], ["2", "none"],
+                                             ["2", "optimizer"], ["3", "none"], ["3", "optimizer"],
+                                             ["3", "optimizer+param"]]
+    assert all(" s assumed" in r for r in rows), rows
+    assert "CPU Adam 7.00 s" in rows[4] and "layer fetch" in rows[5]
+    assert "6 × parameters × 8,192 tokens per GPU (assumed)" in proc.stdout
+    pick = next(line for line in lines if line.startswith("Recommended:"))
+    assert pick.startswith("Recommended: ZeRO stage 1, offload none, the fastest option that fits (38.50 GB of 86 GB, ")
+    assert pick.endswith(" GB to spare; 2.87 s a step, assumed)")
+
+    data = json.loads(run_cli(*args, "--format", "json").stdout)
+    paper = [r for r in data["memory_plan"] if r["source"] == "zero-paper"]
+    assert len(paper) == 8 and all(r["step_time_mark"] == "assumed" and r["memory_mark"] == "nominal" for r in paper)
+    offload = next(r for r in paper if (r["stage"], r["offload"]) == (2, "optimizer"))
+    assert offload["parts"]["optimizer"] == {"seconds": pytest.approx(7.0), "mark": "assumed"}
+    assert offload["step_time_s"] == pytest.approx(sum(p["seconds"] for p in offload["parts"].values()))
+    assert (data["recommendation"]["stage"], data["recommendation"]["offload"]) == (1, "none")
+    assert data["recommendation"]["margin_bytes"] == int(0.7 * 80 * 2**30) - 38_500_000_000
+    assert data["step_time_inputs"]["utilisation"] == {"value": 0.4, "mark": "assumed", "source": ""}
+    assert data["calibrated_from"] is None
+
+
+def test_check_from_a_run_calibrates_the_step_times(tmp_path: Path) -> None:
+    """A real 2-rank ZeRO-3 run with both offloads (samples/offload-zero3): its forward + backward, CPU Adam's
+    rate and its collectives' bandwidth are measured; the layer fetch stays assumed."""
+    sample = ROOT / "samples/offload-zero3"
+    proc = run_cli("check", str(sample / "ds_config.json"), "--from", str(sample), "--no-deepspeed", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["calibrated_from"] == "offload-zero3"
+    assert data["params"] == 29_374_464  # --params from the run (its run_start)
+    inputs = data["step_time_inputs"]
+    assert {k: inputs[k]["mark"] for k in ("compute_s", "cpu_adam_params_per_s", "intra_node_bytes_per_s",
+                                           "layer_fetch_s")} == {
+        "compute_s": "measured", "cpu_adam_params_per_s": "measured", "intra_node_bytes_per_s": "measured",
+        "layer_fetch_s": "assumed"}
+    stage2 = next(r for r in data["memory_plan"] if (r["stage"], r["offload"]) == (2, "none"))
+    assert stage2["step_time_mark"] == "measured"  # compute and collectives measured, nothing else in it
+    assert "(measured, from offload-zero3)" in run_cli("check", str(sample / "ds_config.json"), "--from", str(sample),
+                                                       "--no-deepspeed").stdout
+
+
+def test_check_from_a_log_without_step_times_is_one_line_exit_2() -> None:
+    sample = ROOT / "samples/offload-zero3"
+    proc = run_cli("check", str(sample / "ds_config.json"), "--from", str(sample / "console.log"), "--no-deepspeed")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"zerodoctor: error: {sample / 'console.log'}: no step times to calibrate from")
+    assert len(proc.stderr.splitlines()) == 1
+    bad = run_cli("check", str(sample / "ds_config.json"), "--params", "1e9", "--gpu", "B200", "--no-deepspeed")
+    assert bad.returncode == 2 and bad.stderr.startswith("zerodoctor: error: --gpu 'B200': expected one of V100")

@@ -512,8 +512,22 @@ def check(
         None, "--world-size", min=1, max=MAX_RANKS, show_default=False,
         help="Ranks the job will run on (data x sequence parallel); default: what train_batch_size / "
              "(micro-batch x grad-accum) gives, else 1."),
-    params: Optional[str] = typer.Option(None, "--params", help="Model parameters, e.g. 7e9 or 7B: enables the memory plan."),
+    params: Optional[str] = typer.Option(
+        None, "--params", help="Model parameters, e.g. 7e9 or 7B: enables the plan of memory and step time."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory of one GPU, e.g. 80GiB or 80GB: picks a ZeRO option."),
+    seq_len: Optional[int] = typer.Option(
+        None, "--seq-len", min=1, max=MAX_RANKS,
+        help="Tokens per sample, for the step times (default: 2048, assumed)."),
+    gpu: Optional[str] = typer.Option(
+        None, "--gpu", help="GPU kind for the step times' nominal FLOPS and links: V100, A100, H100, H200 or "
+                            "TITAN-RTX (default: A100, assumed)."),
+    gpus_per_node: Optional[int] = typer.Option(
+        None, "--gpus-per-node", min=1, max=MAX_RANKS, help="GPUs in one node (default: 8, assumed)."),
+    inter_node: Optional[str] = typer.Option(
+        None, "--inter-node", help="Network out of one node: hdr, ndr, dgx-a100, dgx-h100, p3dn, p4d, 100gbe, or "
+                                   "bytes per second such as 50GB (default: dgx-a100, assumed)."),
+    source: Optional[List[Path]] = typer.Option(
+        None, "--from", help="Run directory or log whose measured step times calibrate the plan (repeatable)."),
     fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.error, help="Exit 1 when a finding is at or above this severity."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
@@ -524,14 +538,20 @@ def check(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="With --fix: write the patched config here."),
     in_place: bool = typer.Option(False, "--in-place", help="With --fix: overwrite CONFIG itself."),
 ) -> None:
-    """Find config mistakes before launch and plan model-state memory per ZeRO stage."""
+    """Find config mistakes before launch and plan memory and step time per ZeRO stage and offload."""
     from zerodoctor.config.static import ConfigError, check as run_check
+    from zerodoctor.deepspeed.stepinputs import Hardware
+    from zerodoctor.deepspeed.steptime import NODE_LINKS
 
     loaded = _load_rules(rules)
+    run, run_name = _measured_run(source, loaded) if source else (None, None)
+    link = inter_node if inter_node is None or inter_node.lower() in NODE_LINKS else _link_rate(inter_node)
+    hardware = Hardware(seq_len=seq_len, gpu=gpu, gpus_per_node=gpus_per_node, inter_node=link)
     try:
         report = run_check(config, loaded, world_size=world_size, params=_quantity(params, "--params"),
-                           gpu_mem=_quantity(gpu_mem, "--gpu-mem"), use_deepspeed=use_deepspeed)
-    except ConfigError as exc:
+                           gpu_mem=_quantity(gpu_mem, "--gpu-mem"), use_deepspeed=use_deepspeed,
+                           hardware=hardware, run=run, run_name=run_name)
+    except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
     if fmt.value == "json":
         from zerodoctor.report.check import to_json
@@ -547,6 +567,34 @@ def check(
         _fix_config(config, report.findings, report.world_size if use_deepspeed else None, unsafe=unsafe, output=output,
                     in_place=in_place, err=fmt.value == "json")
     _exit_on(report.findings, fail_on, rejected=report.deepspeed is not None and not report.deepspeed.accepted)
+
+
+def _link_rate(text: str) -> int:
+    from zerodoctor.config.memory_plan import parse_quantity
+    from zerodoctor.deepspeed.steptime import NODE_LINKS
+
+    try:
+        return parse_quantity(text, "--inter-node")
+    except ValueError:
+        raise fail(f"--inter-node {text!r}: expected one of {', '.join(NODE_LINKS)}, or bytes per second out of "
+                   "one node such as 50GB") from None
+
+
+def _measured_run(paths: List[Path], rules: list) -> tuple[dict, str]:
+    """The signals of the run in ``paths`` whose step times ``check --from`` calibrates with, and its name."""
+    from zerodoctor.pipeline import InputError
+    from zerodoctor.pipeline.diagnose import diagnose as run_diagnosis
+
+    try:
+        report = run_diagnosis(paths, rules=rules)
+    except (InputError, OSError) as exc:
+        raise fail(str(exc)) from None
+    timed = [(name, facts) for name, facts in report.facts.items() if facts.get("run.step_s")]
+    if not timed:
+        raise fail(f"{', '.join(map(str, paths))}: no step times to calibrate from (a DeepSpeed log shows them "
+                   "with wall_clock_breakdown or steps_per_print; a run under 'zerodoctor run' always has them)")
+    name, facts = max(timed, key=lambda t: len(t[1]))  # the run that showed the most
+    return facts, name
 
 
 @app.command("fix")
