@@ -200,7 +200,7 @@ def detect_format(path: Path) -> str:
     try:  # a whole first line that is an event: an events file, whatever it mentions
         if rest and first.startswith(b"{") and "kind" in json.loads(first):
             return "jsonl"
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # nested past the decoder's depth: the reader quarantines it
         pass
     if looks_like_trace(head):  # torch.profiler's Chrome trace: one JSON object, its first line no event
         return "chrome-trace"
