@@ -151,7 +151,8 @@ def test_the_url_path_never_reaches_the_name_or_the_errors(endpoint) -> None:  #
 class Trickler:
     """A real TCP endpoint that answers one byte of a valid HTTP response every ``every_s``, for a minute."""
 
-    def __init__(self, every_s: float = 0.2) -> None:
+    def __init__(self, every_s: float = 0.2, head: bytes = b"") -> None:
+        self.head = head  # sent at once before the trickle: a status line and headers, the body trickled
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/hook"
         self.every_s, self.stop = every_s, threading.Event()
@@ -169,6 +170,9 @@ class Trickler:
         answer = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"." * 300 + b"\r\n\r\n"
         with conn:
             conn.recv(65536)
+            if self.head:
+                conn.sendall(self.head)
+                answer = b"." * 300
             for byte in answer:
                 if self.stop.wait(self.every_s):
                     return
@@ -187,6 +191,19 @@ def test_a_trickling_endpoint_cannot_hold_the_delivery_past_its_deadline() -> No
     try:
         started = time.monotonic()
         with pytest.raises(DeliveryError, match="no answer within the 1.5 s deadline"):
+            WebhookNotifier(server.url, timeout_s=1.0, retries=3, backoff_s=0.1, deadline_s=1.5).send(FINDING)
+        assert time.monotonic() - started < 3.0
+    finally:
+        server.close()
+
+
+def test_a_2xx_whose_body_trickles_past_the_deadline_is_no_delivery() -> None:
+    """Issue 34's round 4: the status line came at once, the body trickled past the deadline: it was recorded as
+    delivered. Only a whole answer within the deadline is."""
+    server = Trickler(every_s=0.2, head=b"HTTP/1.1 200 OK\r\nContent-Length: 300\r\n\r\n")
+    try:
+        started = time.monotonic()
+        with pytest.raises(DeliveryError, match="deadline"):
             WebhookNotifier(server.url, timeout_s=1.0, retries=3, backoff_s=0.1, deadline_s=1.5).send(FINDING)
         assert time.monotonic() - started < 3.0
     finally:

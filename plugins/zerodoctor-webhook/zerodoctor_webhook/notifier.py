@@ -56,9 +56,10 @@ class WebhookNotifier:
                 break
             try:
                 with Deadline(left) as watch, watch.opener().open(request, timeout=min(self.timeout_s, left)) as answer:
-                    if 200 <= answer.status < 300:
+                    answer.read()  # the whole answer within the deadline: a 2xx whose body trickles past it is none
+                    if 200 <= answer.status < 300 and not watch.expired:
                         return
-                    last = f"HTTP {answer.status}"
+                    last = f"HTTP {answer.status}" if not watch.expired else "the answer trickled past the deadline"
             except urllib.error.HTTPError as exc:
                 last = f"HTTP {exc.code}"
                 if 300 <= exc.code < 400:
