@@ -122,6 +122,11 @@ def test_two_nodes_console_logs_at_the_same_local_path_are_each_read_once(tmp_pa
         offset for _, _, _, offset in sorted(stored)]
     (run,) = status_json(pg_url)["runs"]
     assert run["run"] == "job" and len(run["files"]) == 2
+    assert sorted(f["node"] for f in run["files"]) == sorted(node.id for node in nodes)
+    # status's text names each node's file of the one path apart (it printed two identical lines)
+    shown = run_cli("status", "--db", pg_url, timeout=60).stdout.splitlines()
+    files = [line for line in shown if "console.log" in line]
+    assert len(files) == 2 and len(set(files)) == 2 and all(f"on node {n.id}" in "".join(files) for n in nodes)
 
 
 def _holds_a_lock(pg_url: str, pid: int) -> bool:
