@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from dataclasses import replace
+from types import ModuleType
 
 import pytest
 
-from zerodoctor.config.memory_plan import parse_quantity, plan, recommend
+from tests.conftest import ROOT
+from zerodoctor.config.memory_plan import (
+    MODEL_ERROR,
+    OPTIONS,
+    PlanRow,
+    model_error,
+    parse_quantity,
+    plan,
+    recommend,
+    within_error,
+)
 from zerodoctor.deepspeed.stepinputs import Hardware, calibrate, inputs_for, layers_of
-from zerodoctor.deepspeed.steptime import Figure, predict
+from zerodoctor.deepspeed.steptime import LAYER_FETCH_S, Figure, StepTime, predict
 
 # 1B parameters, 8 A100s in one node, micro-batch 4 of 1024 tokens, bf16
 CONFIG = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "bf16": {"enabled": True}}
@@ -22,7 +35,7 @@ def worked() -> object:
 def test_the_worked_example_by_hand() -> None:
     """compute: 6 × 1e9 × 4,096 tokens / (312 TFLOPS × 0.4) = 0.19692 s; a ring step moves 2e9 bytes × 7/8
     through NVLink at 300 GB/s × 0.7 = 8.333 ms; stage 2 (no overlap by default) adds a reduce-scatter and an
-    all-gather; stage 3 (overlap by default) hides its three behind compute and pays 2 × 17 layers × 2 ms of
+    all-gather; stage 3 (overlap by default) hides its three behind compute and pays 2 × 17 layers × 4 ms of
     fetch; optimizer offload adds CPU Adam over the node's 1e9 parameters at 1e9/s and the partition's 2.5e8
     bytes out and back over PCIe at the slower of 32 GB/s × 0.7 and an eighth of the host's 48 GB/s."""
     inputs = worked()
@@ -34,8 +47,8 @@ def test_the_worked_example_by_hand() -> None:
     assert stage2.comm.value == pytest.approx(2 * ring, rel=1e-9)
     assert stage2.total.value == pytest.approx(0.213589, rel=1e-4)
     stage3 = predict(3, "none", inputs)
-    assert stage3.comm.value == 0.0 and stage3.fetch.value == pytest.approx(2 * 17 * 0.002)
-    assert stage3.total.value == pytest.approx(compute + 0.068, rel=1e-9)
+    assert stage3.comm.value == 0.0 and stage3.fetch.value == pytest.approx(2 * 17 * 0.004)
+    assert stage3.total.value == pytest.approx(compute + 0.136, rel=1e-9)
     offload = predict(2, "optimizer", inputs)
     assert offload.optimizer.value == pytest.approx(1.0)
     assert offload.pcie.value == pytest.approx(2 * 2.5e8 / 6e9, rel=1e-9)
@@ -135,3 +148,51 @@ def test_a_bad_gpu_or_link_name_is_a_value_error_naming_the_option() -> None:
         inputs_for(CONFIG, 1e9, 8, Hardware(gpu="B200"))
     with pytest.raises(ValueError, match="--inter-node 'fast'"):
         inputs_for(CONFIG, 1e9, 8, Hardware(inter_node="fast"))
+
+
+def _timed(seconds: dict[tuple[int, str], float]) -> list[PlanRow]:
+    """Every option of the pick, those in ``seconds`` fitting at that step time, the others not fitting."""
+    zero = Figure(0.0, "nominal")
+    return [PlanRow(stage, off, 1, "zero-paper", (stage, off) in seconds,
+                    StepTime(stage, off, Figure(seconds.get((stage, off), 99.0), "assumed"), zero, zero, zero, zero))
+            for stage, off in OPTIONS]
+
+
+def test_a_faster_option_wins_only_by_more_than_the_models_error_on_that_comparison() -> None:
+    """The issue-6 case: stage 3 + optimizer offload 2.4% faster than stage 2 + optimizer offload is inside the
+    model's held-out error on stage 3 / stage 2: the simpler stage 2 stands, and the faster one is named."""
+    near = _timed({(2, "optimizer"): 34.47, (3, "optimizer"): 33.64})
+    pick = recommend(near)
+    assert (pick.stage, pick.offload) == (2, "optimizer")
+    rival, error = within_error(near, pick)
+    assert (rival.stage, rival.offload, error) == (3, "optimizer", MODEL_ERROR["stage 3 / stage 2"])
+    far = _timed({(2, "optimizer"): 34.47, (3, "optimizer"): 34.47 * (1 - MODEL_ERROR["stage 3 / stage 2"]) - 0.01})
+    assert (recommend(far).stage, within_error(far, recommend(far))) == (3, None)
+    # stage 3 / stage 1 has no published pair: the largest error of any measured ratio guards it
+    assert model_error(*_timed({(3, "none"): 1, (1, "none"): 1})[:2]) == max(MODEL_ERROR.values())
+    chain = _timed({(1, "none"): 10.0, (2, "none"): 9.0, (3, "none"): 7.5})
+    assert (recommend(chain).stage, within_error(chain, recommend(chain))[0].stage) == (1, 3)
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("steptime_published", ROOT / "bench" / "steptime_published.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_picks_error_and_the_fetch_cost_are_the_benchs_own_figures() -> None:
+    """MODEL_ERROR is the bench's held-out median per ratio, LAYER_FETCH_S its fit on every ZeRO-3 row; and a
+    row held out never moves its own fit: changing its published time leaves the cost it was predicted with."""
+    bench = _bench()
+    data = json.loads(bench.DATA.read_text())
+    result = bench.measure(data)
+    assert LAYER_FETCH_S == pytest.approx(result["fitted_fetch_s"])
+    assert MODEL_ERROR == {kind: round(k["loo_median"], 3) for kind, k in result["summary"].items()}
+    held = [r["fetch_s"] for r in result["leave_one_out"]]
+    moved = json.loads(json.dumps(data))
+    assert moved["setups"][0]["id"] == "belle-402-bloom560m-seq512" and result["rows"][0]["zero3"]
+    moved["setups"][0]["options"]["3/none"] *= 3
+    again = bench.leave_one_out(bench.tables(moved))
+    assert again[0]["fetch_s"] == held[0] and again[0]["error"] != result["leave_one_out"][0]["error"]
+    assert any(a["fetch_s"] != h for a, h in zip(again[1:], held[1:]) if h is not None)  # the others see it

@@ -39,7 +39,12 @@ CPU_ADAM_PARAMS_S = 1.0e9
 # 3.0 GB/s per GPU with 16 V100s of a DGX-2 reading CPU memory in parallel, 48 GB/s in all; one GPU alone gets its
 # PCIe link.
 HOST_BW_PER_NODE = 48e9
-LAYER_FETCH_S = 0.002  # assumed ZeRO-3 cost per layer per gather (hook, allocation, launch), whatever the bytes
+# ZeRO-3's cost per layer per gather (hook, allocation, launch, waiting on a collective too small to fill the
+# link), whatever the bytes. No source publishes it; bench/steptime_published.py fits it: the cost whose median
+# error over the published ZeRO-3 rows is least (4.0 ms; 12.1% in-sample, 15.9% with each row held out of its
+# own fit). Cross-check, not fitted: DeepSpeed #1174/#1188 (BERT 5.1B, 64 layers, 8 A100s) measured forward in
+# ~60 ms under ZeRO-2 (#1174) and ~270 ms under ZeRO-3 (#1188's fix), 3.3 ms a layer with the gathers' bytes.
+LAYER_FETCH_S = 0.004
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,7 @@ class Inputs:
     pcie_bw: Figure = Figure(GPUS[DEFAULT_GPU].pcie * LINK_EFFICIENCY, "assumed")  # one GPU's, copying alone
     host_bw: Figure = Figure(HOST_BW_PER_NODE, "assumed")  # a node's, all its GPUs copying at once
     cpu_adam: Figure = Figure(CPU_ADAM_PARAMS_S, "assumed")  # parameters per second per node
-    layer_fetch_s: Figure = Figure(LAYER_FETCH_S, "assumed")
+    layer_fetch_s: Figure = Figure(LAYER_FETCH_S, "assumed", "fitted to published step times")
     overlap_comm: bool | None = None  # None: DeepSpeed's default, on for stage 3 only
     hpz: int = 1  # zero_hpz_partition_size
     qwz: bool = False  # zero_quantized_weights

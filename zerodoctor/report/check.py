@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from zerodoctor import __version__
-from zerodoctor.config.memory_plan import ASSUMPTION, PlanRow
+from zerodoctor.config.memory_plan import ASSUMPTION, PlanRow, within_error
 from zerodoctor.config.static import CheckReport
 from zerodoctor.deepspeed.steptime import Inputs, StepTime
 from zerodoctor.signals.memory import HEADROOM
@@ -46,7 +46,10 @@ def margin_bytes(report: CheckReport, row: PlanRow) -> int | None:
 def _pick_json(report: CheckReport) -> dict[str, Any]:
     pick = report.recommendation
     assert pick is not None
-    return {**pick.to_json(), "margin_bytes": margin_bytes(report, pick)}
+    near = within_error(report.memory_plan, pick)
+    rival = {"stage": near[0].stage, "offload": near[0].offload, "step_time_s": near[0].step.total.value,
+             "model_error": near[1]} if near and near[0].step else None
+    return {**pick.to_json(), "margin_bytes": margin_bytes(report, pick), "within_error_of": rival}
 
 
 def _inputs_json(timing: Inputs) -> dict[str, Any]:
@@ -124,14 +127,33 @@ def _plan(report: CheckReport, console: Console) -> None:
         pick = report.recommendation
         console.print(f"  assumption: {ASSUMPTION}")
         if pick:
-            spare = margin_bytes(report, pick) or 0
-            time = f"; {_seconds(pick.step.total.value)} a step, {pick.step.total.mark}" if pick.step else ""
-            how = "the fastest option that fits" if pick.step else "the first option that fits, fastest first"
-            console.print(f"[bold]Recommended:[/] ZeRO stage {pick.stage}, offload {pick.offload}, {how} "
-                          f"({pick.model_states_bytes_per_gpu / 1e9:.2f} GB of {report.gpu_mem_bytes / 1e9:.0f} GB, "
-                          f"{spare / 1e9:.2f} GB to spare{time})")
+            console.print(pick_line(report, pick))
         else:
             console.print("[bold red]No ZeRO option fits:[/] add GPUs or offload to NVMe")
+
+
+def pick_line(report: CheckReport, pick: PlanRow) -> str:
+    """The Recommended line: the option, its memory and margin, its step time, and, when a faster option is
+    within the model's error of it, both named and why the simpler stands."""
+    spare = margin_bytes(report, pick) or 0
+    time = f"; {_seconds(pick.step.total.value)} a step, {pick.step.total.mark}" if pick.step else ""
+    near = within_error(report.memory_plan, pick)
+    how = ("the first option that fits, simplest first" if not pick.step
+           else "the simpler option that fits" if near else "the fastest option that fits")
+    line = (f"[bold]Recommended:[/] ZeRO stage {pick.stage}, offload {pick.offload}, {how} "
+            f"({pick.model_states_bytes_per_gpu / 1e9:.2f} GB of {(report.gpu_mem_bytes or 0) / 1e9:.0f} GB, "
+            f"{spare / 1e9:.2f} GB to spare{time})")
+    if near and near[0].step:
+        rival, error = near
+        both = ((_option(pick, pick.offload != rival.offload), _option(rival, pick.offload != rival.offload))
+                if pick.stage != rival.stage else (f"offload {pick.offload}", f"offload {rival.offload}"))
+        line += (f": {both[0]} and {both[1]} are within the model's error ({error:.0%}; "
+                 f"{_seconds(near[0].step.total.value)} a step); {both[0]} is simpler")
+    return line
+
+
+def _option(row: PlanRow, offload: bool) -> str:
+    return f"stage {row.stage}" + (f" with offload {row.offload}" if offload else "")
 
 
 _PARTS = (("comm", "collectives"), ("fetch", "layer fetch"), ("pcie", "PCIe"), ("optimizer", "CPU Adam"))
