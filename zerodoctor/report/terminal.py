@@ -14,6 +14,7 @@ alone: Rich adds it around the text.
 from __future__ import annotations
 
 import logging
+import os
 import re
 
 from rich.console import Console
@@ -35,9 +36,18 @@ def escape(text: str) -> str:
 
 
 class PlainFormatter(logging.Formatter):
-    """Log lines (file paths, run names, quarantine reasons) without control characters."""
+    """Log lines (file paths, run names, quarantine reasons) without control characters, one line per record.
+
+    A library's record with a traceback (SQLAlchemy's "Error closing cursor" while a PostgreSQL server is down, 20
+    lines) is about a failure zerodoctor handles itself (``watch`` waits for the store with backoff and says so):
+    its line names the exception instead, the traceback stays for ``ZERODOCTOR_DEBUG=1``."""
 
     def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and not record.name.startswith("zerodoctor") and not os.environ.get("ZERODOCTOR_DEBUG"):
+            error = record.exc_info[1]
+            cause = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+            record = logging.makeLogRecord({**record.__dict__, "msg": f"{record.getMessage()} ({cause.rstrip(': ')})",
+                                            "args": None, "exc_info": None, "exc_text": None})
         return plain(super().format(record))
 
 
