@@ -31,7 +31,7 @@ class PerfOutput:
 
 def _ds_line(prefix: str, pairs: list[tuple[str, float]]) -> str:
     """utils/timer.py SynchronizedWallClockTimer.log: ``string += " | {}: {:.2f}".format(name, elapsed_time)``."""
-    return prefix + "time (ms)" + "".join(" | {}: {:.2f}".format(name, ms) for name, ms in pairs)
+    return prefix + "time (ms)" + "".join(f" | {name}: {ms:.2f}" for name, ms in pairs)
 
 
 LOG_DIST = "[2024-05-01 10:00:{:02d},123] [INFO] [logging.py:96:log_dist] [Rank 0] "
@@ -100,15 +100,15 @@ PERF: list[PerfOutput] = [
                "runtime/config.py DeepSpeedConfig.print", (
                    "[2024-05-01 10:00:00,001] [INFO] [config.py:1000:print] DeepSpeedEngine configuration:",
                    "[2024-05-01 10:00:00,001] [INFO] [config.py:1004:print]   train_batch_size ............. 32",
-                   "[2024-05-01 10:00:00,001] [INFO] [config.py:1004:print]   json = {\n"
-                   '    "train_batch_size": 32\n}',
-                   "[2024-05-01 10:00:09,300] [INFO] [timer.py:264:stop] epoch=0/micro_step=40/global_step=20, "
-                   "RunningAvgSamplesPerSec=24.8, CurrSamplesPerSec=25.0, MemAllocated=12.5GB, MaxMemAllocated=30.25GB"),
+                   ("[2024-05-01 10:00:00,001] [INFO] [config.py:1004:print]   json = {\n"
+                    '    "train_batch_size": 32\n}'),
+                   ("[2024-05-01 10:00:09,300] [INFO] [timer.py:264:stop] epoch=0/micro_step=40/global_step=20, "
+                    "RunningAvgSamplesPerSec=24.8, CurrSamplesPerSec=25.0, MemAllocated=12.5GB, MaxMemAllocated=30.25GB")),
                {"step": 20, "step_time_s": 1.28, "mem_allocated_bytes": int(12.5 * GIB),
                 "mem_peak_bytes": int(30.25 * GIB)}),
     PerfOutput("deepspeed_throughput", "deepspeed 0.6.0-0.6.x", "deepspeed/utils/timer.py ThroughputTimer.stop "
-               "(4912e0ad7)", ("[2022-05-01 10:00:09,300] [INFO] [timer.py:190:stop] 0/40, SamplesPerSec=24.8, "
-                               "MemAllocated=12.5GB, MaxMemAllocated=30.25GB",),
+               "(4912e0ad7)", (("[2022-05-01 10:00:09,300] [INFO] [timer.py:190:stop] 0/40, SamplesPerSec=24.8, "
+                                "MemAllocated=12.5GB, MaxMemAllocated=30.25GB"),),
                {"mem_allocated_bytes": int(12.5 * GIB), "mem_peak_bytes": int(30.25 * GIB)}),
     # The pipeline engine (runtime/pipe/engine.py, 0.10.1+ names): at steps_per_print 10, its micro-step line
     # (batch_input first) and global line inside the optimizer step, then train_batch's "steps:" line, then the
@@ -203,7 +203,7 @@ PERF += [
                    rec for i in (10, 20) for rec in (
                        _iteration(i, 990.0 if i == 10 else 1000.0),
                        "times across ranks (ms):" + "".join(
-                           "\n  {}:".format(n) + "".join("\n     rank {:2d}: {:.2f}".format(r, v)
+                           f"\n  {n}:" + "".join(f"\n     rank {r:2d}: {v:.2f}"
                                                          for r, v in ((0, lo), (1, hi)))
                            for n, lo, hi in NEW_TIMERS))),
                NEW_EXPECT, variant="all"),

@@ -36,7 +36,7 @@ def _message(p: PerfOutput) -> Message:
     return Message(p.family, "", p.versions, p.source, p.records, variant=p.variant)
 
 
-def _case(p: PerfOutput, wrapping: str):  # noqa: ANN202 - a pytest ParameterSet
+def _case(p: PerfOutput, wrapping: str):
     case_id = f"{_message(p).id}-{wrapping}"
     marks = [pytest.mark.xfail(reason=KNOWN_LIMITS[case_id], strict=True)] if case_id in KNOWN_LIMITS else []
     return pytest.param(p, wrapping, id=case_id, marks=marks)

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.messages.units import LOGGED
