@@ -1,7 +1,7 @@
 """A real 2-rank CPU DeepSpeed run's performance output, read three ways that must agree.
 
-``tests/fixtures/perf/zero2-cpu/`` is what ``tests/fixtures/perf/record.py`` wrote (DeepSpeed 0.19.8, torch
-2.13 CPU, gloo, ZeRO-2, two micro-batches a step, ``wall_clock_breakdown``, the comms logger and
+``tests/fixtures/perf/zero2-cpu/`` and ``zero3-cpu/`` are what ``tests/fixtures/perf/record.py`` wrote (DeepSpeed
+0.19.8, torch 2.13 CPU, gloo, ZeRO-2 and ZeRO-3, two micro-batches a step, ``wall_clock_breakdown``, the comms logger and
 ``csv_monitor`` on): its console (the timers of every step, the comms logger's summary) and DeepSpeed
 Monitor's CSV files. The console's timers print ms with two decimals, the CSV files the same timers unrounded:
 each step's phase split from the one must be the other's.
@@ -19,26 +19,29 @@ from tests.conftest import parsed
 from tests.sources.test_perf_families import events_of
 from zerodoctor.sources.batches import make_parser, read_batches, run_files, run_id_for
 
-RUN = Path(__file__).resolve().parents[1] / "fixtures" / "perf" / "zero2-cpu"
+PERF = Path(__file__).resolve().parents[1] / "fixtures" / "perf"
+RUN = PERF / "zero2-cpu"
 PHASES = ("fwd_s", "bwd_s", "optim_s", "comm_s")
 
 
-def _csv_steps() -> dict[int, dict]:
-    ((path, fmt),) = run_files(RUN / "csv")
-    assert fmt == "csv-monitor" and run_id_for(path) == "zero2"
+def _csv_steps(run: Path) -> dict[int, dict]:
+    ((path, fmt),) = run_files(run / "csv")
+    assert fmt == "csv-monitor" and run_id_for(path) == run.name.removesuffix("-cpu")
     batches = list(read_batches(path, make_parser(fmt, run_id_for(path), path=path)))
     return {e["step"]: e for e in parsed(batches) if e["kind"] == "step"}
 
 
-def test_the_console_and_the_monitor_agree_step_by_step() -> None:
-    console = {e["step"]: e for e in events_of(RUN / "console.log") if e["kind"] == "step" and "fwd_s" in e}
-    monitor = _csv_steps()
+@pytest.mark.parametrize("run", [PERF / "zero2-cpu", PERF / "zero3-cpu"], ids=lambda p: p.name)
+def test_the_console_and_the_monitor_agree_step_by_step(run: Path) -> None:
+    """ZeRO-3's optimizer line (optimizer_step alone) and its init_optimizer_state line add no step."""
+    console = {e["step"]: e for e in events_of(run / "console.log") if e["kind"] == "step"}
+    monitor = _csv_steps(run)
     assert len(monitor) == 6 and sorted(monitor) == list(range(1, 7))
     assert sorted(console) == sorted(monitor)
     # the console's comm_s adds ZeRO's optimizer all-gather (its own line, before the step's last), which the
     # monitor does not write
     allgathers = [float(ms) / 1000 for ms in re.findall(r"optimizer_allgather: ([\d.]+)",
-                                                         (RUN / "console.log").read_text())]
+                                                         (run / "console.log").read_text())] or [0.0] * 6
     assert len(allgathers) == 6
     for step, row in monitor.items():
         for field in PHASES:
