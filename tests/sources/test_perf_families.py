@@ -76,6 +76,11 @@ def test_the_output_becomes_events(tmp_path: Path, output: PerfOutput, wrapping:
         for op, want in output.comm.items():
             assert all(_close(got[op][k], v) for k, v in want.items()), f"{op}: {got[op]} != {want}"
         return
+    if output.kind == "log":
+        (profile,) = [e for e in events if e.get("what") == "flops_profile"]
+        wrong = {k: (profile["data"].get(k), v) for k, v in output.data.items() if not _close(profile["data"].get(k), v)}
+        assert not wrong, f"{output.source}: (read, expected) {wrong}"
+        return
     steps = [e for e in events if e["kind"] == "step"]
     assert steps, f"{output.source} ({output.versions}): no step"
     step = next((s for s in steps if s["step"] == output.expect["step"]), None) if "step" in output.expect else steps[-1]

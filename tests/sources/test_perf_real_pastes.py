@@ -49,6 +49,23 @@ time (ms) | forward-compute: 58.16 | backward-compute: 42.66 | backward-params-a
 """
 
 
+# https://github.com/lucidrains/DALLE-pytorch/pull/302 (DeepSpeed 0.4's flops profiler: "params per gpu", "fwd flops
+# per GPU = 2 * fwd MACs per GPU"; the excerpt's Notations lines are left out, its rows are whole)
+DALLE_302 = """\
+-------------------------- DeepSpeed Flops Profiler --------------------------
+Profile Summary at step 10:
+world size:                                                   1
+data parallel size:                                           1
+model paralel size:                                           1
+batch size per GPU:                                           80
+params per gpu:                                               336.23 M
+params of model = params per GPU * mp_size:                   336.23 M
+fwd MACs per GPU:                                             3139.93 G
+fwd flops per GPU = 2 * fwd MACs per GPU:                     6279.86 G
+fwd flops of model = fwd flops per GPU * mp_size:             6279.86 G
+"""
+
+
 def _steps(path: Path) -> dict[int, dict]:
     return {e["step"]: e for e in events_of(path) if e["kind"] == "step"}
 
@@ -131,3 +148,10 @@ def test_comms_logger_table() -> None:
     assert sum(e["bytes"] for e in comm) == (146 * 2048 + 24 * 6144 + int(6.31 * 1024) + 24 * 8192
                                              + 24 * 2 * (1 << 20))
     assert sum(e["total_s"] for e in comm) == pytest.approx((0.19 + 11.12 + 1.84 + 0.12 + 1.85 + 2.05) / 1000)
+
+
+def test_flops_profiler_summary_of_0_4(tmp_path: Path) -> None:
+    """DALLE-pytorch#302: the old row names, the summary cut before its latencies, ended by the file's end."""
+    (profile,) = [e for e in events_of(_pasted(tmp_path, DALLE_302)) if e.get("what") == "flops_profile"]
+    assert profile["step"] == 10
+    assert profile["data"] == {"params_per_gpu": 336_230_000, "params": 336_230_000, "fwd_flops": 6_279_860_000_000}
