@@ -216,11 +216,11 @@ PERF.append(PerfOutput(
     "print_model_profile, number_to_string ('{:g} {units}')", (
         "\n-------------------------- DeepSpeed Flops Profiler --------------------------",
         "Profile Summary at step 10:",
-        "Notations:\ndata parallel size (dp_size), model parallel size(mp_size),\n"
-        "number of parameters (params), number of multiply-accumulate operations(MACs),\n"
-        "number of floating-point operations (flops), floating-point operations per second (FLOPS),\n"
-        "fwd latency (forward propagation latency), bwd latency (backward propagation latency),\n"
-        "step (weights update latency), iter latency (sum of fwd, bwd and step latency)\n",
+        ("Notations:\ndata parallel size (dp_size), model parallel size(mp_size),\n"
+         "number of parameters (params), number of multiply-accumulate operations(MACs),\n"
+         "number of floating-point operations (flops), floating-point operations per second (FLOPS),\n"
+         "fwd latency (forward propagation latency), bwd latency (backward propagation latency),\n"
+         "step (weights update latency), iter latency (sum of fwd, bwd and step latency)\n"),
         *(_LINE_FMT.format(name, value) for name, value in (
             ("world size: ", 8), ("data parallel size: ", 8), ("model parallel size: ", 1),
             ("batch size per GPU: ", 4), ("params per GPU: ", "1.3 B"),
