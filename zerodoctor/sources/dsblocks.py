@@ -1,9 +1,11 @@
-"""Sources, text: DeepSpeed's multi-line console blocks → ``run_start`` and ``comm`` events.
+"""Sources, text: DeepSpeed's multi-line console blocks → ``run_start``, ``comm`` and ``log`` events.
 
 The engine's config dump (``runtime/config.py`` ``DeepSpeedConfig.print``: one
 ``name ...... value`` line per attribute, then ``json = {`` and the user's config as indented
 JSON over many unprefixed lines) and the comms logger summary (``utils/comms_logging.py``
-``log_all``: 20-character columns, each op name on its own line above its rows). Each block
+``log_all``: 20-character columns, each op name on its own line above its rows; the same format from 0.7.0
+(5349347bb) to 0.19, ``show_straggler``'s second table after a line of underscores since 0.10.0), and the
+flops profiler's summary (``print_model_profile``, 0.4.0+). Each block
 holds the parser open until it ends; ``feed`` returns ``None`` for a line it does not take, so
 the line is read as an ordinary one.
 """
@@ -22,8 +24,11 @@ from zerodoctor.messages.units import LOGGED  # the comms logger's KB/MB are pow
 
 MAX_BLOCK_LINES = 2000  # a dump that never closes (a truncated log) is let go, not held forever
 _ATTR = re.compile(r"(?:^|\s)(\w+) \.{2,} (.*?)\s*$")
-_ROW = re.compile(rf"^\s+({NUM}) ([KMGTP]?B)\s+(\d+)\s+({NUM})\s+({NUM})")
-_OP = re.compile(r"^([A-Za-z_][\w.]*)\s*$")
+# print()ed, so bare; a console that logs stdout puts its prefix (ending "] ") before each line
+_ROW = re.compile(rf"(?:^|\] )\s+({NUM}) ?([KMGTP]?B)\s+(\d+)\s+({NUM})")  # convert_size(0) is "0B"
+# What a terminal's wrap leaves of a row or of the header on the next line: numbers, or the header's last columns.
+_WRAPPED = re.compile(rf"^\s*(?:{NUM}\s*)+$|Latency\(ms\)|\(Gbps\)")
+_OP = re.compile(r"(?:^|\] )([A-Za-z_][\w.]*)\s*$")
 
 
 class ConfigDump:
@@ -139,16 +144,18 @@ class CommsTable:
                 self.holding, self._op = True, None
                 return []
             return None
-        row = _ROW.match(text)
+        row = _ROW.search(text)
         if row and self._op:
-            size, unit, count, total_ms, _ = row.groups()
+            size, unit, count, total_ms = row.groups()
             calls = int(count)
             return [self.context.event("comm", line, op=self._op, count=calls,
                                        bytes=int(float(size) * LOGGED[unit]) * calls, total_s=float(total_ms) / 1000.0,
                                        step=self.context.last_step())]
-        op = _OP.match(text)
+        op = _OP.search(text)
         if op and not text.startswith(" "):
             self._op = op.group(1)
+            return []
+        if _WRAPPED.search(text):
             return []
         self.holding = False  # a blank line, the straggler section or anything else ends the table
         return None
@@ -156,3 +163,64 @@ class CommsTable:
     def finish(self) -> list[Event]:
         self.holding = False
         return []
+
+
+# profiling/flops_profiler/profiler.py print_model_profile (0.4.0+): one '{:<70}  {:<8}' line per figure, each a
+# number_to_string ("1.3 M", "12.35 ms", "4.56 T"); params_to_string writes G as B
+# ("params per gpu" and "fwd flops per GPU = 2 * fwd MACs per GPU" before 0.9); srun's "0: " or a logger's prefix
+# may lead
+_FLOPS_ROW = re.compile(rf"(?:^|: |\] )(params per (?:GPU|gpu)|params of model = params per GPU \* mp_size|"
+                        rf"fwd flops per GPU(?: = 2 \* fwd MACs per GPU)?|fwd latency|bwd latency|step latency|"
+                        rf"iter latency):\s+({NUM}) ?([TGBMKmu]?)")
+_FLOPS_KEYS = {"params per GPU": "params_per_gpu", "params of model = params per GPU * mp_size": "params",
+               "fwd flops per GPU": "fwd_flops", "fwd latency": "fwd_latency_s", "bwd latency": "bwd_latency_s",
+               "step latency": "step_latency_s", "iter latency": "iter_latency_s"}
+_MAGNITUDE = {"T": 1e12, "G": 1e9, "B": 1e9, "M": 1e6, "K": 1e3, "m": 1e-3, "u": 1e-6, "": 1.0}
+_PROFILE_STEP = re.compile(r"Profile Summary at step (\d+):")
+MAX_PROFILE_LINES = 60  # the notations and the summary; the per-module profile after it is not read
+
+
+class FlopsSummary:
+    """The flops profiler's summary → one ``log`` ``flops_profile``: the model's parameters, its forward flops
+    per GPU, and the latencies of the profiled step (the engine's timers, where ``wall_clock_breakdown`` is on)."""
+
+    keywords = (b"Profile Summary at step",)
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.holding = False
+        self._data: dict[str, float] = {}
+        self._line: Line | None = None
+        self._step: int | None = None
+        self._lines = 0
+
+    def feed(self, line: Line) -> list[Event] | None:
+        text = line.text
+        if not self.holding:
+            started = _PROFILE_STEP.search(text)
+            if started is None:
+                return None
+            self.holding, self._data, self._line, self._lines = True, {}, line, 0
+            self._step = int(started.group(1))
+            return []
+        self._lines += 1
+        row = _FLOPS_ROW.search(text.strip())
+        if row:
+            name, number, unit = row.groups()
+            name = name.replace("per gpu", "per GPU").removesuffix(" = 2 * fwd MACs per GPU")
+            value = float(number) * _MAGNITUDE[unit]
+            self._data[_FLOPS_KEYS[name]] = round(value) if name.startswith(("params", "fwd flops")) else value
+            return []
+        if (self._data and ("------" in text or "Top " in text)) or self._lines > MAX_PROFILE_LINES:
+            return self.finish()
+        return []
+
+    def finish(self) -> list[Event]:
+        if not self.holding:
+            return []
+        self.holding = False
+        data, self._data = self._data, {}
+        if not data or self._line is None:
+            return []
+        return [self.context.event("log", self._line, message=f"flops profile at step {self._step}",
+                                   source="deepspeed", what="flops_profile", data=data, step=self._step)]
