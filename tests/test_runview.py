@@ -101,7 +101,7 @@ def test_a_restarted_reader_starts_from_the_saved_state_and_reads_no_step_rows(t
     assert judged.world_size_stated == RANKS
 
 
-def _statements_of(pipeline: Pipeline, judge) -> list[str]:  # noqa: ANN001
+def _statements_of(pipeline: Pipeline, judge) -> list[str]:
     statements: list[str] = []
     listener = lambda *args: statements.append(args[2])  # noqa: E731 - (conn, cursor, statement, ...)
     event.listen(pipeline.engine, "before_cursor_execute", listener)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
 
-from zerodoctor.signals.view import WINDOW, Steps
+from zerodoctor.events.columns import Steps
+from zerodoctor.signals.view import WINDOW
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,8 @@ def _median(counts: dict[str, int]) -> float:
 def _nonpositive(view: RunView) -> dict[str, Any]:
     """DeepSpeed's "<value>: N has to be greater than 0" (runtime/config.py _batch_assertion), and its refusal of a
     config with no batch size at all."""
-    refused = [log["data"] for log in view.events.get("log", []) if log.get("what") == "batch_nonpositive" and log.get("data")]
+    refused = [log["data"] for log in view.events.get("log", [])
+               if log.get("what") == "batch_nonpositive" and log.get("data")]
     out: dict[str, Any] = {"batch.nonpositive": len(refused), "batch.missing": len(
         {log["rank"] for log in view.events.get("log", []) if log.get("what") == "batch_missing"})}
     if refused:

@@ -1,4 +1,4 @@
-"""Signals, memory creep: allocated device memory per step and each rank's host RSS → how fast it climbs, when it is full.
+"""Signals, memory creep: device memory allocated per step and each rank's RSS → how fast it climbs, when it is full.
 
 A tensor kept alive every step (a loss appended without ``.item()``, a cache that only grows)
 shows as allocated memory rising in a straight line, step after step. A least-squares line

@@ -1,4 +1,4 @@
-"""Signals, evidence: what a run read from a console log could show at all → facts the findings' strength is worded from.
+"""Signals, evidence: what a run read from a console log could show at all → facts that word the findings' strength.
 
 Events from the probe cover every rank and step; a console log shows what DeepSpeed chose to
 print — rank 0's lines for most of its messages, one OOM message, the watchdogs that fired.

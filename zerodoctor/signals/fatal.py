@@ -72,7 +72,8 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     ranks = sorted({e["rank"] for e in errors if e["family"] == root["family"]})
     message = root.get("message") or ""
     out.update({"fatal.family": root["family"], "fatal.seen": True, "fatal.ranks": len(ranks),
-                "fatal.root_ranks": ranks, "fatal.rank": root["rank"], "fatal.step": root.get("step"), "fatal.type": root.get("type"),
+                "fatal.root_ranks": ranks, "fatal.rank": root["rank"], "fatal.step": root.get("step"),
+                "fatal.type": root.get("type"),
                 "fatal.message": _cut(message) or None, "fatal.signal": root.get("signal"),
                 **_frames(root.get("traceback") or [])})
     named = _SIGNAL_NAME.search(message)

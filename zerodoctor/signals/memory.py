@@ -185,7 +185,8 @@ def _headroom(oom: dict[str, Any]) -> int | None:
 
 
 def _fits(values: dict[str, Any]) -> dict[str, Any]:
-    params, world, device = values.get("run.params"), values.get("run.world_size"), values.get("run.device_memory_bytes")
+    params, world = values.get("run.params"), values.get("run.world_size")
+    device = values.get("run.device_memory_bytes")
     if not params or not world:
         return {"memory.stage2_fit_known": False}
     stage2 = model_state_bytes(params, world, 2)

@@ -215,7 +215,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     fp16 = precision == "fp16" if precision else (True if scaled else None)
     out["fp16.enabled"] = fp16
     if fold.known and not fp16 and (precision == "bf16" or static_seen):
-        out.update({"numerics.unscaled_skips": fold.overflows, "numerics.unscaled_skip_rate": fold.overflows / fold.known,
+        out.update({"numerics.unscaled_skips": fold.overflows,
+                    "numerics.unscaled_skip_rate": fold.overflows / fold.known,
                     "numerics.skip_precision": precision or "unknown"})
     if not fp16:
         return out

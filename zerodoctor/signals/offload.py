@@ -52,11 +52,13 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     host_optimizer = any((e.get("data") or {}).get("optimizer") in _HOST_OPTIMIZERS
                          for e in view.events.get("log", []) if e.get("what") == "engine_setup")
     out: dict[str, Any] = {
-        "offload.optimizer": nested(config, "zero_optimization.offload_optimizer.device") in _OFFLOADED or host_optimizer,
+        "offload.optimizer": (nested(config, "zero_optimization.offload_optimizer.device") in _OFFLOADED
+                              or host_optimizer),
         "offload.param": nested(config, "zero_optimization.offload_param.device") in _OFFLOADED,
     }
     out["offload.optimizer_fraction"] = StepWindow.series(view.fold(__name__).recent, 1)
-    params, world, device = values.get("run.params"), values.get("run.world_size"), values.get("run.device_memory_bytes")
+    params, world = values.get("run.params"), values.get("run.world_size")
+    device = values.get("run.device_memory_bytes")
     if params and world:
         need = model_state_bytes(params, world, 3, "optimizer")
         out["offload.optimizer_only_gb"] = need / GB

@@ -19,14 +19,11 @@ This module names no signal: it only keeps what ``series`` turns into the report
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from zerodoctor.events import STEP_INTS
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
-
-if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run without steps never needs it
-    import numpy as np
 
 POINTS = 800
 _PREFIX = "plot_"  # the fold's merged columns: plot_loss is loss as the plots merge it

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from zerodoctor.plugins.hookspecs import hookimpl
 
 
 @hookimpl
-def register_signals() -> list:
+def register_signals() -> list[ModuleType | type]:
     from zerodoctor.signals import (amp, batch, comms, config, crashes, creep, evidence, fatal, hang, memory,
                                     mismatch, numerics, offload, plots, run, stacks, straggler, trace, trainer)
 

@@ -377,7 +377,8 @@ class RunView:
         view.formats = state["formats"]
         view.per_rank = {int(r): totals for r, totals in state["per_rank"].items()}
         versions = state.get("fold_versions", {})
-        kept = {m: s for m, s in state["folds"].items() if m in reads.folds and versions.get(m) == reads.fold_versions[m]}
+        kept = {m: s for m, s in state["folds"].items()
+                if m in reads.folds and versions.get(m) == reads.fold_versions[m]}
         view.folds.update({m: reads.folds[m].load(s) for m, s in kept.items()})
         view.behind = set(reads.folds) - set(kept)  # unsaved, or saved by other code: folded again when asked
         for e in stored.run_events(conn, run_id, exclude=tuple(reads.fold_events)):

@@ -73,9 +73,11 @@ _NONPOSITIVE_KEYS = {"Train batch size": TRAIN_BATCH, "Micro batch size per gpu"
 class DeepSpeedDialect:
     name = "deepspeed"
     keywords = (b"OVERFLOW!", b"Grad overflow", b"Overflow detected", b"Reducing dynamic loss", b"Using static loss",
-                b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size", b"Micro batch size per gpu",
-                b"Gradient accumulation steps", b"Either train_batch", b", skipped=", b"(ms) |",
-                b"SamplesPerSec", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ", b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords)
+                b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size",
+                b"Micro batch size per gpu", b"Gradient accumulation steps", b"Either train_batch", b", skipped=",
+                b"(ms) |",
+                b"SamplesPerSec", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ", b"ZeRO stage ",
+                *ConfigDump.keywords, *CommsTable.keywords)
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -254,7 +256,8 @@ class DeepSpeedDialect:
         if not _TIMERS.search(text) or "fwd_moe" in text:
             return []  # the MoE forward breakdown repeats fwd; the global line follows it
         named = {name: float(ms) / 1000.0 for name, ms in _TIMER.findall(text)}
-        for table, tag in ((_GLOBAL_TIMERS, "timers"), (_MICRO_TIMERS, "micro_timers"), (_OPTIM_TIMERS, "optim_timers")):
+        tables = ((_GLOBAL_TIMERS, "timers"), (_MICRO_TIMERS, "micro_timers"), (_OPTIM_TIMERS, "optim_timers"))
+        for table, tag in tables:
             fields = _fields(named, table)
             if fields:
                 return self.clock.add(line, self._rank(line), tag, fields, closes=tag == "timers")
@@ -266,7 +269,8 @@ class DeepSpeedDialect:
             return []
         step, _, _, allocated, peak = match.groups()
         return self.clock.add(line, self._rank(line), "tput", {
-            "mem_allocated_bytes": int(float(allocated) * LOGGED["GB"]), "mem_peak_bytes": int(float(peak) * LOGGED["GB"])},
+            "mem_allocated_bytes": int(float(allocated) * LOGGED["GB"]),
+            "mem_peak_bytes": int(float(peak) * LOGGED["GB"])},
             step=int(step) if step else None)
 
     def _cache_flushes(self, line: Line, text: str) -> list[Event]:

@@ -77,7 +77,8 @@ class MegatronDialect:
             if interval - i <= nan:
                 fields["loss"] = float("nan")
             if step == iteration:
-                fields.update({k: v for k, v in last.items() if v is not None and not (k == "loss" and "loss" in fields)})
+                fields.update({k: v for k, v in last.items()
+                               if v is not None and not (k == "loss" and "loss" in fields)})
             out.append(self.context.event("step", line, step=step, **fields))
         self.context.step = max(self.context.step, iteration)
         return out
