@@ -21,6 +21,8 @@ from zerodoctor.signals.base import shown_by
 _dumped = shown_by(CONFIG, switch=BATCH_DUMP)
 _stepwise = shown_by(STEPS)
 
+READS = ("run.world_size",)
+
 SIGNALS = [
     _dumped("batch.config_explicit", "bool", "the config sets train_batch_size, micro-batch and grad-accum all three"),
     _dumped("batch.config_product", "samples", "micro × grad-accum × world size from the values the user wrote"),
@@ -62,6 +64,7 @@ RANK_FIELDS = {"samples": ("samples", "sum"), "micro_batches": ("micro_batches",
 
 @dataclass
 class Fold(runview.Fold):
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     micro_batches: dict[str, int] = field(default_factory=dict)  # backward calls per step → steps with that many
 
     def add_steps(self, block: Steps, view: RunView) -> None:

@@ -21,6 +21,8 @@ SIGKILL = 9
 # A run the user or the scheduler stopped: its ranks' exit statuses are no fault (Ctrl-C, torchrun's SIGTERM)
 _STOPPED = ("KeyboardInterrupt", "SignalException")
 
+READS = ()
+
 SIGNALS = [
     *(Signal(f"crash.{name}", "ranks", f"how many ranks printed the '{name}' crash signature")
       for name, _, _ in SIGNATURES),

@@ -25,6 +25,8 @@ POINTS = 128  # the fit's window: recent enough to see a leak start, long enough
 _device = shown_by(STEPS, DEVICE)
 _heartbeats = shown_by(HEARTBEATS)
 
+READS = ()
+
 SIGNALS = [
     _device("creep.device_bytes_per_step", "bytes", "growth of allocated device memory per step (least squares)"),
     _device("creep.device_r2", "ratio", "how straight the climb is (R² of the fit; 1 = every step the same)"),
@@ -56,6 +58,7 @@ FOLD_EVENTS = ("heartbeat",)
 
 @dataclass
 class Fold(runview.Fold):
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     device: list[list[int]] = field(default_factory=list)  # [step, allocated bytes], the last POINTS
     host: dict[str, list[list[int]]] = field(default_factory=dict)  # rank → [last step, rss bytes]
 

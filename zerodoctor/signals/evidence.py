@@ -17,6 +17,8 @@ from zerodoctor.signals.base import Signal
 MESSAGES = {"batch_assertion": "DeepSpeed's batch assertion", "trainer_batch": "the Trainer's batch header",
             "grad_accum_update": "Accelerate's grad-accum update", "hf_config_mismatch": "the Trainer's mismatch error"}
 
+READS = ()
+
 SIGNALS = [
     Signal("evidence.console_log", "bool", "the run was read from console logs only, not the probe's events"),
     Signal("evidence.step_ranks", "ranks", "ranks whose per-step lines the log holds (console logs only)"),

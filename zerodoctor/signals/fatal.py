@@ -30,6 +30,8 @@ SURVIVABLE = {"nonfinite_loss"}  # counted on every rank that showed it, steppin
 ABORT = 6
 SIGNAL_FAMILIES = ("native_crash", "process_aborted", crashes.TEARDOWN_CRASH)
 
+READS = ()
+
 SIGNALS = [
     Signal("fatal.family", "name", "crash family"),
     Signal("fatal.seen", "bool", "the log shows a fatal error of a rank's own (a flag: gates a rule, never shown)"),

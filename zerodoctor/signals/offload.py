@@ -25,6 +25,8 @@ _HOST_OPTIMIZERS = ("DeepSpeedCPUAdam", "DeepSpeedCPUAdagrad", "DeepSpeedCPULion
 _stepwise = shown_by(STEPS)
 _timed = shown_by(STEPS, switch=OPTIMIZER_TIME)
 
+READS = ("run.params", "run.world_size", "run.device_memory_bytes")
+
 SIGNALS = [
     _stepwise("offload.optimizer", "bool", "offload_optimizer.device is cpu or nvme"),
     _stepwise("offload.param", "bool", "offload_param.device is cpu or nvme"),
@@ -40,6 +42,7 @@ STEP_FIELDS = {"optim_s": "mean", "step_time_s": "max"}
 
 @dataclass
 class Fold(runview.Fold):
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     recent: list[list[Any]] = field(default_factory=list)  # columns of the last WINDOW steps: steps, optimizer share
 
     def add_steps(self, block: Steps, view: RunView) -> None:

@@ -15,6 +15,8 @@ from zerodoctor.signals.view import RunView
 
 OPTIMAL_TOKENS_PER_PARAM = 20
 
+READS = ("run.params", "run.steps", "config.total_steps")
+
 SIGNALS = [
     Signal("data.tokens_seen", "tokens", "token ids fed to the model so far, summed over ranks"),
     Signal("data.tokens_per_step", "tokens", "token ids per optimizer step over all ranks"),
