@@ -57,7 +57,7 @@ def test_world_size_at_or_over_2_63_is_a_usage_error(tmp_path):
 
 
 @pytest.fixture
-def full_disk(tmp_path: Path):  # noqa: ANN201 - a Path
+def full_disk(tmp_path: Path):
     """A real filesystem with no space left: a 512 KiB tmpfs, filled up."""
     mount = tmp_path / "full"
     mount.mkdir()

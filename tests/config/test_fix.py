@@ -13,7 +13,7 @@ from zerodoctor.config.static import judge_config
 from zerodoctor.fixes.apply import FixError, apply_fixes, summary_lines, write_config
 
 
-def _findings(config: dict, rules, world_size: int):  # noqa: ANN001, ANN202
+def _findings(config: dict, rules, world_size: int):
     return judge_config(config, rules, name="t", world_size=world_size)[0]
 
 

@@ -187,8 +187,8 @@ def test_the_picks_error_and_the_fetch_cost_are_the_benchs_own_figures() -> None
     bench = _bench()
     data = json.loads(bench.DATA.read_text())
     result = bench.measure(data)
-    assert LAYER_FETCH_S == pytest.approx(result["fitted_fetch_s"])
-    assert MODEL_ERROR == {kind: round(k["loo_median"], 3) for kind, k in result["summary"].items()}
+    assert pytest.approx(result["fitted_fetch_s"]) == LAYER_FETCH_S
+    assert {kind: round(k["loo_median"], 3) for kind, k in result["summary"].items()} == MODEL_ERROR
     held = [r["fetch_s"] for r in result["leave_one_out"]]
     moved = json.loads(json.dumps(data))
     assert moved["setups"][0]["id"] == "belle-402-bloom560m-seq512" and result["rows"][0]["zero3"]

@@ -5,7 +5,6 @@ characters (an OSC 0 set the terminal's title, ``ESC[2J`` cleared it); the only 
 from __future__ import annotations
 
 import json
-import os
 import re
 import unicodedata
 from pathlib import Path

@@ -681,14 +681,16 @@ KERNEL_OOM = [
 
 # NCCL's own WARN line for a CUDA call that failed: src/include/checks.h CUDACHECK "Cuda failure '%s'" (runtime API,
 # 2.3.5+), src/include/cudawrap.h CUCHECK "Cuda failure %d '%s'" (driver API, 2.19.1+); debug.cc's prefix
-# "\n%s:%d:%d [%d] %s:%d NCCL WARN " (host:pid:tid [device] file:line), "(%s)" the function before "NCCL WARN" in 2.30.7+
+# "\n%s:%d:%d [%d] %s:%d NCCL WARN " (host:pid:tid [device] file:line), "(%s)" the function before "NCCL WARN" in
+# 2.30.7+
 NCCL_WARN = "node01:48213:48290 [3] "
 NCCL_CUDA = [
     Message("illegal_memory_access", "ZD903", "nccl 2.3.5-latest", "nccl src/include/checks.h, src/debug.cc",
             (f"\n{NCCL_WARN}enqueue.cc:1541 NCCL WARN Cuda failure 'an illegal memory access was encountered'",),
             variant="CUDACHECK"),
     Message("illegal_memory_access", "ZD903", "nccl 2.19.1-2.30.4", "nccl src/include/cudawrap.h, src/debug.cc",
-            (f"\n{NCCL_WARN}include/alloc.h:125 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'",),
+            (f"\n{NCCL_WARN}include/alloc.h:125 NCCL WARN Cuda failure 700 "
+             "'an illegal memory access was encountered'",),
             variant="CUCHECK"),
     Message("illegal_memory_access", "ZD903", "nccl 2.30.7-latest", "nccl src/include/cudawrap.h, src/debug.cc",
             (f"{NCCL_WARN}include/alloc.h:115 (ncclCuMemHostFree) NCCL WARN Cuda failure 700 'an illegal memory "
@@ -811,9 +813,9 @@ COLLECTIVE_MISMATCH = [
     # rank's is its length decoded (7 = GATHER), sequence number 0
     Message("collective_mismatch", "ZD708", "torch 2.x-2.13", "c10d ProcessGroupWrapper.cpp",
             (MISMATCH + f"Rank 2 is running collective: {fingerprint(32, 'ALLREDUCE', '')}, but Rank 3 is running "
-             f"collective: {fingerprint(0, 'GATHER')}." + differ("\t Sequence number: 32vs 0", "  Op type: ALLREDUCEvs GATHER",
-                                                                   "  Tensor Tensor dtypes: Floatvs ",
-                                                                   f"  Tensor Tensor devices: {CUDA_OPTIONS}vs "),),
+             f"collective: {fingerprint(0, 'GATHER')}."
+             + differ("\t Sequence number: 32vs 0", "  Op type: ALLREDUCEvs GATHER", "  Tensor Tensor dtypes: Floatvs ",
+                      f"  Tensor Tensor devices: {CUDA_OPTIONS}vs "),),
             ALL_REDUCE, "length"),
     Message("collective_mismatch", "ZD708", "torch 2.x-2.13", "c10d ProcessGroupWrapper.cpp",
             (MISMATCH + f"Rank 1 is running collective: {fingerprint(16150, 'ALLREDUCE', '344502304', 'Half')}, but "
@@ -829,5 +831,6 @@ COLLECTIVE_MISMATCH = [
 ]
 
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
-                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB, *NCCL_ASYNC,
+                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB,
+                           *NCCL_ASYNC,
                            *DATALOADER_SHM, *TEXT_AS_NUMBER, *COLLECTIVE_MISMATCH]

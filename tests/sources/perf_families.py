@@ -104,7 +104,8 @@ PERF: list[PerfOutput] = [
                    ("[2024-05-01 10:00:00,001] [INFO] [config.py:1004:print]   json = {\n"
                     '    "train_batch_size": 32\n}'),
                    ("[2024-05-01 10:00:09,300] [INFO] [timer.py:264:stop] epoch=0/micro_step=40/global_step=20, "
-                    "RunningAvgSamplesPerSec=24.8, CurrSamplesPerSec=25.0, MemAllocated=12.5GB, MaxMemAllocated=30.25GB")),
+                    "RunningAvgSamplesPerSec=24.8, CurrSamplesPerSec=25.0, MemAllocated=12.5GB, "
+                    "MaxMemAllocated=30.25GB")),
                {"step": 20, "step_time_s": 1.28, "mem_allocated_bytes": int(12.5 * GIB),
                 "mem_peak_bytes": int(30.25 * GIB)}),
     PerfOutput("deepspeed_throughput", "deepspeed 0.6.0-0.6.x", "deepspeed/utils/timer.py ThroughputTimer.stop "

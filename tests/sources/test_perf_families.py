@@ -78,12 +78,14 @@ def test_the_output_becomes_events(tmp_path: Path, output: PerfOutput, wrapping:
         return
     if output.kind == "log":
         (profile,) = [e for e in events if e.get("what") == "flops_profile"]
-        wrong = {k: (profile["data"].get(k), v) for k, v in output.data.items() if not _close(profile["data"].get(k), v)}
+        read = profile["data"]
+        wrong = {k: (read.get(k), v) for k, v in output.data.items() if not _close(read.get(k), v)}
         assert not wrong, f"{output.source}: (read, expected) {wrong}"
         return
     steps = [e for e in events if e["kind"] == "step"]
     assert steps, f"{output.source} ({output.versions}): no step"
-    step = next((s for s in steps if s["step"] == output.expect["step"]), None) if "step" in output.expect else steps[-1]
+    step = (next((s for s in steps if s["step"] == output.expect["step"]), None) if "step" in output.expect
+            else steps[-1])
     assert step is not None, f"no step {output.expect['step']} among {[s['step'] for s in steps]}"
     wrong = {k: (step.get(k), v) for k, v in output.expect.items() if not _close(step.get(k), v)}
     assert not wrong, f"{output.source} ({output.versions}): (read, expected) {wrong}"

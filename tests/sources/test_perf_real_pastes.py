@@ -43,9 +43,14 @@ BIGCODE_28 = """\
 """
 # https://github.com/NVIDIA/nccl/issues/743 (Megatron-LM 2021-2022: the single timer line, then iteration 30's)
 NCCL_743 = """\
-time (ms) | forward-compute: 58.16 | backward-compute: 42.66 | backward-params-all-reduce: 21.43 | backward-layernorm-all-reduce: 0.02 | backward-embedding-all-reduce: 0.03 | backward-reduce-model-grads: 21.52 | backward-gather-model-params: 0.00 | optimizer-copy-to-main-grad: 5.67 | optimizer-unscale-and-check-inf: 3.74 | optimizer-clip-main-grad: 1.15 | optimizer-count-zeros: 0.00 | optimizer-inner-step: 46.00 | optimizer-copy-main-to-model-params: 0.83 | optimizer: 57.50 | batch-generator: 5.24
-[Rank 0] (after 20 iterations) memory (MB) | allocated: 6245.033203125 | max allocated: 6245.0361328125 | reserved: 6554.0 | max reserved: 6554.0
- iteration       30/ 1000000 | consumed samples:          120 | elapsed time per iteration (ms): 123.4 | learning rate: 1.111E-07 | global batch size:     4 | lm loss: 1.012573E+01 | sop loss: 6.911852E-01 | loss scale: 16384.0 | number of skipped iterations:   1 | number of nan iterations:   0 |
+time (ms) | forward-compute: 58.16 | backward-compute: 42.66 | backward-params-all-reduce: 21.43 |
+backward-layernorm-all-reduce: 0.02 | backward-embedding-all-reduce: 0.03 | backward-reduce-model-grads: 21.52 |
+backward-gather-model-params: 0.00 | optimizer-copy-to-main-grad: 5.67 | optimizer-unscale-and-check-inf: 3.74 | optimizer-clip-main-grad: 1.15 | optimizer-count-zeros: 0.00 | optimizer-inner-step: 46.00 | optimizer-copy-main-to-model-params: 0.83 | optimizer: 57.50 | batch-generator: 5.24
+[Rank 0] (after 20 iterations) memory (MB) | allocated: 6245.033203125 | max allocated: 6245.0361328125 | reserved:
+6554.0 | max reserved: 6554.0
+ iteration       30/ 1000000 | consumed samples:          120 | elapsed time per iteration (ms): 123.4 | learning rate:
+ 1.111E-07 | global batch size:     4 | lm loss: 1.012573E+01 | sop loss: 6.911852E-01 | loss scale: 16384.0 | number of
+ skipped iterations:   1 | number of nan iterations:   0 |
 """
 
 

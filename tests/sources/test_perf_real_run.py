@@ -1,8 +1,8 @@
 """A real 2-rank CPU DeepSpeed run's performance output, read three ways that must agree.
 
 ``tests/fixtures/perf/zero2-cpu/`` and ``zero3-cpu/`` are what ``tests/fixtures/perf/record.py`` wrote (DeepSpeed
-0.19.8, torch 2.13 CPU, gloo, ZeRO-2 and ZeRO-3, two micro-batches a step, ``wall_clock_breakdown``, the comms logger and
-``csv_monitor`` on): its console (the timers of every step, the comms logger's summary) and DeepSpeed
+0.19.8, torch 2.13 CPU, gloo, ZeRO-2 and ZeRO-3, two micro-batches a step, ``wall_clock_breakdown``, the comms logger
+and ``csv_monitor`` on): its console (the timers of every step, the comms logger's summary) and DeepSpeed
 Monitor's CSV files. The console's timers print ms with two decimals, the CSV files the same timers unrounded:
 each step's phase split from the one must be the other's.
 """

@@ -111,11 +111,13 @@ def _root(
 def diagnose(
     paths: List[Path] = typer.Argument(..., help="Run directories (runs/<id>/), events JSONL files or console logs; "
                                        "'-' reads a log from standard input."),
-    db: Optional[str] = typer.Option(None, help="Store to use (SQLAlchemy URL or SQLite path); default: a scratch file."),
+    db: Optional[str] = typer.Option(None, help="Store to use (SQLAlchemy URL or SQLite path); "
+                                     "default: a scratch file."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
     fmt: Format = typer.Option(Format.text, "--format", help="Output format (html: one self-contained page with plots; "
                                "concise: one line per finding; github: GitHub Actions annotations)."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                          help="Write the report to this file instead of stdout."),
     select: Optional[str] = typer.Option(None, "--select", help="Report only these rules: comma-separated codes or "
                                          "prefixes (ZD2,ZD401); default: [tool.zerodoctor] select, else all."),
     ignore: Optional[str] = typer.Option(None, "--ignore", help="Do not report these rules: codes or prefixes, "
@@ -199,11 +201,13 @@ def _emit(text: str, output: Optional[Path]) -> None:
 
 @app.command()
 def compare(
-    run_a: Path = typer.Argument(..., help="The run that went well: a run directory, an events JSONL or a console log."),
+    run_a: Path = typer.Argument(..., help="The run that went well: a run directory, an events JSONL or "
+                                 "a console log."),
     run_b: Path = typer.Argument(..., help="The run to explain, in any of the same forms."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
     fmt: Page = typer.Option(Page.text, "--format", help="Output format (html: one self-contained page with plots)."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the comparison to this file instead of stdout."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                          help="Write the comparison to this file instead of stdout."),
 ) -> None:
     """What differs between two runs: config, per-step numbers side by side, rules that fire in one only."""
     from zerodoctor.pipeline.diagnose import diagnose as run_diagnosis
@@ -310,7 +314,8 @@ def _fix_and_resume(command: list[str], runs_dir: Path, name: Optional[str], pol
 @app.command()
 def watch(
     dirs: List[Path] = typer.Argument(..., help="Directories of runs (runs/) or run directories to tail."),
-    db: Optional[str] = typer.Option(None, help="Store (SQLAlchemy URL or SQLite path); default: <first DIR>/zerodoctor.db."),
+    db: Optional[str] = typer.Option(None, help="Store (SQLAlchemy URL or SQLite path); "
+                                     "default: <first DIR>/zerodoctor.db."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
     once: bool = typer.Option(False, "--once", help="Ingest what is there, print new findings and exit (cron, CI)."),
     poll: bool = typer.Option(False, "--poll", help="Poll instead of inotify (network filesystems; keep --db local)."),
@@ -353,7 +358,8 @@ def watch(
     def announce(finding, config: dict, change: str | None) -> None:  # noqa: ANN001 - a rulebook Finding
         said = finding_block(finding, config, wrap_width(console)) if full else finding_line(finding.to_json())
         if change is not None:  # said before, with other numbers or severity: say what it was
-            said = f"[bold]changed[/] [dim]({escape(change)})[/]\n{said}" if full else f"{said} [dim]({escape(change)})[/]"
+            said = (f"[bold]changed[/] [dim]({escape(change)})[/]\n{said}" if full
+                    else f"{said} [dim]({escape(change)})[/]")
         console.print(said)
 
     engine = open_engine(url)
@@ -441,7 +447,8 @@ def ack(
 
 @app.command()
 def status(
-    db: Optional[str] = typer.Option(None, help="Store to read (SQLAlchemy URL or SQLite path); default: runs/zerodoctor.db."),
+    db: Optional[str] = typer.Option(None, help="Store to read (SQLAlchemy URL or SQLite path); "
+                                     "default: runs/zerodoctor.db."),
     fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
 ) -> None:
     """Per run and file: events stored, lines quarantined, byte offset, findings, time of the last event."""
@@ -514,7 +521,8 @@ def check(
              "(micro-batch x grad-accum) gives, else 1."),
     params: Optional[str] = typer.Option(
         None, "--params", help="Model parameters, e.g. 7e9 or 7B: enables the plan of memory and step time."),
-    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory of one GPU, e.g. 80GiB or 80GB: picks a ZeRO option."),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem",
+                                          help="Memory of one GPU, e.g. 80GiB or 80GB: picks a ZeRO option."),
     seq_len: Optional[int] = typer.Option(
         None, "--seq-len", min=1, max=MAX_RANKS,
         help="Tokens per sample, for the step times (default: 2048, assumed)."),
@@ -532,7 +540,8 @@ def check(
     fail_on: FailOn = typer.Option(FailOn.error, help="Exit 1 when a finding is at or above this severity."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
     use_deepspeed: bool = typer.Option(True, "--deepspeed/--no-deepspeed",
-                                       help="Also run DeepSpeed's own config parser and memory estimators, if installed."),
+                                       help="Also run DeepSpeed's own config parser and memory estimators, "
+                                       "if installed."),
     fix: bool = typer.Option(False, "--fix", help="Apply the findings' safe fixes (see 'zerodoctor fix')."),
     unsafe: bool = typer.Option(False, "--unsafe", help="With --fix: apply unsafe fixes too (batch, lr, precision)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="With --fix: write the patched config here."),
@@ -686,7 +695,7 @@ def main() -> None:
 
         readable(typer.main.get_command(app)).main(args=_optional_values(sys.argv[1:]), prog_name="zerodoctor",
                                                    standalone_mode=True)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence; the traceback is one switch away
+    except Exception as exc:
         from zerodoctor.store.db import describe
 
         if (problem := _environment_problem(exc)) and not os.environ.get("ZERODOCTOR_DEBUG"):

@@ -33,7 +33,8 @@ def _family(name: str, pattern: str, *, root: bool = True) -> Family:
 # (its own traceback names no cause; the child's does).
 NOT_A_FAULT = re.compile(r"^(?:KeyboardInterrupt|SystemExit|torch\.distributed\.elastic\.multiprocessing\.errors\."
                          r"ChildFailedError|ChildFailedError|subprocess\.CalledProcessError|CalledProcessError|"
-                         # torchrun told to stop (SIGTERM/SIGINT/SIGHUP/SIGQUIT: scancel, Ctrl-C), elastic/multiprocessing/api.py
+                         # torchrun told to stop (SIGTERM/SIGINT/SIGHUP/SIGQUIT: scancel, Ctrl-C),
+                         # elastic/multiprocessing/api.py
                          r"(?:torch\.distributed\.elastic\.multiprocessing\.api\.)?SignalException)\b")
 
 # What NCCL returned when a call failed, as ProcessGroupNCCL reports it: "NCCL error: " + ncclGetErrorWithVersion
@@ -45,13 +46,16 @@ NCCL_RESULT = (r"NCCL error:? |\bnccl(?:InternalError|UnhandledCudaError|SystemE
 
 FAMILIES: tuple[Family, ...] = (
     _family("illegal_memory_access",
-            r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|illegal instruction was encountered"
+            r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress"
+            r"|illegal instruction was encountered"
             r"|misaligned address"),
     _family("device_side_assert",
-            r"device-side assert(?:ion)?s? triggered|cudaErrorAssert|\.cu(?:h)?:\d+: [^\n]{0,300}Assertion [^\n]{1,300} failed"),
+            r"device-side assert(?:ion)?s? triggered|cudaErrorAssert"
+            r"|\.cu(?:h)?:\d+: [^\n]{0,300}Assertion [^\n]{1,300} failed"),
     _family("device_mismatch",
             r"Expected all tensors to be on the same device|Expected object of device type \w+ but got device type"
-            r"|is on (?:CPU|cpu), but expected (?:it|them) to be on GPU|Expected tensor for argument #\d+ '\w+' to have "
+            r"|is on (?:CPU|cpu), but expected (?:it|them) to be on GPU"
+            r"|Expected tensor for argument #\d+ '\w+' to have "
             r"the same device|Input type \([\w.]+\) and weight type \([\w.]+\) should be the same"
             r"|indices should be either on cpu or on the same device|is not on the expected device"),
     _family("cuda_oom", r"CUDA out of memory\.|OutOfMemoryError: CUDA|CUDA error: out of memory"),
@@ -71,7 +75,8 @@ FAMILIES: tuple[Family, ...] = (
             # torch/csrc/DataLoader.cpp: "DataLoader worker (pid {}) is killed by signal: {}. ", strsignal(SIGKILL)
             r"|DataLoader worker \(pid \d+\) is killed by signal: Killed"),
     # op_builder/async_io.py: DeepSpeed's NVMe op needs libaio (headers to build, the .so to load)
-    _family("async_io_unavailable", r"Unable to (?:pre-compile|JIT load) (?:the )?async_io|libaio\.so[\w.]*: cannot open"),
+    _family("async_io_unavailable",
+            r"Unable to (?:pre-compile|JIT load) (?:the )?async_io|libaio\.so[\w.]*: cannot open"),
     _family("nvcc_arch_unsupported", r"nvcc fatal\s*: Unsupported gpu architecture"),
     _family("missing_shared_library",
             r"lib[\w.+-]*\.so[\w.]*: cannot open shared object file|undefined symbol: \w|cannot open shared object file"
@@ -93,7 +98,8 @@ FAMILIES: tuple[Family, ...] = (
     # must be divisible by the number of generations used for evaluation (N)." 0.27+ (none before 0.15). Matched
     # from ") must be" on: the sentence's head differs in every version, its tail does not
     _family("trl_generations_indivisible",
-            r"\) must be (?:evenly )?divisible by (?:the number of generations|num_generations \(|the global batch size \()"),
+            r"\) must be (?:evenly )?divisible by "
+            r"(?:the number of generations|num_generations \(|the global batch size \()"),
     # CPython's words for an operator its operands' types do not have: Objects/object.c do_richcompare "'%s' not
     # supported between instances of '%.100s' and '%.100s'" (3.6+), Objects/abstract.c binop_type_error
     # "unsupported operand type(s) for %.100s: '%.100s' and '%.100s'", unicodeobject.c "can only concatenate str
@@ -155,7 +161,8 @@ FAMILIES: tuple[Family, ...] = (
             r"|DistStoreError: .{0,80}[Tt]imed out|wait timeout after \d+ ?ms"
             r"|Timed out initializing process group in store based barrier", root=False),
     _family("nccl_error",
-            r"NCCL error in: |nccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage|InvalidArgument|RemoteError)"
+            r"NCCL error in: "
+            r"|nccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage|InvalidArgument|RemoteError)"
             r"|unhandled (?:system|cuda) error, NCCL version|NCCL communicator was aborted|DistBackendError"
             r"|Connection (?:reset|closed) by (?:peer|remote)", root=False),
     _family("process_aborted",

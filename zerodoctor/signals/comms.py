@@ -25,6 +25,8 @@ from zerodoctor.signals.config_values import config_int
 
 _timed = shown_by(STEPS, switch=COMM_TIMES)
 
+READS = ()
+
 SIGNALS = [
     _timed("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
     _timed("comm.step_s", "s", "time in collectives per step (median)"),
@@ -48,6 +50,7 @@ FOLD_EVENTS = ("comm",)
 class Fold(runview.Fold):
     """The last WINDOW steps' collective share, comm and compute time; collective time per op."""
 
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     recent: list[list[Any]] = field(default_factory=list)  # the last WINDOW steps: step, comm share, comm s, compute s
     per_op_s: dict[str, float] = field(default_factory=dict)
 

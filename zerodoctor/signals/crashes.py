@@ -21,6 +21,8 @@ SIGKILL = 9
 # A run the user or the scheduler stopped: its ranks' exit statuses are no fault (Ctrl-C, torchrun's SIGTERM)
 _STOPPED = ("KeyboardInterrupt", "SignalException")
 
+READS = ()
+
 SIGNALS = [
     *(Signal(f"crash.{name}", "ranks", f"how many ranks printed the '{name}' crash signature")
       for name, _, _ in SIGNATURES),
@@ -32,7 +34,8 @@ SIGNALS = [
     Signal("crash.swap_buffers_wanted", "buffers", "swap buffers the parameter swapper asked for"),
     Signal("crash.sigkilled", "ranks",
            "how many ranks were killed by SIGKILL (exit code -9); unknown where the run shows no rank's exit"),
-    Signal("crash.host_killed", "ranks", "how many ranks were killed for host memory: SIGKILL, or Ray's memory monitor"),
+    Signal("crash.host_killed", "ranks",
+           "how many ranks were killed for host memory: SIGKILL, or Ray's memory monitor"),
     Signal("crash.ranks_host_killed", "ranks", "those ranks"),
     Signal("crash.ray_killed", "ranks",
            "how many ranks Ray's memory monitor killed; no count where it never spoke (the run may not be Ray's)"),
@@ -96,6 +99,7 @@ def _lock_waiters(run: RunView) -> set[int]:
             last[log["rank"]] = (log["t"], state)
     later = [e["t"] for kind in ("exception", "oom", "run_end") for e in run.events.get(kind, [])]
     later += [e["t"] for e in run.events.get("log", []) if e.get("what") != "extension"]
-    later += [r["last_t"] for r in run.per_rank.values() if r.get("last_t") is not None]  # a rank that stepped got past it
+    # a rank that stepped got past it
+    later += [r["last_t"] for r in run.per_rank.values() if r.get("last_t") is not None]
     latest = max(later, default=float("-inf"))
     return waiting | {rank for rank, (t, state) in last.items() if state == "root" and t >= latest}

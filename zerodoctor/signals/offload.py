@@ -25,6 +25,8 @@ _HOST_OPTIMIZERS = ("DeepSpeedCPUAdam", "DeepSpeedCPUAdagrad", "DeepSpeedCPULion
 _stepwise = shown_by(STEPS)
 _timed = shown_by(STEPS, switch=OPTIMIZER_TIME)
 
+READS = ("run.params", "run.world_size", "run.device_memory_bytes")
+
 SIGNALS = [
     _stepwise("offload.optimizer", "bool", "offload_optimizer.device is cpu or nvme"),
     _stepwise("offload.param", "bool", "offload_param.device is cpu or nvme"),
@@ -40,6 +42,7 @@ STEP_FIELDS = {"optim_s": "mean", "step_time_s": "max"}
 
 @dataclass
 class Fold(runview.Fold):
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     recent: list[list[Any]] = field(default_factory=list)  # columns of the last WINDOW steps: steps, optimizer share
 
     def add_steps(self, block: Steps, view: RunView) -> None:
@@ -52,11 +55,13 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     host_optimizer = any((e.get("data") or {}).get("optimizer") in _HOST_OPTIMIZERS
                          for e in view.events.get("log", []) if e.get("what") == "engine_setup")
     out: dict[str, Any] = {
-        "offload.optimizer": nested(config, "zero_optimization.offload_optimizer.device") in _OFFLOADED or host_optimizer,
+        "offload.optimizer": (nested(config, "zero_optimization.offload_optimizer.device") in _OFFLOADED
+                              or host_optimizer),
         "offload.param": nested(config, "zero_optimization.offload_param.device") in _OFFLOADED,
     }
     out["offload.optimizer_fraction"] = StepWindow.series(view.fold(__name__).recent, 1)
-    params, world, device = values.get("run.params"), values.get("run.world_size"), values.get("run.device_memory_bytes")
+    params, world = values.get("run.params"), values.get("run.world_size")
+    device = values.get("run.device_memory_bytes")
     if params and world:
         need = model_state_bytes(params, world, 3, "optimizer")
         out["offload.optimizer_only_gb"] = need / GB

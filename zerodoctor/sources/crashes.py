@@ -84,7 +84,8 @@ _EXT_WAITING = "torch/utils/file_baton.py"
 class CrashDialect:
     name = "crash"
     # Upper-case or symbol starts keep the prefilter cheap (sources/text.py).
-    keywords = (b"Invoked with:", b"!= file bytes", b"Size([0])", b"Size([1])", b"([], device", b"DP world size", b"_six'", b"Ninja is required",
+    keywords = (b"Invoked with:", b"!= file bytes", b"Size([0])", b"Size([1])", b"([], device", b"DP world size",
+                b"_six'", b"Ninja is required",
                 b"CUDA_HOME does not", b": No such file or directory", b"Not enough buffers",
                 b"PyTorch extensions root", b"Emitting ninja", b"Building extension", b"Loading extension",
                 b"No modifications detected", b"_baton.py", b"Task was killed due to the node", b"/ray-core/scheduling")

@@ -42,8 +42,8 @@ _PROGRESS = re.compile(rf"step=(\d+), skipped=(\d+), lr=\[\s*({NUM})?")
 # is not always the optimizer step (it counts the timer's stops), so only the memory is taken from those.
 # 0.6.1 (fee731359) to 0.7.0 printed "E/S, SamplesPerSec=X, MemAllocated=…"; CurrSamplesPerSec is the last step's
 # train_batch_size / time since 0.8 (#2603), the micro-batch's before: a step time only from the global_step form.
-_TPUT = re.compile(rf"(?:global_step=(\d+)|\b\d+/\d+), (?:RunningAvg)?SamplesPerSec=({NUM}),(?: CurrSamplesPerSec=({NUM}),)? "
-                   rf"MemAllocated=({NUM})GB, MaxMemAllocated=({NUM})GB")
+_TPUT = re.compile(rf"(?:global_step=(\d+)|\b\d+/\d+), (?:RunningAvg)?SamplesPerSec=({NUM}),"
+                   rf"(?: CurrSamplesPerSec=({NUM}),)? MemAllocated=({NUM})GB, MaxMemAllocated=({NUM})GB")
 _TPUT_OLD = re.compile(rf"\b\d+/\d+, SamplesPerSec={NUM}\s*$")  # 0.1-0.5: the average alone, nothing to read
 # runtime/pipe/engine.py train_batch, rank 0 at steps_per_print (0.3.0+): the mean iteration of the interval.
 _PIPE_STEPS = re.compile(rf"\bsteps: (\d+) loss: ({NUM}|nan|inf) .*?iter time \(s\): ({NUM}) samples/sec: ({NUM})")
@@ -73,10 +73,10 @@ _NONPOSITIVE_KEYS = {"Train batch size": TRAIN_BATCH, "Micro batch size per gpu"
 class DeepSpeedDialect:
     name = "deepspeed"
     keywords = (b"OVERFLOW!", b"Grad overflow", b"Overflow detected", b"Reducing dynamic loss", b"Using static loss",
-                b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size", b"Micro batch size per gpu",
-                b"Gradient accumulation steps", b"Either train_batch", b", skipped=", b"(ms) |",
-                b"SamplesPerSec", b"iter time (s)", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ", b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords,
-                *FlopsSummary.keywords)
+                b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size",
+                b"Micro batch size per gpu", b"Gradient accumulation steps", b"Either train_batch", b", skipped=",
+                b"(ms) |", b"SamplesPerSec", b"iter time (s)", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ",
+                b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords, *FlopsSummary.keywords)
 
     def __init__(self, context: Context) -> None:
         self.context = context

@@ -115,7 +115,8 @@ def _int(value: str | None) -> int | None:
 
 def _precision(config: dict[str, Any], attrs: dict[str, str]) -> str | None:
     def on(section: str, attr: str) -> bool:
-        return (config.get(section) or {}).get("enabled") is True or attrs.get(attr, "").startswith(("True", "enabled=True"))
+        return ((config.get(section) or {}).get("enabled") is True
+                or attrs.get(attr, "").startswith(("True", "enabled=True")))
 
     if on("fp16", "fp16_enabled") or on("fp16", "float16_config"):
         return "fp16"

@@ -76,7 +76,8 @@ class _Traceback:
 
 class FatalDialect:
     name = "fatal"
-    # Keywords start with a capital or a symbol where they can: the prefilter's cost grows with every common first letter
+    # Keywords start with a capital or a symbol where they can: the prefilter's cost grows with every common first
+    # letter
     # (sources/text.py), so "illegal memory access" is found through "CUDA error" / "THCudaCheck" / "Error", a NaN
     # loss through "=nan" / ": nan" / "] nan", and so on.
     keywords = (b"Traceback (most", b"Error", b"Exception", b"Segmentation fault", b"Fatal Python error", b"SIG",
@@ -114,7 +115,8 @@ class FatalDialect:
         if _FRAME.match(text):  # a traceback pasted from its first frame on, without its head line
             return self._continue(self._open.setdefault(line.rank, _Traceback(line)), line, text)
         match = _EXCEPTION.search(text)
-        if match and crashes.is_fault(match.group(1)) and not text.lstrip().startswith(("warnings.warn", "Exception ignored")):
+        if (match and crashes.is_fault(match.group(1))
+                and not text.lstrip().startswith(("warnings.warn", "Exception ignored"))):
             tb = self._open[line.rank] = _Traceback(line)
             return self._exception_line(tb, line, match)
         return self._fatal_line(line, text)

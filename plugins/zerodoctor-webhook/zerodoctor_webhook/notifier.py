@@ -4,8 +4,8 @@ The per-read timeout alone does not bound a send: an endpoint that trickles one 
 few seconds never lets a read time out. The deadline does: when it passes, the request's
 socket is shut down, which ends the blocked read at once. Only a 2xx answer counts as delivered (a
 redirect is not followed: a POST redirected to a login page reached no endpoint); anything else raises
-``DeliveryError`` after the last retry, and ``watch`` keeps the finding pending for a later pass. A webhook URL is a secret
-(Slack's path is the credential), so the URL never leaves this module: the notifier's name
+``DeliveryError`` after the last retry, and ``watch`` keeps the finding pending for a later pass. A webhook URL is a
+secret (Slack's path is the credential), so the URL never leaves this module: the notifier's name
 (logs, the deliveries table) and its errors carry the host and a short hash of the URL.
 """
 
