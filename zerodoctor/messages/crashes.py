@@ -77,7 +77,12 @@ FAMILIES: tuple[Family, ...] = (
             r"|is on (?:CPU|cpu), but expected (?:it|them) to be on GPU|Expected tensor for argument #\d+ '\w+' to have "
             r"the same device|Input type \([\w.]+\) and weight type \([\w.]+\) should be the same"
             r"|indices should be either on cpu or on the same device|is not on the expected device"),
-    _family("cuda_oom", r"CUDA out of memory\.|OutOfMemoryError: CUDA|CUDA error: out of memory"),
+    # the caching allocator's "CUDA out of memory. Tried to allocate …" (its numbers are sources/torch.py's), and
+    # C10_CUDA_CHECK's "CUDA error: out of memory" (cudaErrorMemoryAllocation: a CUDA call outside the allocator),
+    # which a C++ thread or libtorch prints with no Python type before it ("  what():  CUDA error: out of memory",
+    # c10/cuda/CUDAException.cpp, c10/util/Exception.cpp): a line may show it alone
+    _family("cuda_oom", r"CUDA out of memory\.|OutOfMemoryError: CUDA|CUDA error: out of memory",
+            keywords=(b"CUDA error",)),
     _family("host_alloc_failed",
             r"(?:^|\b)MemoryError\b|std::bad_alloc|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
             r"|\[Errno 12\] Cannot allocate memory|Unable to allocate [\d.]+ [KMGT]i?B for an array"
