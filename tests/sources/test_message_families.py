@@ -134,7 +134,7 @@ def _applies(m: Message, wrapping: str) -> bool:
 
 MID_LINE_CUT = "the cut takes the words that name the family"
 # The words are left but "ValueError: " is gone: a bare sentence is no exception, and a configuration's refusal is
-# not among the families a line may show on its own (sources/fatal.py, _LINE_FAMILIES).
+# not among the families a line may show on its own (a family without keywords, messages/crashes.py).
 NO_EXCEPTION_TYPE = "the cut takes the exception's type: the sentence left is read as no error"
 # Known limits, each a strict expected failure (a fix shows as a failure to update): where the wrapping cuts
 # the very words a family is named by. A log that starts mid-line keeps its first line's tail only; for these
