@@ -10,7 +10,7 @@ def register_signals() -> list:
     from zerodoctor.signals import (amp, batch, comms, config, crashes, creep, evidence, fatal, hang, memory,
                                     mismatch, numerics, offload, plots, run, stacks, straggler, trace, trainer)
 
-    # Order matters: a module may read what earlier ones computed; evidence sums up last. plots computes
-    # nothing: its fold keeps what the report's plots draw.
-    return [run, batch, numerics, amp, comms, trace, memory, creep, offload, config, hang, straggler, trainer, crashes,
+    # Order matters: a module may read what earlier ones computed (memory's OOM verdict reads creep's climb);
+    # evidence sums up last. plots computes nothing: its fold keeps what the report's plots draw.
+    return [run, batch, numerics, amp, comms, trace, creep, memory, offload, config, hang, straggler, trainer, crashes,
             fatal, mismatch, stacks, plots, evidence]
