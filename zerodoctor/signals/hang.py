@@ -51,6 +51,15 @@ STATE = "rank, phase, since_t, for_s (seconds in that phase); op, group, seq, ou
 _flight_recorder = shown_by(DUMPS, switch=FLIGHT_RECORDER)
 _heartbeats = shown_by(HEARTBEATS)
 
+# What each kind of stall is given with (classify's records): its message may read them outside a clause
+STALL_COMES_WITH = {"rank": ("hang.stalled_s", "hang.stuck_states", "hang.waiting_states"),
+                    "silent": ("hang.stalled_s", "hang.stuck_states", "hang.waiting_states"),
+                    "collective": ("hang.stalled_s", "hang.waiting_states"),
+                    "busy": ("hang.stalled_s", "hang.busy_states")}
+_RECOVERED = ("hang.recovered_lasted_s", "hang.recovered_step", "hang.recovered_waiting_states")
+RECOVERED_COMES_WITH = {"rank": (*_RECOVERED, "hang.recovered_stuck_states"), "collective": _RECOVERED,
+                        "silent": (*_RECOVERED, "hang.recovered_stuck_states")}
+
 SIGNALS = [
     Signal("hang.collective_timeouts", "events", "collective operations the NCCL watchdog timed out (one per rank)"),
     Signal("hang.collective", "name", "the collective that timed out (OpType of the most reported SeqNum)"),
@@ -80,8 +89,9 @@ SIGNALS = [
     _heartbeats("hang.stalled_s", "s", "seconds since the last completed step, at the judgement's now"),
     _heartbeats("hang.in_progress", "bool", "the run still runs: its ranks send heartbeats, one has not ended, and "
                                             "not all went quiet (a live watch judges it again with no new events)"),
-    _heartbeats("hang.kind", "name", "none | rank (stuck while others wait) | collective (all wait in it) | "
-                                     "busy (no rank waits) | silent (some ranks' heartbeats stopped) | gone (all did)"),
+    verdict("hang.kind", "none | rank (stuck while others wait) | collective (all wait in it) | busy (no rank "
+            "waits) | silent (some ranks' heartbeats stopped) | gone (all did)",
+            ("none", "rank", "collective", "busy", "silent", "gone"), STALL_COMES_WITH, shown_by=(HEARTBEATS,)),
     Signal("hang.last_step", "step", "last step completed on every rank before the stall"),
     Signal("hang.stuck_ranks", "ranks", "the ranks the others wait for, or whose heartbeats stopped"),
     Signal("hang.stuck_states", "records", f"where each stuck rank is and since when ({STATE}); a silent rank's "
@@ -92,8 +102,8 @@ SIGNALS = [
                                               "resuming"),
     _heartbeats("hang.recovered_lasted_s", "s", "how long the last recovered stall lasted"),
     _heartbeats("hang.recovered_step", "step", "the step that ended the last recovered stall"),
-    _heartbeats("hang.recovered_kind", "name", "kind of the last recovered stall: rank | collective | silent, as "
-                                               "hang.kind"),
+    verdict("hang.recovered_kind", "kind of the last recovered stall: rank | collective | silent, as hang.kind",
+            ("rank", "collective", "silent"), RECOVERED_COMES_WITH, shown_by=(HEARTBEATS,)),
     _heartbeats("hang.recovered_stuck_states", "records", f"where the last recovered stall's stuck ranks were, at "
                                                           f"its end ({STATE}; quiet_s as above)"),
     _heartbeats("hang.recovered_waiting_states", "records", f"where the other ranks were, at its end ({STATE})"),
