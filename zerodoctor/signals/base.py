@@ -32,7 +32,11 @@ class Signal:
     (``signals/inputs.py``; none: any log that printed it) and the switch that shows it in a console log —
     and its ``label``, the few words that name it in a finding's evidence ("skipped share of the last 100
     steps: 23%"). A signal whose doc does not start with such words declares its label; by default it is
-    the doc's head (``head_of_doc``)."""
+    the doc's head (``head_of_doc``).
+
+    A verdict (a judgement with several outcomes) is a signal whose ``values`` name every outcome it can
+    take: a rule words each one (``verdict:`` and ``messages:``, docs/rules.md), and the loader refuses
+    a message for an outcome the signal never gives."""
 
     name: str
     unit: str
@@ -40,6 +44,8 @@ class Signal:
     per_step: bool = False
     shown_by: tuple[str, ...] = ()
     switch: str | None = None
+    values: tuple[str, ...] = ()
+    guarantees: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (value, signals it is only given with)
     label: str = ""
 
     def __post_init__(self) -> None:
@@ -58,6 +64,13 @@ def head_of_doc(name: str, doc: str) -> str:
     if len(head.split()) < 2 or " or " in head or "|" in doc.split(" (")[0] or head.startswith(_NOT_A_NOUN):
         return name.replace(".", " ").replace("_", " ")
     return head
+
+
+def verdict(name: str, doc: str, values: tuple[str, ...], guarantees: dict[str, tuple[str, ...]] | None = None,
+            **where: Any) -> Signal:
+    """A verdict signal: one of ``values``, the outcomes a rule may word one by one. ``guarantees`` names, per
+    value, the signals the module always gives with it: that value's message may read them outside a clause."""
+    return Signal(name, "verdict", doc, values=values, guarantees=tuple((guarantees or {}).items()), **where)
 
 
 def shown_by(*inputs: str, switch: str | None = None) -> Callable[..., Signal]:

@@ -21,6 +21,12 @@ from zerodoctor.signals.base import last_known, shown_by
 from zerodoctor.messages.oom import oom_numbers
 
 POINTS = 128  # the fit's window: recent enough to see a leak start, long enough to see through noise
+# A steady climb, the judgement of a leak (ZD403 before an OOM, the OOM verdict's 'leak' at one, ZD404 on the
+# host): a straight line (R² at least this), over at least this many steps, that grew by at least this share of
+# the memory.
+STEADY_R2 = 0.9
+STEADY_POINTS = 16
+STEADY_GROWTH_SHARE = 0.01
 
 _device = shown_by(STEPS, DEVICE)
 _heartbeats = shown_by(HEARTBEATS)
@@ -37,6 +43,8 @@ SIGNALS = [
     _device("creep.device_bytes", "bytes", "allocated memory at the last step"),
     _device("creep.device_limit_bytes", "bytes", "the device's memory, or the process's cap when an OOM message "
                                                  "stated one"),
+    _device("creep.device_steady", "bool", f"allocated memory climbs in a straight line (R² >= {STEADY_R2}, "
+                                           f">= {STEADY_POINTS} steps, >= {STEADY_GROWTH_SHARE:.0%} of the device)"),
     _device("creep.device_capped", "bool", "the limit is the process's cap (an OOM message's 'allowed'), not the "
                                            "device"),
     _heartbeats("creep.host_bytes_per_step", "bytes", "growth of the RSS of the ranks of the fastest-growing host, "
@@ -50,6 +58,8 @@ SIGNALS = [
     _heartbeats("creep.host_limit_bytes", "bytes", "the fastest-growing host's memory (MemTotal, or the cgroup's "
                                                    "limit)"),
     _heartbeats("creep.host_ranks", "ranks", "the ranks of the fastest-growing host"),
+    _heartbeats("creep.host_steady", "bool", f"host memory climbs in a straight line (R² >= {STEADY_R2}, >= "
+                                             f"{STEADY_GROWTH_SHARE:.0%} of the host's memory)"),
 ]
 
 STEP_FIELDS = {"mem_allocated_bytes": "max"}
@@ -123,6 +133,8 @@ def _device(fold: Fold, capacity: int | None, capped: bool) -> dict[str, Any]:
            "creep.device_bytes": current, "creep.device_limit_bytes": capacity, "creep.device_capped": capped}
     if slope > 0:
         out["creep.device_steps_left"] = max(capacity - current, 0) / slope
+    out["creep.device_steady"] = (slope > 0 and r2 >= STEADY_R2 and len(fold.device) >= STEADY_POINTS
+                                  and out["creep.device_growth_share"] >= STEADY_GROWTH_SHARE)
     return out
 
 
@@ -153,4 +165,7 @@ def _host(fold: Fold, view: RunView) -> dict[str, Any]:
            "creep.host_ranks": best["ranks"], "creep.host_bytes": best["now"], "creep.host_limit_bytes": best["limit"]}
     if best["slope"] > 0:
         out["creep.host_steps_left"] = max(best["limit"] - best["now"], 0) / best["slope"]
+    # heartbeats, not steps: their count is no measure of a steady climb, so STEADY_POINTS is the device's alone
+    out["creep.host_steady"] = (best["slope"] > 0 and best["r2"] >= STEADY_R2
+                                and out["creep.host_growth_share"] >= STEADY_GROWTH_SHARE)
     return out

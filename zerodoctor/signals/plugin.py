@@ -15,5 +15,5 @@ def register_signals() -> list[ModuleType | type]:
     # The order they run in is computed from what each reads (READS, signals/contracts.py); this one is kept
     # where nothing decides it, and so is the catalogue's. plots computes nothing: its fold keeps what the
     # report's plots draw.
-    return [run, batch, numerics, amp, comms, trace, memory, creep, offload, config, hang, straggler, trainer, crashes,
+    return [run, batch, numerics, amp, comms, trace, creep, memory, offload, config, hang, straggler, trainer, crashes,
             fatal, mismatch, stacks, plots, evidence]
