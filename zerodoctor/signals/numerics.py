@@ -23,6 +23,10 @@ from zerodoctor.signals.config_values import Fp16Config, read_fp16, read_optimiz
 
 CLEAN_STREAK = 20  # clean steps in a row that end the calibration phase / make a scale "held"
 RECENT = 100  # steps in the recent-overflow window
+COLLAPSE_OVERFLOWS_LEFT = 8  # overflows in a row left before the minimum: the scale is collapsing ...
+COLLAPSE_RATE, COLLAPSE_MIN_OVERFLOWS = 0.05, 3  # ... when this share of the recent steps, and this many, overflowed
+COSTLY_SHARE = 0.5  # skipped steps, of the steps the run shows, that make a calibration costly, never harmless
+LR_ROSE = 0.95  # lr now above this share of the highest lr before the late overflows did not rise
 MIN_SCALE_MESSAGE = "loss scale already at minimum"
 
 _fp16 = shown_by(STEPS, switch=FP16_LINES)
@@ -50,6 +54,19 @@ SIGNALS = [
           "loss scale last set: the log's last overflow line says it, or a step that did not overflow ran at it"),
     _fp16("fp16.scale_below_one", "bool", "the last recorded scale is below 1: the gradients overflow fp16 unscaled"),
     _fp16("fp16.max_held_scale", "scale", f"largest scale that ran {CLEAN_STREAK} steps without overflow"),
+    _fp16("fp16.min_late_overflow_scale", "scale", "smallest scale an overflow after calibration was attempted at"),
+    _fp16("fp16.fixed_scale", "scale", f"largest scale that ran {CLEAN_STREAK} steps without overflow and lies below "
+                                       "every scale that overflowed after calibration: a loss_scale the run does not "
+                                       "refute (none where it overflowed at every scale that held)"),
+    _fp16("fp16.scaler_verdict", "verdict", "what the dynamic scaler did: aborted (DeepSpeed raised at "
+                                            "min_loss_scale) | below_one | collapsing (at most "
+                                            f"{COLLAPSE_OVERFLOWS_LEFT} overflows from the minimum, still overflowing) "
+                                            "| calibration (overflows only while it found its scale) | "
+                                            "costly_calibration (those overflows skipped most of the steps shown) | "
+                                            "settled (none of these)"),
+    _fp16("fp16.skipped_clean_steps", "steps", "steps shown that did not overflow"),
+    _fp16("fp16.scale_set_power", "log2", "log2 of the scale last set: an initial_scale_power that skips what "
+                                          "calibration the run shows"),
     _fp16("fp16.overflows_to_min", "overflows", "consecutive overflows left before DeepSpeed aborts at min scale"),
     _fp16("fp16.calibrated_scale_power", "log2", "log2 of the first scale that held: an initial_scale_power that "
                                                  "skips calibration"),
@@ -58,6 +75,8 @@ SIGNALS = [
     _fp16("fp16.lr_base", "lr", "the config's optimizer lr, which a schedule scales; else the last step's lr"),
     _fp16("fp16.hit_min_scale", "bool", "DeepSpeed raised 'Current loss scale already at minimum'"),
     _fp16("fp16.stable_lr", "lr", "largest lr before late overflows began"),
+    _fp16("fp16.lr_trend", "verdict", "rose (the lr is higher than at any step before the late overflows began: "
+                                      "they began as it rose) | steady (it is not)"),
     _fp16("fp16.lr_last", "lr", "lr of the last recorded step"),
     _stepwise("numerics.nonfinite_loss_steps", "steps", "steps whose loss was NaN or inf"),
     _stepwise("numerics.nonfinite_grad_steps", "steps", "applied (not skipped) steps whose grad norm was NaN or inf"),
@@ -90,6 +109,8 @@ class Fold(runview.Fold):
     scale_last_clean: bool = False  # the step of ``scale_last`` did not overflow: it ran at the scale last set
     first_held_scale: float | None = None
     max_held_scale: float | None = None
+    held_scales: list[float] = field(default_factory=list)  # distinct scales that held, largest first (a handful)
+    min_late_scale: float | None = None
     scales_seen: list[float] = field(default_factory=list)  # the first two distinct scales (a static one is alone)
     replay: dict[str, Any] | None = None  # _ScalerReplay's state
     lr_last: float | None = None
@@ -171,6 +192,7 @@ class Fold(runview.Fold):
                     self.first_held_scale = next((s for s in held if s), held[-1])
                 top = max(held)
                 self.max_held_scale = top if self.max_held_scale is None else max(self.max_held_scale, top)
+                self.held_scales = sorted({*self.held_scales, *held}, reverse=True)[:_HELD_KEPT]
         if replay is not None:
             replay.clean(scales[start:end])
 
@@ -182,6 +204,8 @@ class Fold(runview.Fold):
             self.late_overflows += 1
             if self.first_late_step is None:
                 self.first_late_step = step
+            if scale is not None and (self.min_late_scale is None or scale < self.min_late_scale):
+                self.min_late_scale = scale
         else:
             self.calibration_overflows += 1
         if replay is None:
@@ -229,6 +253,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if fp16_config is not None:
         out["fp16.min_loss_scale"] = fp16_config.min_loss_scale
     if not fold.known:
+        if out["fp16.dynamic"] and (hit_min or out["fp16.scale_below_one"]):  # DeepSpeed's word, or a scale seen
+            out["fp16.scaler_verdict"] = "aborted" if hit_min else "below_one"
         return out
     out["fp16.overflow_count"] = fold.overflows
     out["fp16.overflow_rate"] = fold.overflows / fold.known
@@ -247,20 +273,48 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
                 None)
     out["fp16.loss_scale_set"] = said if said is not None else fold.scale_last if fold.scale_last_clean else None
     out["fp16.max_held_scale"] = fold.max_held_scale
+    out["fp16.min_late_overflow_scale"] = fold.min_late_scale
+    below = fold.min_late_scale if fold.min_late_scale is not None else float("inf")
+    out["fp16.fixed_scale"] = next((s for s in fold.held_scales if 0 < s < below), None)
+    out["fp16.skipped_clean_steps"] = fold.known - fold.overflows
+    if out["fp16.loss_scale_set"]:
+        out["fp16.scale_set_power"] = int(math.log2(out["fp16.loss_scale_set"]))
     if fold.first_held_scale:
         out["fp16.calibrated_scale_power"] = int(math.log2(fold.first_held_scale))
     if out["fp16.dynamic"] and (hit_min or fp16_config is not None):
         out["fp16.overflows_to_min"] = 0 if hit_min else _ScalerReplay(fp16_config, fold.replay).overflows_to_min()
+    if out["fp16.dynamic"]:
+        out["fp16.scaler_verdict"] = _scaler_verdict(out, fold)
     if fold.lr_last is not None:
         stable = fold.lr_max_before_late if fold.first_late_step is not None else None
         # Halving the base halves the lr of every step a schedule makes from it (a decayed last lr, halved and
         # configured as the base, would have the schedule start the resumed run far lower); an lr that grew into
         # the overflows (a warm-up) is capped at where it was stable instead.
         base = read_optimizer_lr(config) or fold.lr_last
-        suggested = stable if stable is not None and stable < 0.95 * fold.lr_last else base / 2
+        rose = stable is not None and stable < LR_ROSE * fold.lr_last
         out.update({"fp16.lr_last": fold.lr_last, "fp16.lr_base": base, "fp16.stable_lr": stable,
-                    "fp16.suggested_lr": suggested})
+                    "fp16.suggested_lr": stable if rose else base / 2,
+                    "fp16.lr_trend": "rose" if rose else "steady"})
     return out
+
+
+def _scaler_verdict(out: dict[str, Any], fold: Fold) -> str:
+    """Collapse told from calibration: the scaler's abort, a scale below 1, a scale still halving toward the
+    minimum; else overflows only while it found its scale, costly where they skipped most of the steps shown
+    (a log of overflow lines alone shows no clean step: its share says nothing of the run's)."""
+    if out["fp16.hit_min_scale"]:
+        return "aborted"
+    if out["fp16.scale_below_one"]:
+        return "below_one"
+    left = out.get("fp16.overflows_to_min")
+    if (left is not None and left <= COLLAPSE_OVERFLOWS_LEFT and out["fp16.recent_overflow_rate"] >= COLLAPSE_RATE
+            and fold.overflows >= COLLAPSE_MIN_OVERFLOWS):
+        return "collapsing"
+    if not fold.calibration_overflows or fold.late_overflows or not (
+            fold.calibrated or out.get("fp16.calibration_from_start")):
+        return "settled"
+    clean = fold.known - fold.overflows
+    return "costly_calibration" if clean and fold.overflows >= COSTLY_SHARE * fold.known else "calibration"
 
 
 class _ScalerReplay:
@@ -326,6 +380,7 @@ class _ScalerReplay:
         return None
 
 
+_HELD_KEPT = 64  # distinct held scales kept: powers of two in any real run, a few dozen at most
 _MAX_HALVINGS = 1100  # a finite float scale comes down to any floor ≥ 1 (min_loss_scale is) within 1025 halvings
 
 

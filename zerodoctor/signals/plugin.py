@@ -7,10 +7,10 @@ from zerodoctor.plugins.hookspecs import hookimpl
 
 @hookimpl
 def register_signals() -> list:
-    from zerodoctor.signals import (amp, batch, comms, config, crashes, creep, evidence, fatal, hang, memory,
+    from zerodoctor.signals import (amp, batch, comms, config, crashes, creep, evidence, fatal, hang, loss, memory,
                                     mismatch, numerics, offload, plots, run, stacks, straggler, trace, trainer)
 
     # Order matters: a module may read what earlier ones computed; evidence sums up last. plots computes
     # nothing: its fold keeps what the report's plots draw.
-    return [run, batch, numerics, amp, comms, trace, memory, creep, offload, config, hang, straggler, trainer, crashes,
+    return [run, batch, numerics, amp, comms, trace, memory, creep, offload, config, loss, hang, straggler, trainer, crashes,
             fatal, mismatch, stacks, plots, evidence]
