@@ -37,3 +37,22 @@ def test_no_fixed_loss_scale_the_run_overflowed_at() -> None:
     assert "began once lr reached" not in actions and "as lr rose" not in actions, actions
     assert "did not rise before the overflows" in actions, actions
     assert collapse["evidence"]["fp16.min_late_overflow_scale"] == 2
+
+
+# Recorded here: a real 2-rank CPU run (DeepSpeed 0.19.8, fp16 through the test-only shim), `zerodoctor run --
+# torchrun ... samples/train.py --steps 40 --loss-mult 1e9 --loss-mult-above-lr 0.0009 --cpu-fp16-shim` with the
+# config beside it: WarmupLR from 0 to 0.001 over 20 steps, linear; the loss is multiplied by 1e9 once the lr passes
+# 0.0009, at step 20 (19 clean steps: the scaler never calibrated), and DeepSpeed aborts at min_loss_scale after 9.
+WARMUP_RUN = ROOT / "tests" / "fixtures" / "runs" / "fp16-warmup-diverges"
+
+
+def test_a_divergence_as_the_warmup_ends_says_so_and_when_the_lr_rose() -> None:
+    findings = {f["rule"]: f for f in diagnose_json(WARMUP_RUN)["findings"]}
+    divergence = findings["ZD200"]
+    assert divergence["steps"] == [20, 28]
+    assert divergence["message"].endswith("at lr 0.0009; the config's warm-up ends at step 20"), divergence["message"]
+    collapse = findings["ZD201"]
+    assert collapse["steps"] == [20, 28], "the overflows of a run that never calibrated began at its first"
+    (lower,) = [fix for fix in collapse["fixes"] if "learning rate" in fix["title"]]
+    assert lower["config_patch"] == {"optimizer": {"params": {"lr": 0.00085}}}
+    assert lower["action"].startswith("The overflows began at step 20 as lr rose past 0.00085"), lower["action"]

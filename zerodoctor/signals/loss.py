@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerodoctor.signals import view as runview
-from zerodoctor.signals.base import shown_by
+from zerodoctor.signals.base import shown_by, verdict
 from zerodoctor.signals.inputs import STEP_LINES, STEPS
 from zerodoctor.signals.view import RunView, Steps
 
@@ -30,8 +30,9 @@ WARMUP_NEAR = SPIKE_WINDOW  # a warm-up that ended this many steps or fewer befo
 _steps = shown_by(STEPS, switch=STEP_LINES)
 
 SIGNALS = [
-    _steps("loss.verdict", "verdict", "what the loss did after its latest jump far beyond its recent spread: "
-           "diverged (never came back below the threshold) | recovered (came back) | steady (no such jump)"),
+    verdict("loss.verdict", "what the loss did after its latest jump far beyond its recent spread: diverged "
+            "(never came back below the threshold) | recovered (came back) | steady (no such jump)",
+            ("diverged", "recovered", "steady"), shown_by=(STEPS,), switch=STEP_LINES),
     _steps("loss.spike_step", "step", "step of the loss spike: its loss lay far beyond the spread of the steps before"),
     _steps("loss.spike_loss", "loss", "loss at the spike (the highest of its ranks)"),
     _steps("loss.spike_from", "loss", "loss the step before the spike"),

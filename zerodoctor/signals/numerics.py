@@ -18,7 +18,7 @@ from typing import Any
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import FP16_LINES, STEPS, STEP_LINES
-from zerodoctor.signals.base import last_known, shown_by
+from zerodoctor.signals.base import last_known, shown_by, verdict
 from zerodoctor.signals.config_values import Fp16Config, read_fp16, read_optimizer_lr
 
 CLEAN_STREAK = 20  # clean steps in a row that end the calibration phase / make a scale "held"
@@ -49,6 +49,8 @@ SIGNALS = [
     _fp16("fp16.calibration_overflows", "steps", f"overflows before the first {CLEAN_STREAK} clean steps in a row"),
     _fp16("fp16.late_overflows", "steps", "overflows after calibration"),
     _fp16("fp16.first_late_overflow_step", "step", "first overflow after calibration"),
+    _fp16("fp16.overflows_began_step", "step", "step the overflows began: the first after calibration, or the run's "
+                                               "first where it never calibrated"),
     _fp16("fp16.loss_scale_last", "scale", "loss scale of the last recorded step"),
     _fp16("fp16.loss_scale_set", "scale",
           "loss scale last set: the log's last overflow line says it, or a step that did not overflow ran at it"),
@@ -58,12 +60,12 @@ SIGNALS = [
     _fp16("fp16.fixed_scale", "scale", f"largest scale that ran {CLEAN_STREAK} steps without overflow and lies below "
                                        "every scale that overflowed after calibration: a loss_scale the run does not "
                                        "refute (none where it overflowed at every scale that held)"),
-    _fp16("fp16.scaler_verdict", "verdict", "what the dynamic scaler did: aborted (DeepSpeed raised at "
-                                            "min_loss_scale) | below_one | collapsing (at most "
-                                            f"{COLLAPSE_OVERFLOWS_LEFT} overflows from the minimum, still overflowing) "
-                                            "| calibration (overflows only while it found its scale) | "
-                                            "costly_calibration (those overflows skipped most of the steps shown) | "
-                                            "settled (none of these)"),
+    verdict("fp16.scaler_verdict", "what the dynamic scaler did: aborted (DeepSpeed raised at min_loss_scale) | "
+            f"below_one | collapsing (at most {COLLAPSE_OVERFLOWS_LEFT} overflows from the minimum, still "
+            "overflowing) | calibration (overflows only while it found its scale) | costly_calibration (those "
+            "overflows skipped most of the steps shown) | settled (none of these)",
+            ("aborted", "below_one", "collapsing", "calibration", "costly_calibration", "settled"),
+            shown_by=(STEPS,), switch=FP16_LINES),
     _fp16("fp16.skipped_clean_steps", "steps", "steps shown that did not overflow"),
     _fp16("fp16.scale_set_power", "log2", "log2 of the scale last set: an initial_scale_power that skips what "
                                           "calibration the run shows"),
@@ -74,9 +76,10 @@ SIGNALS = [
                                      "lr_base (a schedule keeps its shape, each step's lr halved)"),
     _fp16("fp16.lr_base", "lr", "the config's optimizer lr, which a schedule scales; else the last step's lr"),
     _fp16("fp16.hit_min_scale", "bool", "DeepSpeed raised 'Current loss scale already at minimum'"),
-    _fp16("fp16.stable_lr", "lr", "largest lr before late overflows began"),
-    _fp16("fp16.lr_trend", "verdict", "rose (the lr is higher than at any step before the late overflows began: "
-                                      "they began as it rose) | steady (it is not)"),
+    _fp16("fp16.stable_lr", "lr", "largest lr before the overflows began (after calibration; in a run that never "
+                                  "calibrated, its first)"),
+    verdict("fp16.lr_trend", "rose (the lr is higher than at any step before the late overflows began: they "
+            "began as it rose) | steady (it is not)", ("rose", "steady"), shown_by=(STEPS,), switch=FP16_LINES),
     _fp16("fp16.lr_last", "lr", "lr of the last recorded step"),
     _stepwise("numerics.nonfinite_loss_steps", "steps", "steps whose loss was NaN or inf"),
     _stepwise("numerics.nonfinite_grad_steps", "steps", "applied (not skipped) steps whose grad norm was NaN or inf"),
@@ -115,6 +118,8 @@ class Fold(runview.Fold):
     replay: dict[str, Any] | None = None  # _ScalerReplay's state
     lr_last: float | None = None
     lr_max_before_late: float | None = None
+    first_overflow_step: int | None = None
+    lr_max_before_first: float | None = None  # the same before the run's first overflow: a run that never calibrated
     nonfinite_loss_steps: int = 0
     nonfinite_grad_steps: int = 0
     first_nonfinite_step: int | None = None
@@ -129,7 +134,7 @@ class Fold(runview.Fold):
                 if scale is not None and scale not in self.scales_seen and len(self.scales_seen) < 2:
                     self.scales_seen.append(scale)
         self._nonfinite(steps, c["loss_nonfinite"], c["grad_nonfinite"], flags)
-        late_before = self.first_late_step is not None
+        late_before, first_before = self.first_late_step is not None, self.first_overflow_step is not None
         if None in flags:  # the flag of a step no rank reported it for: only the known steps are replayed
             known = [i for i, f in enumerate(flags) if f is not None]
             self._overflows([steps[i] for i in known], [flags[i] for i in known], [scales[i] for i in known], view)
@@ -137,12 +142,10 @@ class Fold(runview.Fold):
             self._overflows(steps, flags, scales, view)
         if last := last_known(lrs, 1):
             self.lr_last = lrs[last[0]]
-        # lr up to the first late overflow, that step's own lr excluded
-        cut = (0 if late_before else len(steps) if self.first_late_step is None
-               else bisect_left(steps, self.first_late_step))
-        if before := [lr for lr in lrs[:cut] if lr is not None]:
-            top = max(before)
-            self.lr_max_before_late = top if self.lr_max_before_late is None else max(self.lr_max_before_late, top)
+        # lr up to the first late overflow (and up to the first overflow), that step's own lr excluded
+        self.lr_max_before_late = _max_before(self.lr_max_before_late, steps, lrs, late_before, self.first_late_step)
+        self.lr_max_before_first = _max_before(self.lr_max_before_first, steps, lrs, first_before,
+                                               self.first_overflow_step)
 
     def _nonfinite(self, steps: list[int], loss: list[Any], grad: list[Any], flags: list[Any]) -> None:
         if not any(loss) and not any(grad):
@@ -198,7 +201,7 @@ class Fold(runview.Fold):
 
     def _overflowed(self, step: int, scale: float | None, replay: _ScalerReplay | None) -> None:
         if not self.calibration_overflows and not self.late_overflows:  # the run's first overflow
-            self.first_overflow_scale = scale
+            self.first_overflow_scale, self.first_overflow_step = scale, step
         self.clean = 0
         if self.calibrated:
             self.late_overflows += 1
@@ -267,6 +270,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["fp16.calibration_overflows"] = fold.calibration_overflows
     out["fp16.late_overflows"] = fold.late_overflows
     out["fp16.first_late_overflow_step"] = fold.first_late_step
+    out["fp16.overflows_began_step"] = fold.first_late_step if fold.calibrated else fold.first_overflow_step
     out["fp16.loss_scale_last"] = fold.scale_last
     # A console log says it on its last overflow line; a step that did not overflow ran at the scale last set.
     said = next((e["data"]["scale"] for e in reversed(view.events.get("log", [])) if e.get("what") == "loss_scale_set"),
@@ -286,7 +290,10 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if out["fp16.dynamic"]:
         out["fp16.scaler_verdict"] = _scaler_verdict(out, fold)
     if fold.lr_last is not None:
-        stable = fold.lr_max_before_late if fold.first_late_step is not None else None
+        # Before the overflows began: the first after calibration, or the first of a run that never calibrated
+        # (a warm-up into overflows within its first 20 steps)
+        stable = (fold.lr_max_before_late if fold.first_late_step is not None
+                  else fold.lr_max_before_first if not fold.calibrated else None)
         # Halving the base halves the lr of every step a schedule makes from it (a decayed last lr, halved and
         # configured as the base, would have the schedule start the resumed run far lower); an lr that grew into
         # the overflows (a warm-up) is capped at where it was stable instead.
@@ -315,6 +322,15 @@ def _scaler_verdict(out: dict[str, Any], fold: Fold) -> str:
         return "settled"
     clean = fold.known - fold.overflows
     return "costly_calibration" if clean and fold.overflows >= COSTLY_SHARE * fold.known else "calibration"
+
+
+def _max_before(top: float | None, steps: list[int], lrs: list[Any], passed: bool, step: int | None) -> float | None:
+    """``top`` raised to the largest lr of this block's steps before ``step`` (all of them while it has not come;
+    none once a block before held it)."""
+    cut = 0 if passed else len(steps) if step is None else bisect_left(steps, step)
+    if before := [lr for lr in lrs[:cut] if lr is not None]:
+        return max(before) if top is None else max(top, *before)
+    return top
 
 
 class _ScalerReplay:
