@@ -25,7 +25,7 @@ MIN_HISTORY = 10  # finite losses seen before a spike can be judged at all
 SPIKE_SPREADS = 10  # a spike lies this many robust standard deviations (1.4826 MAD) above the median ...
 SPIKE_RISE = 0.5  # ... and at least this share of the median's size above it
 MAD_TO_SD = 1.4826  # MAD x this = the standard deviation of normal noise
-WARMUP_NEAR = SPIKE_WINDOW  # a warm-up that ended this many steps or fewer before the spike is what changed
+WARMUP_NEAR = SPIKE_WINDOW  # a warm-up that ends this many steps or fewer from the spike is what changed
 
 _steps = shown_by(STEPS, switch=STEP_LINES)
 
@@ -37,15 +37,16 @@ SIGNALS = [
     _steps("loss.spike_loss", "loss", "loss at the spike (the highest of its ranks)"),
     _steps("loss.spike_from", "loss", "loss the step before the spike"),
     _steps("loss.spike_median", "loss", f"median loss of the {SPIKE_WINDOW} steps before the spike"),
-    _steps("loss.spike_spread", "loss", "spread of the loss before the spike: 1.4826 x their median absolute deviation"),
+    _steps("loss.spike_spread", "loss", "spread of the loss before the spike: 1.4826 x its median absolute "
+           "deviation"),
     _steps("loss.spike_lr", "lr", "lr at the spike"),
     _steps("loss.spike_scale", "scale", "fp16 loss scale at the spike"),
     _steps("loss.spike_ranks", "ranks", "ranks whose loss reached the spike's threshold"),
     _steps("loss.back_step", "step", "step the loss came back below the spike's threshold"),
     _steps("loss.last", "loss", "last finite loss"),
     _steps("loss.last_step", "step", "step of the last finite loss"),
-    _steps("loss.warmup_end_step", "step", f"step the config's warm-up ended, at most {WARMUP_NEAR} steps before "
-           "the spike"),
+    _steps("loss.warmup_end_step", "step", f"step the config's warm-up ends, {WARMUP_NEAR} steps or fewer from the "
+           "spike"),
 ]
 
 STEP_FIELDS = {"loss": "max", "lr": "max", "loss_scale": "min"}
@@ -58,7 +59,7 @@ class Fold(runview.Fold):
 
     window: list[float] = field(default_factory=list)  # the last SPIKE_WINDOW finite losses, no spike's among them
     last: list | None = None  # (step, loss) of the last finite loss
-    spike: dict[str, Any] | None = None  # the open spike, or the first that came back
+    spike: dict[str, Any] | None = None  # the open spike, or the latest that came back
 
     def add_steps(self, block: Steps, view: RunView) -> None:
         c = block.columns
@@ -110,6 +111,6 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
                                    if (facts.get("loss_max") or float("-inf")) >= threshold) or None,
     })
     warmup = values.get("config.warmup_steps") if values.get("config.warmup_scheduler") else None
-    if isinstance(warmup, (int, float)) and 0 <= spike["step"] - warmup <= WARMUP_NEAR:
+    if isinstance(warmup, (int, float)) and abs(spike["step"] - warmup) <= WARMUP_NEAR:
         out["loss.warmup_end_step"] = int(warmup)
     return out
