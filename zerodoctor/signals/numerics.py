@@ -87,7 +87,8 @@ SIGNALS = [
     _stepwise("numerics.unscaled_skips", "steps", "steps skipped for non-finite gradients with no loss scale to lower "
                                                   "(bf16, or a precision the log does not name)"),
     _stepwise("numerics.unscaled_skip_rate", "ratio", "those skipped steps / steps"),
-    _stepwise("numerics.skip_precision", "name", "bf16 | unknown: the precision those skips ran in"),
+    verdict("numerics.skip_precision", "the precision those skips ran in: bf16 | unknown (the log does not say)",
+            ("bf16", "unknown"), shown_by=(STEPS,), switch=STEP_LINES),
 ]
 
 
@@ -243,7 +244,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["fp16.enabled"] = fp16
     if fold.known and not fp16 and (precision == "bf16" or static_seen):
         out.update({"numerics.unscaled_skips": fold.overflows, "numerics.unscaled_skip_rate": fold.overflows / fold.known,
-                    "numerics.skip_precision": precision or "unknown"})
+                    "numerics.skip_precision": "bf16" if precision == "bf16" else "unknown"})
     if not fp16:
         return out
     fp16_config, _ = read_fp16(config)
