@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerodoctor.signals import view as runview
-from zerodoctor.signals.base import shown_by, verdict
+from zerodoctor.signals.base import Signal, shown_by, verdict
 from zerodoctor.signals.inputs import STEP_LINES, STEPS
 from zerodoctor.signals.view import RunView, Steps
 
@@ -45,6 +45,10 @@ SIGNALS = [
     _steps("loss.back_step", "step", "step the loss came back below the spike's threshold"),
     _steps("loss.last", "loss", "last finite loss"),
     _steps("loss.last_step", "step", "step of the last finite loss"),
+    verdict("loss.nonfinite", "where the loss or the gradient norm went NaN/inf: loss (on steps) | grad (applied "
+            "steps' grad norm) | both | lines (a progress line only, no step shows it) | none",
+            ("loss", "grad", "both", "lines", "none")),
+    Signal("loss.nonfinite_line_ranks", "ranks", "ranks whose progress lines show the loss NaN/inf (none: absent)"),
     _steps("loss.warmup_end_step", "step", f"step the config's warm-up ends, {WARMUP_NEAR} steps or fewer from the "
            "spike"),
 ]
@@ -93,10 +97,11 @@ class Fold(runview.Fold):
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
+    out = _nonfinite(values)
     fold: Fold = view.fold(__name__)
     if fold.last is None:
-        return {}
-    out: dict[str, Any] = {"loss.last_step": fold.last[0], "loss.last": fold.last[1]}
+        return out
+    out.update({"loss.last_step": fold.last[0], "loss.last": fold.last[1]})
     spike = fold.spike
     if spike is None:
         out["loss.verdict"] = "steady"
@@ -113,4 +118,18 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     warmup = values.get("config.warmup_steps") if values.get("config.warmup_scheduler") else None
     if isinstance(warmup, (int, float)) and abs(spike["step"] - warmup) <= WARMUP_NEAR:
         out["loss.warmup_end_step"] = int(warmup)
+    return out
+
+
+def _nonfinite(values: dict[str, Any]) -> dict[str, Any]:
+    """Non-finite losses told apart by where they show: on steps (the loss, an applied step's grad norm), or only
+    on a progress line (``fatal.nonfinite_loss``, read after the crash families). Nothing is said where neither
+    is known: no steps and no fatal signals."""
+    lines, bad_loss, bad_grad = (values.get(name) for name in (
+        "fatal.nonfinite_loss", "numerics.nonfinite_loss_steps", "numerics.nonfinite_grad_steps"))
+    if not lines and bad_loss is None:  # no step shown, no line saying it: not known either way
+        return {}
+    out: dict[str, Any] = {"loss.nonfinite_line_ranks": lines or None}
+    out["loss.nonfinite"] = ("both" if bad_loss and bad_grad else "loss" if bad_loss else "grad" if bad_grad
+                             else "lines" if lines else "none")
     return out

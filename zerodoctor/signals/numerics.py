@@ -84,6 +84,9 @@ SIGNALS = [
     _stepwise("numerics.nonfinite_loss_steps", "steps", "steps whose loss was NaN or inf"),
     _stepwise("numerics.nonfinite_grad_steps", "steps", "applied (not skipped) steps whose grad norm was NaN or inf"),
     _stepwise("numerics.first_nonfinite_step", "step", "first step with a non-finite loss or applied grad norm"),
+    _stepwise("numerics.first_nonfinite_lr", "lr", "lr at the first step with a non-finite loss or grad norm"),
+    _stepwise("numerics.first_nonfinite_scale", "scale", "loss scale at the first step with a non-finite loss or "
+                                                         "grad norm"),
     _stepwise("numerics.unscaled_skips", "steps", "steps skipped for non-finite gradients with no loss scale to lower "
                                                   "(bf16, or a precision the log does not name)"),
     _stepwise("numerics.unscaled_skip_rate", "ratio", "those skipped steps / steps"),
@@ -124,6 +127,7 @@ class Fold(runview.Fold):
     nonfinite_loss_steps: int = 0
     nonfinite_grad_steps: int = 0
     first_nonfinite_step: int | None = None
+    first_nonfinite_at: list | None = None  # [lr, loss scale] at that step
     steps: int = 0
 
     def add_steps(self, block: Steps, view: RunView) -> None:
@@ -134,7 +138,7 @@ class Fold(runview.Fold):
             for scale in dict.fromkeys(scales):
                 if scale is not None and scale not in self.scales_seen and len(self.scales_seen) < 2:
                     self.scales_seen.append(scale)
-        self._nonfinite(steps, c["loss_nonfinite"], c["grad_nonfinite"], flags)
+        self._nonfinite(steps, c["loss_nonfinite"], c["grad_nonfinite"], flags, lrs, scales)
         late_before, first_before = self.first_late_step is not None, self.first_overflow_step is not None
         if None in flags:  # the flag of a step no rank reported it for: only the known steps are replayed
             known = [i for i, f in enumerate(flags) if f is not None]
@@ -148,15 +152,17 @@ class Fold(runview.Fold):
         self.lr_max_before_first = _max_before(self.lr_max_before_first, steps, lrs, first_before,
                                                self.first_overflow_step)
 
-    def _nonfinite(self, steps: list[int], loss: list[Any], grad: list[Any], flags: list[Any]) -> None:
+    def _nonfinite(self, steps: list[int], loss: list[Any], grad: list[Any], flags: list[Any], lrs: list[Any],
+                   scales: list[Any]) -> None:
         if not any(loss) and not any(grad):
             return
         applied = [bool(g and not f) for g, f in zip(grad, flags)]  # a skipped step's NaN grad is the overflow
         self.nonfinite_loss_steps += sum(map(bool, loss))
         self.nonfinite_grad_steps += sum(applied)
         if self.first_nonfinite_step is None:
-            self.first_nonfinite_step = next((s for s, bad_loss, bad_grad in zip(steps, loss, applied)
-                                              if bad_loss or bad_grad), None)
+            first = next((i for i, (bad_loss, bad_grad) in enumerate(zip(loss, applied)) if bad_loss or bad_grad), None)
+            if first is not None:
+                self.first_nonfinite_step, self.first_nonfinite_at = steps[first], [lrs[first], scales[first]]
 
     def _overflows(self, steps: list[int], flags: list[Any], scales: list[float | None], view: RunView) -> None:
         """The steps whose overflow flag is known: the clean runs between overflows at once, each overflow alone."""
@@ -227,9 +233,11 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         e.get("what") == "min_scale_exit" for e in view.events.get("log", []))
     out["fp16.hit_min_scale"] = hit_min
     if fold.steps:
+        lr, scale = fold.first_nonfinite_at or (None, None)
         out.update({"numerics.nonfinite_loss_steps": fold.nonfinite_loss_steps,
                     "numerics.nonfinite_grad_steps": fold.nonfinite_grad_steps,
-                    "numerics.first_nonfinite_step": fold.first_nonfinite_step})
+                    "numerics.first_nonfinite_step": fold.first_nonfinite_step,
+                    "numerics.first_nonfinite_lr": lr, "numerics.first_nonfinite_scale": scale})
     precision = values.get("run.precision")
     # Only the dynamic scaler lowers the scale ("reducing to", hysteresis) and only fp16 prints a scale.
     # "Gradients are non-finite, weights were not updated" is LossScalerBase's (DeepSpeed >= 0.19.6): the
