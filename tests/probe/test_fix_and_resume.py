@@ -55,7 +55,7 @@ def test_an_lr_collapse_is_resumed_with_a_lower_lr_in_effect_under_unsafe_ok(tmp
     assert done.returncode == 0, done.stderr[-3000:]
     audit = trail(tmp_path)
     first, second = audit["attempts"]
-    assert first["exit_code"] != 0 and [f["rule"] for f in first["findings"]] == ["ZD200", "ZD201"]
+    assert first["exit_code"] != 0 and sorted(f["rule"] for f in first["findings"]) == ["ZD200", "ZD201"]
     # ZD200 has no config fix; ZD201 offers no fixed loss scale (the run overflowed at every scale from 256 down, so
     # one would only skip every step, ZD203): its lower lr, from the checkpoint before the first overflow (step 26)
     assert second["fix"]["config_patch"] == {"optimizer": {"params": {"lr": 5e-4}}}
@@ -264,7 +264,7 @@ def test_a_trainer_fp16_collapse_is_resumed_with_the_lower_lr_in_effect_in_its_o
     assert done.returncode == 0, done.stderr[-3000:]
     audit = trail(tmp_path, "hf")
     first, second = audit["attempts"]
-    assert [f["rule"] for f in first["findings"]] == ["ZD200", "ZD201"]
+    assert sorted(f["rule"] for f in first["findings"]) == ["ZD200", "ZD201"]
     assert second["fix"]["config_patch"] == {"optimizer": {"params": {"lr": 5e-4}}}
     assert second["resumed_from"]["dir"] == "out/checkpoint-25" and second["resumed_from"]["step"] == 25
     argv = second["argv"]

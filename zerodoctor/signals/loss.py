@@ -30,8 +30,8 @@ WARMUP_NEAR = SPIKE_WINDOW  # a warm-up that ends this many steps or fewer from 
 _steps = shown_by(STEPS, switch=STEP_LINES)
 
 SIGNALS = [
-    verdict("loss.verdict", "what the loss did after its latest jump far beyond its recent spread: diverged "
-            "(never came back below the threshold) | recovered (came back) | steady (no such jump)",
+    verdict("loss.verdict", "the loss after the latest jump far beyond the recent spread: diverged (never came "
+            "back below the threshold) | recovered (came back) | steady (no such jump)",
             ("diverged", "recovered", "steady"), shown_by=(STEPS,), switch=STEP_LINES),
     _steps("loss.spike_step", "step", "step of the loss spike: its loss lay far beyond the spread of the steps before"),
     _steps("loss.spike_loss", "loss", "loss at the spike (the highest of its ranks)"),
@@ -47,7 +47,7 @@ SIGNALS = [
     _steps("loss.last_step", "step", "step of the last finite loss"),
     verdict("loss.nonfinite", "where the loss or the gradient norm went NaN/inf: loss (on steps) | grad (applied "
             "steps' grad norm) | both | lines (a progress line only, no step shows it) | none",
-            ("loss", "grad", "both", "lines", "none")),
+            ("loss", "grad", "both", "lines", "none"), shown_by=(STEPS,), switch=STEP_LINES),
     Signal("loss.nonfinite_line_ranks", "ranks", "ranks whose progress lines show the loss NaN/inf (none: absent)"),
     _steps("loss.warmup_end_step", "step", f"step the config's warm-up ends, {WARMUP_NEAR} steps or fewer from the "
            "spike"),
