@@ -54,9 +54,12 @@ _STATE = {"phase": "collective", "op": "all_reduce", "seq": 50, "group": "1", "o
 _FIELDS: dict[str, list[Any]] = {
     "rank": [1], "quiet_s": [65.0], "phase": list(Heartbeat.model_fields["phase"].annotation.__args__),
     "op": ["all_reduce"], "seq": [50], "group": ["1"], "outer": ["backward"], "since_t": [1764579220.0],
-    "for_s": [81.0], "head": [51], "beat": [_STATE],
+    "for_s": [81.0], "head": [51], "beat": [_STATE], "timeout_s": [1800.0], "call": [32], "tensor": ["a scalar"],
 }
-_RECORDS = {"hang.fr_lags": [{"rank": 1, "group": "0", "seq": 30, "op": "nccl:all_reduce", "head": 31, "beat": _STATE}]}
+_RECORDS = {"hang.fr_lags": [{"rank": 1, "group": "0", "seq": 30, "op": "nccl:all_reduce", "head": 31, "beat": _STATE}],
+            "hang.timed_out": {"op": "ALLREDUCE", "seq": 4127, "timeout_s": 1800.0},
+            "mismatch.first": {"rank": 2, "op": "ALLREDUCE", "call": 32, "tensor": "a scalar"},
+            "mismatch.other": {"rank": 3, "op": "ALLREDUCE", "call": 33, "tensor": "a scalar"}}
 _KINDS = {"hang.recovered_kind": ["rank", "collective", "silent"]}  # names a template tells apart
 BOOK: dict[str, Template] = {}
 assert not load_phrases(builtin_rules_dir() / PHRASES, BOOK)
@@ -99,7 +102,7 @@ def _resolver(values: dict[str, Any]):  # noqa: ANN202
 
 def _texts(rule: Rule) -> list[tuple[str, Any, set[str]]]:
     """(what, template, signals guaranteed) for the message and each fix title."""
-    out = [(what if what == "message" else f"message for {what}", text, rule.guaranteed)
+    out = [(what if what == "message" else f"message for {what}", text, rule.guaranteed_for(what))
            for what, text in rule.texts().items()]
     for i, fix in enumerate(rule.fixes):
         when = set(fix.when.guaranteed) if fix.when else set()

@@ -123,3 +123,29 @@ def test_a_message_that_lost_its_capacity_is_still_judged(tmp_path: Path) -> Non
     findings = {f.rule: f for f in diagnose([log], rules=RULES).findings}
     assert {"ZD401", "ZD402"} & set(findings) == {rule}, thread
     assert findings[rule].evidence["memory.oom_limit_bytes"] == pytest.approx((30.67 * 2**30 + 62.19 * 2**20), rel=1e-3)
+
+
+# Recorded H200 runs (samples/*/expected.json say how): allocated memory climbed every step up to the OOM.
+LEAKS = [
+    # (sample, verdict, steps of the climb that stranded memory held)
+    ("gpu-capacity-oom-h200", "leak", 0.39),  # 64 MiB a step, 24.9 MiB stranded: no fragmentation to speak of
+    ("gpu-fragmentation-oom-h200", "leak_fragmented", 2.98),  # 288 MiB a step, 857 MiB stranded
+    ("gpu-fragmentation-oom-h200-expandable", "leak_fragmented", 1.04),  # the same job, expandable_segments on
+]
+
+
+@pytest.mark.parametrize(("sample", "verdict", "steps"), LEAKS, ids=[c[0] for c in LEAKS])
+def test_a_steady_climb_to_the_oom_is_a_leak_said_first_and_no_allocator_setting_is_offered(
+        sample: str, verdict: str, steps: float) -> None:
+    """Issue 33 items 2-3: the leak is the cause, fragmentation only aggravates it (by the steps of the climb its
+    stranded memory held: the expandable_segments recording got 2 steps further than the run without it, of the
+    ~3 this says), and neither expandable_segments nor a capacity remedy is offered."""
+    from tests.conftest import ROOT
+
+    report = diagnose([ROOT / "samples" / sample], rules=RULES)
+    assert [f.rule for f in report.findings] == ["ZD408"]
+    leak = report.findings[0]
+    assert leak.message.startswith("out of memory after allocated memory climbed")
+    assert ("aggravated by fragmentation" in leak.message) == (verdict == "leak_fragmented"), leak.message
+    assert leak.evidence["memory.oom_fragmentation_steps"] == pytest.approx(steps, abs=0.01)
+    assert not any(fix.env for fix in leak.fixes) and "expandable_segments:True" not in leak.message

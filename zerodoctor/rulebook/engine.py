@@ -135,10 +135,11 @@ def _resolver(values: dict[str, Any], index: int | None) -> Callable[[str], Any]
 def _finding(rule: Rule, message: Template, values: dict[str, Any], run: str, ranks: list[int],
              steps: list[int] | None, resolve: Callable[[str], Any]) -> Finding:
     spec = rule.spec
-    # Flags that merely gate a condition ("fp16.enabled") say nothing a person needs; numbers do. The
-    # verdict is said by the message it picked.
-    gated = [s for s in [*rule.condition.signals, *spec.requires] if not isinstance(values.get(s), bool)
-             and s != spec.verdict]
+    # Flags that merely gate a condition ("fp16.enabled") say nothing a person needs; numbers do. A verdict
+    # is said by the message it picked. Required numbers come after the condition's, where 'evidence' does
+    # not place them.
+    read = [*rule.condition.signals, *[s for s in spec.requires if s not in spec.evidence]]
+    gated = [s for s in read if not isinstance(values.get(s), bool) and not rule.signals[s].values]
     shown = list(dict.fromkeys([*gated, *spec.evidence]))
     evidence = {name: _plain(values[name]) for name in shown if values.get(name) is not None}
     if steps is None and spec.steps:

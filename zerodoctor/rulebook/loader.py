@@ -89,6 +89,11 @@ class Rule:
         """Signals that have a value whenever the rule fires: a message may read them outside any clause."""
         return {*self.condition.guaranteed, *self.requires}
 
+    def guaranteed_for(self, value: str) -> set[str]:
+        """What the message for the verdict's ``value`` may read outside a clause: also what that value comes with."""
+        verdict = self.signals.get(self.spec.verdict or "")
+        return self.guaranteed | set(dict(verdict.guarantees).get(value, ()) if verdict else ())
+
     def texts(self) -> dict[str, Template]:
         """Every message the rule may print, by the verdict value it words ('message' for the one message)."""
         return {"message": self.message} if self.message is not None else dict(self.messages)
@@ -212,8 +217,10 @@ def _load_file(path: Path, catalog: dict[str, Signal], phrases: dict[str, Templa
     texts = _messages(data, catalog, phrases, err)
     if condition and texts is not None:
         guaranteed = {*condition.guaranteed, *requires, data.get("verdict")}
+        named = data.get("verdict")
+        comes_with = dict(catalog[named].guarantees) if isinstance(named, str) and named in catalog else {}
         for key, text in texts.items():
-            holes = [s for s in text.required if s not in guaranteed]
+            holes = [s for s in text.required if s not in guaranteed and s not in comes_with.get(key, ())]
             if holes:
                 err((key,) if key == "message" else ("messages", key), "RL206", f"{', '.join(holes)} may be missing "
                     "when the rule fires: put the field in an optional '[...]' clause, or name it in 'requires'")

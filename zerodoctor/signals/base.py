@@ -36,11 +36,14 @@ class Signal:
     shown_by: tuple[str, ...] = ()
     switch: str | None = None
     values: tuple[str, ...] = ()
+    guarantees: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (value, signals it is only given with)
 
 
-def verdict(name: str, doc: str, values: tuple[str, ...], **where: Any) -> Signal:
-    """A verdict signal: one of ``values``, the outcomes a rule may word one by one."""
-    return Signal(name, "verdict", doc, values=values, **where)
+def verdict(name: str, doc: str, values: tuple[str, ...], guarantees: dict[str, tuple[str, ...]] | None = None,
+            **where: Any) -> Signal:
+    """A verdict signal: one of ``values``, the outcomes a rule may word one by one. ``guarantees`` names, per
+    value, the signals the module always gives with it: that value's message may read them outside a clause."""
+    return Signal(name, "verdict", doc, values=values, guarantees=tuple((guarantees or {}).items()), **where)
 
 
 def shown_by(*inputs: str, switch: str | None = None) -> Callable[..., Signal]:

@@ -21,6 +21,11 @@ from zerodoctor.signals.base import last_known, shown_by
 from zerodoctor.messages.oom import oom_numbers
 
 POINTS = 128  # the fit's window: recent enough to see a leak start, long enough to see through noise
+# A steady climb, the judgement of a leak (ZD403 before an OOM, the OOM verdict's 'leak' at one): a straight
+# line (R² at least this), over at least this many steps, that grew by at least this share of the device.
+STEADY_R2 = 0.9
+STEADY_POINTS = 16
+STEADY_GROWTH_SHARE = 0.01
 
 _device = shown_by(STEPS, DEVICE)
 _heartbeats = shown_by(HEARTBEATS)
@@ -35,6 +40,8 @@ SIGNALS = [
     _device("creep.device_bytes", "bytes", "allocated memory at the last step"),
     _device("creep.device_limit_bytes", "bytes", "the device's memory, or the process's cap when an OOM message "
                                                  "stated one"),
+    _device("creep.device_steady", "bool", f"allocated memory climbs in a straight line (R² >= {STEADY_R2}, "
+                                           f">= {STEADY_POINTS} steps, >= {STEADY_GROWTH_SHARE:.0%} of the device)"),
     _device("creep.device_capped", "bool", "the limit is the process's cap (an OOM message's 'allowed'), not the "
                                            "device"),
     _heartbeats("creep.host_bytes_per_step", "bytes", "growth of the RSS of the ranks of the fastest-growing host, "
@@ -120,6 +127,8 @@ def _device(fold: Fold, capacity: int | None, capped: bool) -> dict[str, Any]:
            "creep.device_bytes": current, "creep.device_limit_bytes": capacity, "creep.device_capped": capped}
     if slope > 0:
         out["creep.device_steps_left"] = max(capacity - current, 0) / slope
+    out["creep.device_steady"] = (slope > 0 and r2 >= STEADY_R2 and len(fold.device) >= STEADY_POINTS
+                                  and out["creep.device_growth_share"] >= STEADY_GROWTH_SHARE)
     return out
 
 

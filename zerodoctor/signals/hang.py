@@ -9,8 +9,10 @@ When steps resume after such a gap, the gap is kept as a closed episode with how
 
 When one rank never enters a collective, every other rank waits in it until the watchdog's
 timeout and reports the same SeqNum; the rank that reports an older SeqNum, or none at all,
-is the one to look at. The flight recorder's dumps say the same per process group. Exit codes
-come from ``run_end`` (the probe, or torchrun's summary).
+is the one to look at (``hang.timeout_verdict``: ranks behind, ranks silent, or every rank that logged in the
+same collective; for a new group's store-based barrier, more processes than the group holds, or fewer). The flight
+recorder's dumps say the same per process group. Exit codes come from ``run_end`` (the probe, or torchrun's
+summary).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from zerodoctor.signals import view as runview
 from zerodoctor.messages import crashes
 from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import DUMPS, FLIGHT_RECORDER, HEARTBEATS
-from zerodoctor.signals.base import Signal, last_known, shown_by
+from zerodoctor.signals.base import Signal, last_known, shown_by, verdict
 
 # The promise: a stuck run is named within this long of its last progress. The environment may
 # shorten it (tests of long evaluations and saves do; the 60 s default has its own real-run test).
@@ -49,6 +51,15 @@ STATE = "rank, phase, since_t, for_s (seconds in that phase); op, group, seq, ou
 _flight_recorder = shown_by(DUMPS, switch=FLIGHT_RECORDER)
 _heartbeats = shown_by(HEARTBEATS)
 
+# What each kind of stall is given with (classify's records): its message may read them outside a clause
+STALL_COMES_WITH = {"rank": ("hang.stalled_s", "hang.stuck_states", "hang.waiting_states"),
+                    "silent": ("hang.stalled_s", "hang.stuck_states", "hang.waiting_states"),
+                    "collective": ("hang.stalled_s", "hang.waiting_states"),
+                    "busy": ("hang.stalled_s", "hang.busy_states")}
+_RECOVERED = ("hang.recovered_lasted_s", "hang.recovered_step", "hang.recovered_waiting_states")
+RECOVERED_COMES_WITH = {"rank": (*_RECOVERED, "hang.recovered_stuck_states"), "collective": _RECOVERED,
+                        "silent": (*_RECOVERED, "hang.recovered_stuck_states")}
+
 SIGNALS = [
     Signal("hang.collective_timeouts", "events", "collective operations the NCCL watchdog timed out (one per rank)"),
     Signal("hang.collective", "name", "the collective that timed out (OpType of the most reported SeqNum)"),
@@ -62,13 +73,25 @@ SIGNALS = [
     Signal("hang.barrier_world_size", "ranks", "processes a new process group's store-based barrier waited for "
                                                "(world_size)"),
     Signal("hang.barrier_joined", "ranks", "processes the store-based barrier counted (worker_count)"),
+    Signal("hang.timed_out", "records", "the collective that timed out: op (its OpType), seq (its SeqNum), timeout_s "
+           "(the process group's timeout), each where the log names it"),
+    verdict("hang.timeout_verdict", "which rank the timed-out ranks waited for: ranks behind (an older SeqNum), "
+            "ranks silent (none while the others reported one), or every rank that logged in the same collective; a "
+            "new group's store-based barrier that more processes reached than the group holds (a shared store), or "
+            "fewer", ("behind", "silent", "same_collective", "store_crowded", "store_short"),
+            {"behind": ("hang.timeout_ranks", "hang.behind_ranks"),
+             "silent": ("hang.timeout_ranks", "hang.silent_ranks"),
+             "same_collective": ("hang.timeout_ranks",),
+             "store_crowded": ("hang.timeout_ranks", "hang.barrier_joined", "hang.barrier_world_size"),
+             "store_short": ("hang.timeout_ranks", "hang.barrier_joined", "hang.barrier_world_size")}),
     _heartbeats("hang.window_s", "s", f"no step for this long is a stall: max({HANG_WITHIN_S:g} s, {STEP_TIMES:g} "
                                       f"median steps) less {NAMING_LATENCY_S:g} s to name it"),
     _heartbeats("hang.stalled_s", "s", "seconds since the last completed step, at the judgement's now"),
     _heartbeats("hang.in_progress", "bool", "the run still runs: its ranks send heartbeats, one has not ended, and "
                                             "not all went quiet (a live watch judges it again with no new events)"),
-    _heartbeats("hang.kind", "name", "none | rank (stuck while others wait) | collective (all wait in it) | "
-                                     "busy (no rank waits) | silent (some ranks' heartbeats stopped) | gone (all did)"),
+    verdict("hang.kind", "none | rank (stuck while others wait) | collective (all wait in it) | busy (no rank "
+            "waits) | silent (some ranks' heartbeats stopped) | gone (all did)",
+            ("none", "rank", "collective", "busy", "silent", "gone"), STALL_COMES_WITH, shown_by=(HEARTBEATS,)),
     Signal("hang.last_step", "step", "last step completed on every rank before the stall"),
     Signal("hang.stuck_ranks", "ranks", "the ranks the others wait for, or whose heartbeats stopped"),
     Signal("hang.stuck_states", "records", f"where each stuck rank is and since when ({STATE}); a silent rank's "
@@ -79,8 +102,8 @@ SIGNALS = [
                                               "resuming"),
     _heartbeats("hang.recovered_lasted_s", "s", "how long the last recovered stall lasted"),
     _heartbeats("hang.recovered_step", "step", "the step that ended the last recovered stall"),
-    _heartbeats("hang.recovered_kind", "name", "kind of the last recovered stall: rank | collective | silent, as "
-                                               "hang.kind"),
+    verdict("hang.recovered_kind", "kind of the last recovered stall: rank | collective | silent, as hang.kind",
+            ("rank", "collective", "silent"), RECOVERED_COMES_WITH, shown_by=(HEARTBEATS,)),
     _heartbeats("hang.recovered_stuck_states", "records", f"where the last recovered stall's stuck ranks were, at "
                                                           f"its end ({STATE}; quiet_s as above)"),
     _heartbeats("hang.recovered_waiting_states", "records", f"where the other ranks were, at its end ({STATE})"),
@@ -379,4 +402,10 @@ def _timeouts(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     suspects = sorted(set(behind) | set(silent))
     out["hang.suspect_ranks"] = suspects or None
     out["hang.behind_ranks"], out["hang.silent_ranks"] = behind or None, silent or None
+    out["hang.timed_out"] = {k: v for k, v in (("op", op), ("seq", seq), ("timeout_s", out["hang.timeout_s"]))
+                             if v is not None}
+    if barrier is not None:
+        out["hang.timeout_verdict"] = "store_crowded" if barrier["joined"] > barrier["world_size"] else "store_short"
+    else:
+        out["hang.timeout_verdict"] = "behind" if behind else "silent" if silent else "same_collective"
     return out

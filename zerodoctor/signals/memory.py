@@ -1,4 +1,4 @@
-"""Signals, memory: OOMs told apart (fragmentation vs capacity) and model-state fits.
+"""Signals, memory: OOMs told apart (leak, fragmentation, capacity), what expandable_segments buys, model-state fits.
 
 Decided from the message alone, by what ``c10/cuda/CUDACachingAllocator.cpp`` does before it
 raises: a failed cudaMalloc is retried after freeing cached blocks large enough, then after
@@ -14,6 +14,14 @@ the allocator's rounding on a full GPU (capacity: even if this allocation were s
 fails); in between it is capacity first, with a note that ``expandable_segments`` might serve this
 one allocation. Allocator retries in the steps before are evidence, never a condition: PyTorch's
 own pre-raise retry makes every OOM's count at least 1.
+
+Before any of that, a steady climb of allocated memory up to the OOM (``creep.device_steady``) makes it a
+leak: more memory, a smaller batch or an allocator setting only moves the OOM a few steps later (the H200
+sample climbing 288 MiB a step ran out two steps later with ``expandable_segments``). Stranded memory of a
+material share then aggravates the leak by the steps of the climb it holds.
+
+The verdict (``memory.oom_verdict``) and what ``expandable_segments:True`` buys
+(``memory.expandable_segments_gain``) are decided here, once; the rules word each value.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from zerodoctor.signals import view as runview
 from zerodoctor.deepspeed.modelstates import model_state_bytes
 from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import CONFIG, DEVICE, STEPS
-from zerodoctor.signals.base import Signal, nested, shown_by
+from zerodoctor.signals.base import Signal, nested, shown_by, verdict
 from zerodoctor.signals.config_values import config_int
 from zerodoctor.messages.oom import oom_numbers
 from zerodoctor.messages.units import GB
@@ -37,6 +45,10 @@ HEADROOM = 0.7  # share of device memory model states may take; the rest is acti
 # and the tails of split segments) and were cured by a smaller batch, not an allocator setting.
 FRAGMENTED_SHARE = 0.03  # at least this much stranded, and enough with the free memory: fragmentation
 ROUNDING_SHARE = 0.01  # under this much stranded: the allocator's rounding, a capacity OOM
+OUTSIDE_SHARE = 0.1  # memory held outside PyTorch's allocator worth naming (other processes on the GPU)
+
+VERDICTS = ("leak", "leak_fragmented", "fragmentation", "capacity_partly_fragmented", "capacity")
+GAINS = ("already_on", "cure", "this_allocation", "a_few_allocations", "one_allocation", "nothing", "a_few_steps")
 
 _planned = shown_by(CONFIG, DEVICE)
 _stepwise = shown_by(STEPS)
@@ -57,16 +69,21 @@ SIGNALS = [
            "reserved + free where the message lost the capacity)"),
     Signal("memory.oom_used_share", "ratio", "share of usable device memory not free at the first OOM"),
     Signal("memory.oom_outside_bytes", "bytes",
-           "memory in use outside PyTorch's allocator at the first OOM (other processes, CUDA context)"),
+           "memory in use outside PyTorch's allocator at the first OOM (other processes, CUDA context), where it is "
+           f">= {OUTSIDE_SHARE:.0%} of usable device memory"),
     Signal("memory.oom_stranded_share", "ratio", "reserved but unallocated / usable device memory at the first OOM"),
     Signal("memory.oom_requests_in_reach", "allocations",
            "allocations of the failed size that stranded + free memory hold (the most expandable_segments buys)"),
-    Signal("memory.oom_fragmented", "bool",
-           f"at the first OOM, stranded + free memory covered the request and stranded was >= {FRAGMENTED_SHARE:.0%} "
-           "of usable device memory"),
-    Signal("memory.oom_partly_fragmented", "bool",
-           f"stranded + free covered the request but stranded was only {ROUNDING_SHARE:.0%}-{FRAGMENTED_SHARE:.0%} "
-           "of usable device memory: capacity first"),
+    Signal("memory.oom_fragmentation_steps", "steps",
+           "steps of the leak's climb held by stranded memory (what fragmentation cost)"),
+    verdict("memory.oom_verdict",
+            "the first OOM judged: a steady climb to it is a leak (fragmented where stranded is >= "
+            f"{FRAGMENTED_SHARE:.0%} of usable memory); else stranded + free covering the request with stranded >= "
+            f"{FRAGMENTED_SHARE:.0%} is fragmentation, {ROUNDING_SHARE:.0%}-{FRAGMENTED_SHARE:.0%} capacity first, "
+            "anything else capacity", VERDICTS),
+    verdict("memory.expandable_segments_gain",
+            "what PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True buys at the first OOM: a cure (fragmentation), this "
+            "one allocation, a few allocations or one, nothing, a few steps of a leak; or it is already on", GAINS),
     _stepwise("memory.alloc_retries", "retries", "cudaMalloc retries (cache flushes) in the steps, the OOM's own "
                                                  "retry excluded"),
     Signal("memory.expandable_segments", "bool", "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True"),
@@ -118,12 +135,13 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         out["memory.oom_requested_bytes"] = first.get("requested_bytes")
         out["memory.oom_reserved_bytes"] = first.get("reserved_bytes")
         out.update(_judged(first, values.get("run.device_memory_bytes")))
+        out.update(_verdict({**values, **out}, out["memory.expandable_segments"]))
     out.update(_fits(values))
     return out
 
 
 def _judged(oom: dict[str, Any], device_bytes: int | None) -> dict[str, Any]:
-    """The first OOM's numbers against the memory the process could use, and the verdict on them.
+    """The first OOM's numbers against the memory the process could use (the verdict weighs them).
 
     Free memory the message does not give counts as none, so an unknown never makes a fragmentation.
     """
@@ -137,19 +155,38 @@ def _judged(oom: dict[str, Any], device_bytes: int | None) -> dict[str, Any]:
                            "memory.oom_headroom_bytes": headroom}
     if limit:
         out["memory.oom_limit_bytes"] = limit
-        out["memory.oom_stranded_share"] = share = stranded / limit
+        out["memory.oom_stranded_share"] = stranded / limit
         if headroom is not None:
             out["memory.oom_used_share"] = min(1 - headroom / limit, 1.0)
-            out["memory.oom_outside_bytes"] = max(limit - headroom - reserved, 0)
+            outside = max(limit - headroom - reserved, 0)
+            out["memory.oom_outside_bytes"] = outside if outside >= OUTSIDE_SHARE * limit else None
     if requested:
         in_reach = stranded + (headroom or 0)
         out["memory.oom_frag_ratio"] = stranded / requested
         out["memory.oom_requests_in_reach"] = in_reach // requested
-        if limit:
-            served = in_reach >= requested
-            out["memory.oom_fragmented"] = served and share >= FRAGMENTED_SHARE
-            out["memory.oom_partly_fragmented"] = served and ROUNDING_SHARE <= share < FRAGMENTED_SHARE
     return out
+
+
+def _verdict(values: dict[str, Any], expandable: bool) -> dict[str, Any]:
+    """The first OOM's verdict and what expandable_segments buys, from its numbers and the climb before it."""
+    share, in_reach = values.get("memory.oom_stranded_share"), values.get("memory.oom_requests_in_reach")
+    slope = values.get("creep.device_bytes_per_step")
+    if values.get("creep.device_steady") and slope:
+        fragmented = share is not None and share >= FRAGMENTED_SHARE
+        stranded = values.get("memory.oom_free_unallocated_bytes")
+        return {"memory.oom_verdict": "leak_fragmented" if fragmented else "leak",
+                "memory.oom_fragmentation_steps": stranded / slope if stranded is not None else None,
+                "memory.expandable_segments_gain": "already_on" if expandable else "a_few_steps"}
+    if share is None or in_reach is None:
+        return {}
+    if in_reach >= 1 and share >= FRAGMENTED_SHARE:
+        judged, gain = "fragmentation", "cure"
+    elif in_reach >= 1 and share >= ROUNDING_SHARE:
+        judged, gain = "capacity_partly_fragmented", "this_allocation"
+    else:
+        judged = "capacity"
+        gain = "a_few_allocations" if in_reach >= 2 else "one_allocation" if in_reach == 1 else "nothing"
+    return {"memory.oom_verdict": judged, "memory.expandable_segments_gain": "already_on" if expandable else gain}
 
 
 def _allowed(oom: dict[str, Any]) -> int | None:

@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from zerodoctor.messages import crashes
-from zerodoctor.signals.base import Signal
+from zerodoctor.signals.base import Signal, verdict
 from zerodoctor.signals.view import RunView
 
 SIGNALS = [
@@ -36,6 +36,13 @@ SIGNALS = [
            "c10d compared the fingerprints' lengths only: the other rank's op is not printed (the name in its "
            "place is the length)"),
     Signal("mismatch.printed_other_op", "name", "what c10d printed as the other rank's op"),
+    Signal("mismatch.first", "records", "the first rank's collective: rank, op, call (its sequence number), tensor"),
+    Signal("mismatch.other", "records", "the other rank's collective, where c10d printed it: rank, op, call, tensor"),
+    verdict("mismatch.other_known", "what c10d's message says of the other rank's collective: named (its op "
+            "printed), unread (only that its fingerprint's length differs), alone (no other rank named: torch "
+            "1.9-1.10), unnamed (no fingerprint read at all)", ("named", "unread", "alone", "unnamed"),
+            {"named": ("mismatch.first", "mismatch.other"), "unread": ("mismatch.first", "mismatch.other_rank"),
+             "alone": ("mismatch.first",)}),
 ]
 # "Rank N is running [inconsistent ]collective: CollectiveFingerPrint(...)", the fingerprint up to its closing
 # parenthesis (TensorDeviceTypes holds one level of them; 1.9-1.10 left the last one out)
@@ -52,18 +59,30 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     message = _first_message(run)
     found = [(int(rank), body) for rank, body in _RUNNING.findall(message)]
     if not found:
-        return {}
+        return {"mismatch.other_known": "unnamed"}
     (rank, mine), *others = found
-    out = {"mismatch.rank": rank, **_fingerprint(mine, "mismatch.")}
+    out = {"mismatch.rank": rank, **_fingerprint(mine, "mismatch."), "mismatch.other_known": "alone"}
     if others:
         other_rank, theirs = others[0]
         read = _fingerprint(theirs, "mismatch.other_")
         out["mismatch.other_rank"] = other_rank
         if "mismatch.other_tensor" in read or "mismatch.tensor" not in out:
             out.update(read)
+            out["mismatch.other_known"] = "named" if "mismatch.other_op" in read else "alone"
         else:  # the length check's decoding: its op and sequence number are no collective's
-            out.update({"mismatch.other_op_unread": True, "mismatch.printed_other_op": read.get("mismatch.other_op")})
+            out.update({"mismatch.other_op_unread": True, "mismatch.printed_other_op": read.get("mismatch.other_op"),
+                        "mismatch.other_known": "unread"})
+    out["mismatch.first"] = _record(out, "mismatch.")
+    if out["mismatch.other_known"] == "named":
+        out["mismatch.other"] = _record(out, "mismatch.other_")
     return out
+
+
+def _record(out: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """One rank's collective as the record the rules' phrases word (rules/phrases.yaml, mismatch-call)."""
+    fields = {"rank": out.get(f"{prefix}rank"), "op": out.get(f"{prefix}op"), "call": out.get(f"{prefix}call"),
+              "tensor": out.get(f"{prefix}tensor")}
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _first_message(run: RunView) -> str:

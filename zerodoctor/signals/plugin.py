@@ -10,7 +10,8 @@ def register_signals() -> list:
     from zerodoctor.signals import (amp, batch, comms, config, crashes, creep, evidence, fatal, hang, loss, memory,
                                     mismatch, numerics, offload, plots, run, stacks, straggler, trace, trainer)
 
-    # Order matters: a module may read what earlier ones computed; evidence sums up last. plots computes
+    # Order matters: a module may read what earlier ones computed (memory's OOM verdict reads creep's climb;
+    # loss reads the config's warm-up and the crash families' progress lines); evidence sums up last. plots computes
     # nothing: its fold keeps what the report's plots draw.
-    return [run, batch, numerics, amp, comms, trace, memory, creep, offload, config, hang, straggler, trainer, crashes,
+    return [run, batch, numerics, amp, comms, trace, creep, memory, offload, config, hang, straggler, trainer, crashes,
             fatal, loss, mismatch, stacks, plots, evidence]
