@@ -82,13 +82,14 @@ class Fold(runview.Fold):
             return
         if len(self.window) >= MIN_HISTORY:
             median = statistics.median(self.window)
-            spread = MAD_TO_SD * statistics.median(abs(x - median) for x in self.window)
-            threshold = median + max(SPIKE_SPREADS * spread, SPIKE_RISE * abs(median))
-            if loss > threshold:  # a new spike replaces one that came back: the latest is the one that matters
-                self.spike = {"step": step, "loss": loss, "from": self.last[1] if self.last else None,
-                              "median": median, "spread": spread, "threshold": threshold, "lr": lr,
-                              "scale": scale, "back": None}
-                return
+            if loss > median + SPIKE_RISE * abs(median):  # below that no spread makes a spike: the MAD is spared
+                spread = MAD_TO_SD * statistics.median(abs(x - median) for x in self.window)
+                threshold = median + max(SPIKE_SPREADS * spread, SPIKE_RISE * abs(median))
+                if loss > threshold:  # a new spike replaces one that came back: the latest is the one that matters
+                    self.spike = {"step": step, "loss": loss, "from": self.last[1] if self.last else None,
+                                  "median": median, "spread": spread, "threshold": threshold, "lr": lr,
+                                  "scale": scale, "back": None}
+                    return
         self._remember(loss)
 
     def _remember(self, loss: float) -> None:
