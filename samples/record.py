@@ -75,10 +75,11 @@ SCENARIOS = [
         "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
         "optimizer": ADAMW, "zero_optimization": zero(2, TINY_PARAMS),
         "fp16": {"enabled": True, "initial_scale_power": 8, "hysteresis": 2, "min_loss_scale": 1}},
-        ["--steps", "80", "--loss-mult", "1e9", "--loss-mult-from", "30", "--cpu-fp16-shim"], ["ZD201"],
-        "fp16 dynamic loss scaling; from step 30 the loss is multiplied by 1e9 (fault injected), so the "
-        "gradients overflow fp16 at every scale: the scaler halves down to min_loss_scale 1 and DeepSpeed "
-        "raises 'Current loss scale already at minimum'. fp16 on CPU through the test-only shim."),
+        ["--steps", "80", "--loss-mult", "1e9", "--loss-mult-from", "30", "--cpu-fp16-shim"], ["ZD200", "ZD201"],
+        "fp16 dynamic loss scaling; from step 31 on (global_steps 30) the loss is multiplied by 1e9 (fault "
+        "injected): it leaves its range there and never comes back (ZD200), and the gradients overflow fp16 at "
+        "every scale, so the scaler halves down to min_loss_scale 1 and DeepSpeed raises 'Current loss scale "
+        "already at minimum' (ZD201). fp16 on CPU through the test-only shim."),
     Scenario("fp16-static-65536", {
         "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
         "optimizer": ADAMW, "zero_optimization": zero(2, TINY_PARAMS),

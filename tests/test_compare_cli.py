@@ -18,8 +18,9 @@ def test_text_explains_the_difference_first() -> None:
     proc = run_cli("compare", A, B)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[1].startswith("ERROR only in fp16-min-scale (not in healthy-zero2): ZD201 fp16-loss-scale-collapse")
-    assert "the configs differ where its fix acts: fp16.enabled (absent → true)" in lines[1]
+    assert lines[1].startswith("ERROR only in fp16-min-scale (not in healthy-zero2): ZD200 loss-diverged")
+    assert lines[2].startswith("ERROR only in fp16-min-scale (not in healthy-zero2): ZD201 fp16-loss-scale-collapse")
+    assert "the configs differ where its fix acts: fp16.enabled (absent → true)" in lines[2]
     table = {line.split()[0]: line.split()[1:] for line in lines[2:] if line.startswith("  ") and line.split()}
     assert table["fp16.enabled"] == ["absent", "true"]
     assert table["train_batch_size"] == ["16", "8"]
@@ -32,7 +33,7 @@ def test_json_keeps_keys_and_numbers() -> None:
     assert proc.returncode == 0, proc.stderr
     body = json.loads(proc.stdout)
     assert (body["a"]["run"], body["b"]["run"]) == ("healthy-zero2", "fp16-min-scale")
-    assert [(o["in"], o["rule"]) for o in body["only"]] == [("b", "ZD201")]
+    assert [(o["in"], o["rule"]) for o in body["only"]] == [("b", "ZD200"), ("b", "ZD201")]
     assert {"key": "fp16.enabled", "b": True} in body["config"]  # absent in A: no "a" key
     numbers = {n["name"]: (n["a"], n["b"]) for n in body["numbers"]}
     assert numbers["steps skipped (overflow)"] == (0.0, 9 / 39)

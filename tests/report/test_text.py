@@ -43,7 +43,8 @@ def test_evidence_reads_as_words_and_units_in_text_and_markdown_but_json_keeps_n
     markdown = run_cli("diagnose", "--format", "markdown", sample).stdout
     assert "- skipped share of the recent steps: 23%" in markdown
     body = json.loads(run_cli("diagnose", "--format", "json", sample).stdout)
-    assert body["findings"][0]["evidence"]["fp16.recent_overflow_rate"] == 0.230769
+    (collapse,) = [f for f in body["findings"] if f["rule"] == "ZD201"]
+    assert collapse["evidence"]["fp16.recent_overflow_rate"] == 0.230769
     assert set(body["inputs"][0]) == {"path", "format", "events", "quarantined"}
 
 

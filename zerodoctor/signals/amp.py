@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerodoctor.signals.view import RunView
-from zerodoctor.signals.base import Signal
+from zerodoctor.signals.base import Signal, verdict
 
 READS = ()
 
@@ -21,6 +21,8 @@ SIGNALS = [
     Signal("amp.scale_first", "scale", "first loss scale printed"),
     Signal("amp.scale_last", "scale", "last loss scale printed"),
     Signal("amp.min_reached", "bool", "fairseq stopped at its minimum loss scale"),
+    verdict("amp.verdict", "what the scaler did: stopped (fairseq raised at its minimum) | below_one (the scale fell "
+            "below 1: the gradients overflow unscaled) | holding (neither)", ("stopped", "below_one", "holding")),
 ]
 
 
@@ -33,4 +35,6 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
         out["amp.scaler"] = logs[-1]["data"]["scaler"]
     if overflows:
         out.update({"amp.scale_first": overflows[0]["scale"], "amp.scale_last": overflows[-1]["scale"]})
+    out["amp.verdict"] = ("stopped" if out["amp.min_reached"]
+                          else "below_one" if overflows and overflows[-1]["scale"] < 1 else "holding")
     return out

@@ -18,11 +18,15 @@ from typing import Any
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import FP16_LINES, STEPS, STEP_LINES
-from zerodoctor.signals.base import last_known, shown_by
+from zerodoctor.signals.base import last_known, shown_by, verdict
 from zerodoctor.signals.config_values import Fp16Config, read_fp16, read_optimizer_lr
 
 CLEAN_STREAK = 20  # clean steps in a row that end the calibration phase / make a scale "held"
 RECENT = 100  # steps in the recent-overflow window
+COLLAPSE_OVERFLOWS_LEFT = 8  # overflows in a row left before the minimum: the scale is collapsing ...
+COLLAPSE_RATE, COLLAPSE_MIN_OVERFLOWS = 0.05, 3  # ... when this share of the recent steps, and this many, overflowed
+COSTLY_SHARE = 0.5  # skipped steps, of the steps the run shows, that make a calibration costly, never harmless
+LR_ROSE = 0.95  # lr now above this share of the highest lr before the late overflows did not rise
 MIN_SCALE_MESSAGE = "loss scale already at minimum"
 
 _fp16 = shown_by(STEPS, switch=FP16_LINES)
@@ -47,11 +51,26 @@ SIGNALS = [
     _fp16("fp16.calibration_overflows", "steps", f"overflows before the first {CLEAN_STREAK} clean steps in a row"),
     _fp16("fp16.late_overflows", "steps", "overflows after calibration"),
     _fp16("fp16.first_late_overflow_step", "step", "first overflow after calibration"),
+    _fp16("fp16.overflows_began_step", "step", "step the overflows began: the first after calibration, or the run's "
+                                               "first where it never calibrated"),
     _fp16("fp16.loss_scale_last", "scale", "loss scale of the last recorded step"),
     _fp16("fp16.loss_scale_set", "scale",
           "loss scale last set: the log's last overflow line says it, or a step that did not overflow ran at it"),
     _fp16("fp16.scale_below_one", "bool", "the last recorded scale is below 1: the gradients overflow fp16 unscaled"),
     _fp16("fp16.max_held_scale", "scale", f"largest scale that ran {CLEAN_STREAK} steps without overflow"),
+    _fp16("fp16.min_late_overflow_scale", "scale", "smallest scale an overflow after calibration was attempted at"),
+    _fp16("fp16.fixed_scale", "scale", f"largest scale that ran {CLEAN_STREAK} steps without overflow and lies below "
+                                       "every scale that overflowed after calibration: a loss_scale the run does not "
+                                       "refute (none where it overflowed at every scale that held)"),
+    verdict("fp16.scaler_verdict", "what the dynamic scaler did: aborted (DeepSpeed raised at min_loss_scale) | "
+            f"below_one | collapsing (at most {COLLAPSE_OVERFLOWS_LEFT} overflows from the minimum, still "
+            "overflowing) | calibration (overflows only while it found its scale) | costly_calibration (those "
+            "overflows skipped most of the steps shown) | settled (none of these)",
+            ("aborted", "below_one", "collapsing", "calibration", "costly_calibration", "settled"),
+            shown_by=(STEPS,), switch=FP16_LINES),
+    _fp16("fp16.skipped_clean_steps", "steps", "steps shown that did not overflow"),
+    _fp16("fp16.scale_set_power", "log2", "log2 of the scale last set: an initial_scale_power that skips what "
+                                          "calibration the run shows"),
     _fp16("fp16.overflows_to_min", "overflows", "consecutive overflows left before DeepSpeed aborts at min scale"),
     _fp16("fp16.calibrated_scale_power", "log2", "log2 of the first scale that held: an initial_scale_power that "
                                                  "skips calibration"),
@@ -59,15 +78,22 @@ SIGNALS = [
                                      "lr_base (a schedule keeps its shape, each step's lr halved)"),
     _fp16("fp16.lr_base", "lr", "the config's optimizer lr, which a schedule scales; else the last step's lr"),
     _fp16("fp16.hit_min_scale", "bool", "DeepSpeed raised 'Current loss scale already at minimum'"),
-    _fp16("fp16.stable_lr", "lr", "largest lr before late overflows began"),
+    _fp16("fp16.stable_lr", "lr", "largest lr before the overflows began (after calibration; in a run that never "
+                                  "calibrated, its first)"),
+    verdict("fp16.lr_trend", "rose (the lr is higher than at any step before the late overflows began: they "
+            "began as it rose) | steady (it is not)", ("rose", "steady"), shown_by=(STEPS,), switch=FP16_LINES),
     _fp16("fp16.lr_last", "lr", "lr of the last recorded step"),
     _stepwise("numerics.nonfinite_loss_steps", "steps", "steps whose loss was NaN or inf"),
     _stepwise("numerics.nonfinite_grad_steps", "steps", "applied (not skipped) steps whose grad norm was NaN or inf"),
     _stepwise("numerics.first_nonfinite_step", "step", "first step with a non-finite loss or applied grad norm"),
+    _stepwise("numerics.first_nonfinite_lr", "lr", "lr at the first step with a non-finite loss or grad norm"),
+    _stepwise("numerics.first_nonfinite_scale", "scale", "loss scale at the first step with a non-finite loss or "
+                                                         "grad norm"),
     _stepwise("numerics.unscaled_skips", "steps", "steps skipped for non-finite gradients with no loss scale to lower "
                                                   "(bf16, or a precision the log does not name)"),
     _stepwise("numerics.unscaled_skip_rate", "ratio", "those skipped steps / steps"),
-    _stepwise("numerics.skip_precision", "name", "bf16 | unknown: the precision those skips ran in"),
+    verdict("numerics.skip_precision", "the precision those skips ran in: bf16 | unknown (the log does not say)",
+            ("bf16", "unknown"), shown_by=(STEPS,), switch=STEP_LINES),
 ]
 
 
@@ -93,13 +119,18 @@ class Fold(runview.Fold):
     scale_last_clean: bool = False  # the step of ``scale_last`` did not overflow: it ran at the scale last set
     first_held_scale: float | None = None
     max_held_scale: float | None = None
+    held_scales: list[float] = field(default_factory=list)  # distinct scales that held, largest first (a handful)
+    min_late_scale: float | None = None
     scales_seen: list[float] = field(default_factory=list)  # the first two distinct scales (a static one is alone)
     replay: dict[str, Any] | None = None  # _ScalerReplay's state
     lr_last: float | None = None
     lr_max_before_late: float | None = None
+    first_overflow_step: int | None = None
+    lr_max_before_first: float | None = None  # the same before the run's first overflow: a run that never calibrated
     nonfinite_loss_steps: int = 0
     nonfinite_grad_steps: int = 0
     first_nonfinite_step: int | None = None
+    first_nonfinite_at: list | None = None  # [lr, loss scale] at that step
     steps: int = 0
 
     def add_steps(self, block: Steps, view: RunView) -> None:
@@ -110,8 +141,8 @@ class Fold(runview.Fold):
             for scale in dict.fromkeys(scales):
                 if scale is not None and scale not in self.scales_seen and len(self.scales_seen) < 2:
                     self.scales_seen.append(scale)
-        self._nonfinite(steps, c["loss_nonfinite"], c["grad_nonfinite"], flags)
-        late_before = self.first_late_step is not None
+        self._nonfinite(steps, c["loss_nonfinite"], c["grad_nonfinite"], flags, lrs, scales)
+        late_before, first_before = self.first_late_step is not None, self.first_overflow_step is not None
         if None in flags:  # the flag of a step no rank reported it for: only the known steps are replayed
             known = [i for i, f in enumerate(flags) if f is not None]
             self._overflows([steps[i] for i in known], [flags[i] for i in known], [scales[i] for i in known], view)
@@ -119,22 +150,22 @@ class Fold(runview.Fold):
             self._overflows(steps, flags, scales, view)
         if last := last_known(lrs, 1):
             self.lr_last = lrs[last[0]]
-        # lr up to the first late overflow, that step's own lr excluded
-        cut = (0 if late_before else len(steps) if self.first_late_step is None
-               else bisect_left(steps, self.first_late_step))
-        if before := [lr for lr in lrs[:cut] if lr is not None]:
-            top = max(before)
-            self.lr_max_before_late = top if self.lr_max_before_late is None else max(self.lr_max_before_late, top)
+        # lr up to the first late overflow (and up to the first overflow), that step's own lr excluded
+        self.lr_max_before_late = _max_before(self.lr_max_before_late, steps, lrs, late_before, self.first_late_step)
+        self.lr_max_before_first = _max_before(self.lr_max_before_first, steps, lrs, first_before,
+                                               self.first_overflow_step)
 
-    def _nonfinite(self, steps: list[int], loss: list[Any], grad: list[Any], flags: list[Any]) -> None:
+    def _nonfinite(self, steps: list[int], loss: list[Any], grad: list[Any], flags: list[Any], lrs: list[Any],
+                   scales: list[Any]) -> None:
         if not any(loss) and not any(grad):
             return
         applied = [bool(g and not f) for g, f in zip(grad, flags)]  # a skipped step's NaN grad is the overflow
         self.nonfinite_loss_steps += sum(map(bool, loss))
         self.nonfinite_grad_steps += sum(applied)
         if self.first_nonfinite_step is None:
-            self.first_nonfinite_step = next((s for s, bad_loss, bad_grad in zip(steps, loss, applied)
-                                              if bad_loss or bad_grad), None)
+            first = next((i for i, (bad_loss, bad_grad) in enumerate(zip(loss, applied)) if bad_loss or bad_grad), None)
+            if first is not None:
+                self.first_nonfinite_step, self.first_nonfinite_at = steps[first], [lrs[first], scales[first]]
 
     def _overflows(self, steps: list[int], flags: list[Any], scales: list[float | None], view: RunView) -> None:
         """The steps whose overflow flag is known: the clean runs between overflows at once, each overflow alone."""
@@ -174,17 +205,20 @@ class Fold(runview.Fold):
                     self.first_held_scale = next((s for s in held if s), held[-1])
                 top = max(held)
                 self.max_held_scale = top if self.max_held_scale is None else max(self.max_held_scale, top)
+                self.held_scales = sorted({*self.held_scales, *held}, reverse=True)[:_HELD_KEPT]
         if replay is not None:
             replay.clean(scales[start:end])
 
     def _overflowed(self, step: int, scale: float | None, replay: _ScalerReplay | None) -> None:
         if not self.calibration_overflows and not self.late_overflows:  # the run's first overflow
-            self.first_overflow_scale = scale
+            self.first_overflow_scale, self.first_overflow_step = scale, step
         self.clean = 0
         if self.calibrated:
             self.late_overflows += 1
             if self.first_late_step is None:
                 self.first_late_step = step
+            if scale is not None and (self.min_late_scale is None or scale < self.min_late_scale):
+                self.min_late_scale = scale
         else:
             self.calibration_overflows += 1
         if replay is None:
@@ -202,9 +236,11 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         e.get("what") == "min_scale_exit" for e in view.events.get("log", []))
     out["fp16.hit_min_scale"] = hit_min
     if fold.steps:
+        lr, scale = fold.first_nonfinite_at or (None, None)
         out.update({"numerics.nonfinite_loss_steps": fold.nonfinite_loss_steps,
                     "numerics.nonfinite_grad_steps": fold.nonfinite_grad_steps,
-                    "numerics.first_nonfinite_step": fold.first_nonfinite_step})
+                    "numerics.first_nonfinite_step": fold.first_nonfinite_step,
+                    "numerics.first_nonfinite_lr": lr, "numerics.first_nonfinite_scale": scale})
     precision = values.get("run.precision")
     # Only the dynamic scaler lowers the scale ("reducing to", hysteresis) and only fp16 prints a scale.
     # "Gradients are non-finite, weights were not updated" is LossScalerBase's (DeepSpeed >= 0.19.6): the
@@ -220,7 +256,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if fold.known and not fp16 and (precision == "bf16" or static_seen):
         out.update({"numerics.unscaled_skips": fold.overflows,
                     "numerics.unscaled_skip_rate": fold.overflows / fold.known,
-                    "numerics.skip_precision": precision or "unknown"})
+                    "numerics.skip_precision": "bf16" if precision == "bf16" else "unknown"})
     if not fp16:
         return out
     fp16_config, _ = read_fp16(config)
@@ -233,6 +269,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if fp16_config is not None:
         out["fp16.min_loss_scale"] = fp16_config.min_loss_scale
     if not fold.known:
+        if out["fp16.dynamic"] and (hit_min or out["fp16.scale_below_one"]):  # DeepSpeed's word, or a scale seen
+            out["fp16.scaler_verdict"] = "aborted" if hit_min else "below_one"
         return out
     out["fp16.overflow_count"] = fold.overflows
     out["fp16.overflow_rate"] = fold.overflows / fold.known
@@ -245,26 +283,67 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["fp16.calibration_overflows"] = fold.calibration_overflows
     out["fp16.late_overflows"] = fold.late_overflows
     out["fp16.first_late_overflow_step"] = fold.first_late_step
+    out["fp16.overflows_began_step"] = fold.first_late_step if fold.calibrated else fold.first_overflow_step
     out["fp16.loss_scale_last"] = fold.scale_last
     # A console log says it on its last overflow line; a step that did not overflow ran at the scale last set.
     said = next((e["data"]["scale"] for e in reversed(view.events.get("log", [])) if e.get("what") == "loss_scale_set"),
                 None)
     out["fp16.loss_scale_set"] = said if said is not None else fold.scale_last if fold.scale_last_clean else None
     out["fp16.max_held_scale"] = fold.max_held_scale
+    out["fp16.min_late_overflow_scale"] = fold.min_late_scale
+    below = fold.min_late_scale if fold.min_late_scale is not None else float("inf")
+    out["fp16.fixed_scale"] = next((s for s in fold.held_scales if 0 < s < below), None)
+    out["fp16.skipped_clean_steps"] = fold.known - fold.overflows
+    if out["fp16.loss_scale_set"]:
+        out["fp16.scale_set_power"] = int(math.log2(out["fp16.loss_scale_set"]))
     if fold.first_held_scale:
         out["fp16.calibrated_scale_power"] = int(math.log2(fold.first_held_scale))
     if out["fp16.dynamic"] and (hit_min or fp16_config is not None):
         out["fp16.overflows_to_min"] = 0 if hit_min else _ScalerReplay(fp16_config, fold.replay).overflows_to_min()
+    if out["fp16.dynamic"]:
+        out["fp16.scaler_verdict"] = _scaler_verdict(out, fold)
     if fold.lr_last is not None:
-        stable = fold.lr_max_before_late if fold.first_late_step is not None else None
+        # Before the overflows began: the first after calibration, or the first of a run that never calibrated
+        # (a warm-up into overflows within its first 20 steps)
+        stable = (fold.lr_max_before_late if fold.first_late_step is not None
+                  else fold.lr_max_before_first if not fold.calibrated else None)
         # Halving the base halves the lr of every step a schedule makes from it (a decayed last lr, halved and
         # configured as the base, would have the schedule start the resumed run far lower); an lr that grew into
         # the overflows (a warm-up) is capped at where it was stable instead.
         base = read_optimizer_lr(config) or fold.lr_last
-        suggested = stable if stable is not None and stable < 0.95 * fold.lr_last else base / 2
+        rose = stable is not None and stable < LR_ROSE * fold.lr_last
         out.update({"fp16.lr_last": fold.lr_last, "fp16.lr_base": base, "fp16.stable_lr": stable,
-                    "fp16.suggested_lr": suggested})
+                    "fp16.suggested_lr": stable if rose else base / 2,
+                    "fp16.lr_trend": "rose" if rose else "steady"})
     return out
+
+
+def _scaler_verdict(out: dict[str, Any], fold: Fold) -> str:
+    """Collapse told from calibration: the scaler's abort, a scale below 1, a scale still halving toward the
+    minimum; else overflows only while it found its scale, costly where they skipped most of the steps shown
+    (a log of overflow lines alone shows no clean step: its share says nothing of the run's)."""
+    if out["fp16.hit_min_scale"]:
+        return "aborted"
+    if out["fp16.scale_below_one"]:
+        return "below_one"
+    left = out.get("fp16.overflows_to_min")
+    if (left is not None and left <= COLLAPSE_OVERFLOWS_LEFT and out["fp16.recent_overflow_rate"] >= COLLAPSE_RATE
+            and fold.overflows >= COLLAPSE_MIN_OVERFLOWS):
+        return "collapsing"
+    if not fold.calibration_overflows or fold.late_overflows or not (
+            fold.calibrated or out.get("fp16.calibration_from_start")):
+        return "settled"
+    clean = fold.known - fold.overflows
+    return "costly_calibration" if clean and fold.overflows >= COSTLY_SHARE * fold.known else "calibration"
+
+
+def _max_before(top: float | None, steps: list[int], lrs: list[Any], passed: bool, step: int | None) -> float | None:
+    """``top`` raised to the largest lr of this block's steps before ``step`` (all of them while it has not come;
+    none once a block before held it)."""
+    cut = 0 if passed else len(steps) if step is None else bisect_left(steps, step)
+    if before := [lr for lr in lrs[:cut] if lr is not None]:
+        return max(before) if top is None else max(top, *before)
+    return top
 
 
 class _ScalerReplay:
@@ -330,6 +409,7 @@ class _ScalerReplay:
         return None
 
 
+_HELD_KEPT = 64  # distinct held scales kept: powers of two in any real run, a few dozen at most
 _MAX_HALVINGS = 1100  # a finite float scale comes down to any floor ≥ 1 (min_loss_scale is) within 1025 halvings
 
 
