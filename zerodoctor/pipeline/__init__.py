@@ -112,6 +112,8 @@ class Pipeline:
         if batch.events or batch.columns:
             self._bring_views_up_to_date(conn, batch)
         batch = self.ingestor.add_or_quarantine(conn, tail.file_id, batch, tail.name, tail.lines + 1, raw=raw)
+        if (batch.events or batch.columns) and (arrived := tail.arrived_t()) is not None:
+            self.ingestor.arrived(conn, batch.runs(), arrived)
         by_run: dict[str, list[dict]] = {name: [] for name in batch.runs()}
         for e in batch.events:
             by_run[e["run"]].append(e)
@@ -125,10 +127,12 @@ class Pipeline:
 
     def ingest_pass(self, tails: Iterable[FileTail], *, seen: Callable[[FileTail, Batch], None] | None = None,
                     unreadable: Callable[[FileTail, OSError], None] | None = None,
-                    stop: threading.Event | None = None) -> dict[FileTail, Polled]:
+                    stop: threading.Event | None = None, let_go: bool = False) -> dict[FileTail, Polled]:
         """One batch from each tail in turn, stored with the views brought along, committed every
         ``COMMIT_EVENTS`` events and at the end: the pass both commands make (``diagnose`` until no
-        tail has more, then ``finish``; ``watch`` forever).
+        tail has more, then ``finish``; ``watch`` forever). A tail whose file went quiet lets go of what
+        its parser holds open (``FileTail.poll``); ``let_go``: every tail with nothing more does
+        (``watch --once``'s last pass: the files are taken as they stand).
 
         ``seen`` hears of each batch stored; ``unreadable`` of a file the pass could not read (it
         goes on with the others; without it the error is raised). If the store fails, the pass is
@@ -154,6 +158,8 @@ class Pipeline:
                         break
                     try:
                         polled[tail] = tail.poll(conn, store)
+                        if let_go and polled[tail] == "idle":
+                            tail.let_go(conn, store)
                     except OSError as exc:
                         if unreadable is None:
                             raise
