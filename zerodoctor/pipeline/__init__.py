@@ -37,7 +37,7 @@ from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store import setaside
 from zerodoctor.store.ingest import Ingestor
-from zerodoctor.pipeline.tail import FileTail, Polled
+from zerodoctor.pipeline.tail import QUIET_S, FileTail, Polled
 
 Progress = Callable[[int, int], None]  # (bytes read so far, bytes in all) over the inputs
 COMMIT_EVENTS = 50_000  # a pass commits (views saved with the rows) at least this often
@@ -101,8 +101,9 @@ class Pipeline:
 
     # -- ingest ---------------------------------------------------------------------
 
-    def tail(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None) -> FileTail:
-        return FileTail(conn, path, fmt, pool=pool)
+    def tail(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None,
+             quiet_s: float | None = QUIET_S) -> FileTail:
+        return FileTail(conn, path, fmt, pool=pool, quiet_s=quiet_s)
 
     def store(self, conn: Connection, tail: FileTail, batch: Batch, raw: Callable[[], bytes]) -> Batch:
         """Store one batch read from ``tail`` (what the tail calls, in ``conn``'s transaction): the views
@@ -296,7 +297,8 @@ class Pipeline:
             with self.engine.begin() as conn:
                 for path, fmt in inputs:
                     try:
-                        tails.append(self.tail(conn, path, fmt, pool=pool))
+                        # read to the end, then ``finish``ed: nothing is let go for being quiet before
+                        tails.append(self.tail(conn, path, fmt, pool=pool, quiet_s=None))
                     except UnsupportedFormat as exc:
                         raise InputError(f"{path}: {exc}") from None
             total = sum(_size(t.path) for t in tails)

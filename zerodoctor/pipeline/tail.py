@@ -92,14 +92,18 @@ OPEN_FILES = OpenFiles()
 class FileTail:
     """Reads one path of a run directory into the store, resuming from its stored row."""
 
-    def __init__(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None) -> None:
+    def __init__(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None,
+                 quiet_s: float | None = QUIET_S) -> None:
         """Raises ``UnreadableFile`` (an ``OSError``) for a FIFO, device, socket, symlink loop or binary file.
 
         ``pool``: worker processes that may parse a large file ahead (``diagnose``: read to the end once).
+        ``quiet_s``: how long the file must be unchanged for ``poll`` to let go of what its parser holds open
+        (None: never; ``diagnose`` ``finish``es its files instead).
         """
         self.path = path
         self.fmt = fmt
         self.pool = pool
+        self.quiet_s = quiet_s
         self._ahead: ReadAhead | None = None
         # Opened before the row exists (a file that is no log gets none), and kept for the first read.
         self._opened: tuple[BinaryIO, str | None] | None = open_log(path)
@@ -175,9 +179,15 @@ class FileTail:
                 self._reset(conn, current)
         if self._read(conn, self.handle, final=False, batches=1):
             return "more"
-        if time.time() - st.st_mtime >= QUIET_S:
+        if self._quiet(st):
             self.let_go(conn, store)
         return "idle"
+
+    def _quiet(self, st: os.stat_result) -> bool:
+        """Unchanged for ``quiet_s``, and read to its end: a last line still unterminated is a writer mid-line."""
+        if self.quiet_s is None or time.time() - st.st_mtime < self.quiet_s:
+            return False
+        return self.decoded is not None or st.st_size <= self.offset
 
     def let_go(self, conn: Connection, store: Store) -> None:
         """Store what the parser holds open for lines that may still come (``TextParser.let_go``): the file
