@@ -328,12 +328,13 @@ def test_a_fault_that_never_ends_the_job_is_stopped_live_and_relaunched(tmp_path
 
 
 def test_a_divergence_is_resumed_from_the_checkpoint_before_the_first_step_any_finding_names(tmp_path) -> None:
-    """The loss diverges from step 17 (``--loss-mult-from 16``: every step's gradients overflow fp16 from then on),
-    with checkpoints every 5 steps. ZD201 names no step of its own (the scaler never calibrated past an
-    overflow), ZD204 names step 17, where the loss went non-finite: the relaunch loads the checkpoint of step 15.
-    Before: the step-less ZD201 made the fault "step 1", and the run stopped with "no checkpoint saved before
-    step 1; not restarted from scratch" beside checkpoints of steps 5 to 25."""
-    done = fix_and_resume(tmp_path, "unsafe-ok", FP16, "--steps", "40", "--width", "16", "--loss-mult", "1e9",
+    """The loss diverges from step 17 (``--loss-mult 1e39 --loss-mult-from 16``: from then on the loss is past
+    fp32's range, inf, and every step's gradients overflow), with checkpoints every 5 steps. ZD201 names no step of
+    its own (the scaler never calibrated: nothing overflowed before), ZD204 names step 17, where the loss went
+    non-finite: the relaunch loads the checkpoint of step 15. Before: the step-less ZD201 made the fault "step 1",
+    and the run stopped with "no checkpoint saved before step 1; not restarted from scratch" beside checkpoints
+    of steps 5 to 25."""
+    done = fix_and_resume(tmp_path, "unsafe-ok", FP16, "--steps", "40", "--width", "16", "--loss-mult", "1e39",
                           "--loss-mult-from", "16", "--save-every", "5", "--save-dir", "ckpt", "--cpu-fp16-shim",
                           options=(*RESUME, "--max-restarts", "1"))
     assert "no checkpoint saved before" not in done.stderr, done.stderr[-3000:]
