@@ -15,10 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from tests.conftest import ROOT
 from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.pipeline.tail import QUIET_S
+from zerodoctor.store.schema import events
 from zerodoctor.store.status import collect
 
 ILLEGAL_ACCESS = ROOT / "tests" / "fixtures" / "rules" / "ZD903" / "fires.log"  # qlora#82, ends in the message
@@ -91,3 +93,30 @@ def test_status_times_a_console_run_with_no_clock_by_its_file(tmp_path, make_wat
     with watcher.engine.connect() as conn:
         run, = collect(conn)
     assert run.last_event_t == pytest.approx(written, abs=1)
+
+
+def test_a_quiet_file_whose_last_line_is_unfinished_keeps_the_message_held(tmp_path, make_watcher) -> None:
+    """The same paste with its last line cut mid-way (a writer that stopped mid-line): the message waits for that
+    line however long the file is quiet, and once it is finished and the file quiet again, it is told, once."""
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    paste = ILLEGAL_ACCESS.read_bytes()
+    log = run_dir / "console.log"
+    log.write_bytes(paste[:-20])
+    quiet = time.time() - QUIET_S - 1
+    os.utime(log, (quiet, quiet))
+    announced: list = []
+    watcher = make_watcher(announced)
+    watcher.discover()
+    watcher.ingest()
+    watcher.judge(force=True)
+    assert "ZD903" not in [f.rule for f in announced]
+    with open(log, "ab") as f:
+        f.write(paste[-20:])
+    os.utime(log, (quiet + 0.5, quiet + 0.5))
+    watcher.ingest()
+    watcher.judge(force=True)
+    assert [f.rule for f in announced].count("ZD903") == 1
+    with watcher.engine.connect() as conn:
+        told = conn.execute(select(events.c.payload).where(events.c.kind == "exception")).scalars().all()
+    assert len(told) == 1
