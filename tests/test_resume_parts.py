@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from zerodoctor import events
-from zerodoctor.resume.checkpoints import Saved, newest_before, saved_in
+from zerodoctor.resume.checkpoints import Saved, first_faulty_step, newest_before, saved_in
 from zerodoctor.resume.policy import Policy, fix_key
 from zerodoctor.resume.relaunch import RelaunchError, config_argument, relaunch_argv, trainer_arguments
 from zerodoctor.rulebook.finding import Finding, Fix
@@ -269,3 +270,15 @@ def test_append_refuses_to_relaunch_an_attempt_whose_ranks_still_run(tmp_path) -
         assert (attempt / "rank-0.interrupted").exists() and os.path.exists(attempt)
     finally:
         rank.kill()
+
+
+def test_the_fault_begins_at_the_first_step_any_error_finding_of_the_judgement_names() -> None:
+    """An fp16 collapse that never calibrated names no step (ZD201, its steps ``[None, 26]``); the loss it turned
+    non-finite names step 17 (ZD204): the fault began at 17, not at "step 1". A warning's steps (calibration
+    overflows from step 1) are no fault's; with no error naming a step, the step is unknown."""
+    collapse = replace(finding("ZD201"), steps=[None, 26])
+    nonfinite = replace(finding("ZD204"), steps=[17, 26])
+    calibration = replace(finding("ZD202", severity="warning"), steps=[1, 8])
+    assert first_faulty_step([collapse, nonfinite, calibration]) == 17
+    assert first_faulty_step([collapse, calibration, finding("ZD613")]) is None
+    assert first_faulty_step([replace(finding("ZD203"), steps=[20, 40]), nonfinite]) == 17

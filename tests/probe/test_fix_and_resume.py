@@ -321,3 +321,24 @@ def test_a_fault_that_never_ends_the_job_is_stopped_live_and_relaunched(tmp_path
     assert [s["step"] for s in steps] == list(range(1, 61)) and sum(s["overflow"] for s in steps) < 30
     assert audit["outcome"].startswith("fixed")
     assert not list((tmp_path / "runs" / "job").glob("attempt-*/.live-judgement.db*"))
+
+
+def test_a_divergence_is_resumed_from_the_checkpoint_before_the_first_step_any_finding_names(tmp_path) -> None:
+    """The loss diverges from step 17 (``--loss-mult 1e39 --loss-mult-from 16``: from then on the loss is past
+    fp32's range, inf, and every step's gradients overflow), with checkpoints every 5 steps. ZD201 names no step of
+    its own (the scaler never calibrated: nothing overflowed before), ZD204 names step 17, where the loss went
+    non-finite: the relaunch loads the checkpoint of step 15. Before: the step-less ZD201 made the fault "step 1",
+    and the run stopped with "no checkpoint saved before step 1; not restarted from scratch" beside checkpoints
+    of steps 5 to 25."""
+    done = fix_and_resume(tmp_path, "unsafe-ok", FP16, "--steps", "40", "--width", "16", "--loss-mult", "1e39",
+                          "--loss-mult-from", "16", "--save-every", "5", "--save-dir", "ckpt", "--cpu-fp16-shim",
+                          options=(*RESUME, "--max-restarts", "1"))
+    assert "no checkpoint saved before" not in done.stderr, done.stderr[-3000:]
+    first, second = trail(tmp_path)["attempts"]
+    named = {f["rule"]: f["steps"] for f in first["findings"]}
+    assert "ZD201" in named and named["ZD204"][0] == 17, first["findings"]
+    assert second["resumed_from"]["step"] == 15 and second["resumed_from"]["tag"] == "global_step15"
+    for rank in (0, 1):
+        load, = [e for e in events(tmp_path / "runs" / "job" / "attempt-2", "checkpoint", rank) if e["op"] == "load"]
+        assert load["step"] == 15
+        assert events(tmp_path / "runs" / "job" / "attempt-2", "step", rank)[0]["step"] == 16

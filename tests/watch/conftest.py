@@ -37,6 +37,30 @@ def append(path: Path, run: str, rank: int, steps: Iterable[int]) -> None:
         f.writelines(step_line(run, rank, s) for s in steps)
 
 
+def event_line(t: float, rank: int, kind: str, **fields) -> str:
+    """One event of run "r" as the probe writes it (``events`` schema v1)."""
+    return json.dumps({"v": 1, "t": t, "run": "r", "rank": rank, "kind": kind, **fields}) + "\n"
+
+
+def stalled_run(runs, skew_s: float, skews: tuple[float, float] = (0.0, 0.0)) -> None:
+    """Rank 1 stopped 70 s ago in the data loader (its heartbeats too); rank 0 waits in all_reduce since,
+    its heartbeat a second old. Every time is stamped on the ranks' clock, ``skew_s`` off the watcher's,
+    and rank r's ``skews[r]`` more (two nodes whose clocks disagree); each file was last written, on the
+    watcher's clock, when its rank's last line was."""
+    wall = time.time()
+    collective = {"phase": "collective", "op": "all_reduce", "group": "0", "seq": 9, "outer": "backward"}
+    for rank, quiet_s, phase in ((0, 1, collective), (1, 69, {"phase": "data"})):
+        now = wall + skew_s + skews[rank]  # this rank's clock
+        stalled_at = now - 70
+        lines = [event_line(now - 200, rank, "run_start", world_size=2)]
+        lines += [event_line(stalled_at - 10 + i, rank, "step", step=i, step_time_s=1.0) for i in range(1, 11)]
+        lines.append(event_line(now - quiet_s, rank, "heartbeat", since_t=stalled_at, last_step=10, **phase))
+        path = runs / "r" / f"rank-{rank}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(lines))
+        os.utime(path, (wall - quiet_s, wall - quiet_s))
+
+
 def checksum(rows: Iterable[tuple]) -> str:
     return hashlib.sha256(repr(sorted(rows)).encode()).hexdigest()
 

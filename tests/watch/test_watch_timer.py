@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import time
 
+from tests.watch.conftest import event_line as _line
+from tests.watch.conftest import stalled_run
 from zerodoctor.signals import hang
-
-
-def _line(t: float, rank: int, kind: str, **fields) -> str:
-    return json.dumps({"v": 1, "t": t, "run": "r", "rank": rank, "kind": kind, **fields}) + "\n"
 
 
 def test_a_stall_crosses_the_threshold_between_two_passes_with_no_new_event(tmp_path, make_watcher):
@@ -38,31 +34,12 @@ def test_a_stall_crosses_the_threshold_between_two_passes_with_no_new_event(tmp_
     assert stuck and stuck[0].ranks == [1] and "in the data loader" in stuck[0].message
 
 
-def _stalled_run(runs, skew_s: float, skews: tuple[float, float] = (0.0, 0.0)) -> None:
-    """Rank 1 stopped 70 s ago in the data loader (its heartbeats too); rank 0 waits in all_reduce since,
-    its heartbeat a second old. Every time is stamped on the ranks' clock, ``skew_s`` off the watcher's,
-    and rank r's ``skews[r]`` more (two nodes whose clocks disagree); each file was last written, on the
-    watcher's clock, when its rank's last line was."""
-    wall = time.time()
-    collective = {"phase": "collective", "op": "all_reduce", "group": "0", "seq": 9, "outer": "backward"}
-    for rank, quiet_s, phase in ((0, 1, collective), (1, 69, {"phase": "data"})):
-        now = wall + skew_s + skews[rank]  # this rank's clock
-        stalled_at = now - 70
-        lines = [_line(now - 200, rank, "run_start", world_size=2)]
-        lines += [_line(stalled_at - 10 + i, rank, "step", step=i, step_time_s=1.0) for i in range(1, 11)]
-        lines.append(_line(now - quiet_s, rank, "heartbeat", since_t=stalled_at, last_step=10, **phase))
-        path = runs / "r" / f"rank-{rank}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(lines))
-        os.utime(path, (wall - quiet_s, wall - quiet_s))
-
-
 def _verdict(tmp_path, make_watcher, skew_s: float, skews: tuple[float, float] = (0.0, 0.0)) -> list:
     if (tmp_path / "runs").exists():
         shutil.rmtree(tmp_path / "runs")
     announced: list = []
     watcher = make_watcher(announced)
-    _stalled_run(tmp_path / "runs", skew_s, skews)
+    stalled_run(tmp_path / "runs", skew_s, skews)
     watcher.discover()
     watcher.ingest()
     watcher.judge(force=True)

@@ -37,7 +37,7 @@ from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store import setaside
 from zerodoctor.store.ingest import Ingestor
-from zerodoctor.pipeline.tail import FileTail, Polled
+from zerodoctor.pipeline.tail import QUIET_S, FileTail, Polled
 
 Progress = Callable[[int, int], None]  # (bytes read so far, bytes in all) over the inputs
 COMMIT_EVENTS = 50_000  # a pass commits (views saved with the rows) at least this often
@@ -101,8 +101,9 @@ class Pipeline:
 
     # -- ingest ---------------------------------------------------------------------
 
-    def tail(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None) -> FileTail:
-        return FileTail(conn, path, fmt, pool=pool)
+    def tail(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None,
+             quiet_s: float | None = QUIET_S) -> FileTail:
+        return FileTail(conn, path, fmt, pool=pool, quiet_s=quiet_s)
 
     def store(self, conn: Connection, tail: FileTail, batch: Batch, raw: Callable[[], bytes]) -> Batch:
         """Store one batch read from ``tail`` (what the tail calls, in ``conn``'s transaction): the views
@@ -112,6 +113,8 @@ class Pipeline:
         if batch.events or batch.columns:
             self._bring_views_up_to_date(conn, batch)
         batch = self.ingestor.add_or_quarantine(conn, tail.file_id, batch, tail.name, tail.lines + 1, raw=raw)
+        if (batch.events or batch.columns) and (arrived := tail.arrived_t()) is not None:
+            self.ingestor.arrived(conn, batch.runs(), arrived)
         by_run: dict[str, list[dict]] = {name: [] for name in batch.runs()}
         for e in batch.events:
             by_run[e["run"]].append(e)
@@ -125,10 +128,12 @@ class Pipeline:
 
     def ingest_pass(self, tails: Iterable[FileTail], *, seen: Callable[[FileTail, Batch], None] | None = None,
                     unreadable: Callable[[FileTail, OSError], None] | None = None,
-                    stop: threading.Event | None = None) -> dict[FileTail, Polled]:
+                    stop: threading.Event | None = None, let_go: bool = False) -> dict[FileTail, Polled]:
         """One batch from each tail in turn, stored with the views brought along, committed every
         ``COMMIT_EVENTS`` events and at the end: the pass both commands make (``diagnose`` until no
-        tail has more, then ``finish``; ``watch`` forever).
+        tail has more, then ``finish``; ``watch`` forever). A tail whose file went quiet lets go of what
+        its parser holds open (``FileTail.poll``); ``let_go``: every tail with nothing more does
+        (``watch --once``'s last pass: the files are taken as they stand).
 
         ``seen`` hears of each batch stored; ``unreadable`` of a file the pass could not read (it
         goes on with the others; without it the error is raised). If the store fails, the pass is
@@ -154,6 +159,8 @@ class Pipeline:
                         break
                     try:
                         polled[tail] = tail.poll(conn, store)
+                        if let_go and polled[tail] == "idle":
+                            tail.let_go(conn, store)
                     except OSError as exc:
                         if unreadable is None:
                             raise
@@ -290,7 +297,8 @@ class Pipeline:
             with self.engine.begin() as conn:
                 for path, fmt in inputs:
                     try:
-                        tails.append(self.tail(conn, path, fmt, pool=pool))
+                        # read to the end, then ``finish``ed: nothing is let go for being quiet before
+                        tails.append(self.tail(conn, path, fmt, pool=pool, quiet_s=None))
                     except UnsupportedFormat as exc:
                         raise InputError(f"{path}: {exc}") from None
             total = sum(_size(t.path) for t in tails)

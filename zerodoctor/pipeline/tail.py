@@ -55,6 +55,9 @@ _DRAINED: Identity = (None, None)
 SHOW_REJECTED = 5
 BATCH_LINES = 20_000
 MISSING_GRACE_S = 30.0  # a file away from its path this long is gone (a run directory moved out of the roots)
+# A file unchanged this long is quiet: what its parser holds open for lines that may still come (a traceback
+# waiting for more of its message) is let go. A traceback prints in one burst; a crashed rank writes nothing after.
+QUIET_S = 5.0
 Polled = Literal["idle", "more", "missing", "gone"]
 # A rotated generation's name: the file's, then logrotate's ``.1``/``.2`` or dateext ``-20261202`` (maybe gzipped).
 _ROTATED = re.compile(r"(?:\.(?P<n>\d+)|-(?P<date>\d[\w.:+-]*?))(?:\.gz)?")
@@ -89,14 +92,18 @@ OPEN_FILES = OpenFiles()
 class FileTail:
     """Reads one path of a run directory into the store, resuming from its stored row."""
 
-    def __init__(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None) -> None:
+    def __init__(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None,
+                 quiet_s: float | None = QUIET_S) -> None:
         """Raises ``UnreadableFile`` (an ``OSError``) for a FIFO, device, socket, symlink loop or binary file.
 
         ``pool``: worker processes that may parse a large file ahead (``diagnose``: read to the end once).
+        ``quiet_s``: how long the file must be unchanged for ``poll`` to let go of what its parser holds open
+        (None: never; ``diagnose`` ``finish``es its files instead).
         """
         self.path = path
         self.fmt = fmt
         self.pool = pool
+        self.quiet_s = quiet_s
         self._ahead: ReadAhead | None = None
         # Opened before the row exists (a file that is no log gets none), and kept for the first read.
         self._opened: tuple[BinaryIO, str | None] | None = open_log(path)
@@ -170,7 +177,35 @@ class FileTail:
                 log.warning("%s: rewritten in place (its first bytes are not those read: copytruncate or '>' "
                             "and new lines past byte %d); reading it again from the start", self.name, self.offset)
                 self._reset(conn, current)
-        return "more" if self._read(conn, self.handle, final=False, batches=1) else "idle"
+        if self._read(conn, self.handle, final=False, batches=1):
+            return "more"
+        if self._quiet(st):
+            self.let_go(conn, store)
+        return "idle"
+
+    def _quiet(self, st: os.stat_result) -> bool:
+        """Unchanged for ``quiet_s``, and read to its end: a last line still unterminated is a writer mid-line."""
+        if self.quiet_s is None or time.time() - st.st_mtime < self.quiet_s:
+            return False
+        return self.decoded is not None or st.st_size <= self.offset
+
+    def let_go(self, conn: Connection, store: Store) -> None:
+        """Store what the parser holds open for lines that may still come (``TextParser.let_go``): the file
+        went quiet, or ``watch --once`` ends. The offset stays: those lines were stored with it already."""
+        let_go = getattr(self.parser, "let_go", None)
+        held = let_go() if let_go is not None else ()
+        if held:
+            store(conn, self, Batch.of(list(held), end=self.offset, last_line=self.lines), lambda: b"")
+
+    def arrived_t(self) -> float | None:
+        """When the lines being stored arrived, for a log that shows no clock of its own (``TextParser.clockless``):
+        the file's last change, on this host's clock. None where the events carry their own times."""
+        if not getattr(self.parser, "clockless", False):
+            return None
+        try:
+            return (os.fstat(self.handle.fileno()) if self.handle is not None else os.stat(self.path)).st_mtime
+        except OSError:
+            return None
 
     def _vanished(self, conn: Connection, exc: OSError) -> Polled:
         """No file at the path. Deleted (the open file has no name left): drained and forgotten, "gone".

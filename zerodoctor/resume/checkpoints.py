@@ -1,4 +1,5 @@
-"""Fix and resume, checkpoints: the attempts' rank files → the newest checkpoint saved before a fault began.
+"""Fix and resume, checkpoints: the attempts' rank files and a judgement's findings → the newest checkpoint saved
+before the fault began.
 
 The probe records every ``save_checkpoint`` as a ``checkpoint`` event (its directory, tag and the
 step whose weights it holds). A checkpoint saved during the fault holds its damage (one written
@@ -12,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerodoctor.rulebook.finding import Finding
 from zerodoctor.sources.names import rank_event_files
 
 
@@ -43,6 +45,16 @@ def saved_in(run_dir: Path) -> list[Saved]:
                         and isinstance(event.get("step"), int)):
                     found.setdefault(event["path"], Saved(event["step"], event["dir"], event["tag"], event["path"]))
     return list(found.values())
+
+
+def first_faulty_step(findings: list[Finding]) -> int | None:
+    """The first step any error finding of a judgement names; None when none names one.
+
+    Findings of one fault each see part of it: an fp16 collapse with no calibrated start names no step
+    (ZD201) where the loss it turned non-finite names step 17 (ZD204). The earliest step any of them names is
+    where the fault is known to have begun; a finding that names none says nothing of where (never "step 1")."""
+    firsts = [f.steps[0] for f in findings if f.severity == "error" and f.steps and f.steps[0] is not None]
+    return min(firsts, default=None)
 
 
 def newest_before(saved: list[Saved], fault_step: int | None, cwd: Path) -> Saved | None:

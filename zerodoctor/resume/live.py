@@ -1,14 +1,17 @@
-"""Fix and resume, live: while an attempt runs, its run directory judged as ``watch`` would → the job stopped as
-soon as a fault the policy covers shows, instead of when (or if) it exits.
+"""Fix and resume, live: while an attempt runs, its run directory judged as ``watch`` judges it → the job stopped
+as soon as a fault the policy covers shows, instead of when (or if) it exits.
 
 Some faults never end the job: a static loss scale that skips every step exits 0 after hours of
 training on nothing (ZD203); a hang waits until someone notices. Every ``EVERY_S`` the attempt's
-files are read on from where the last look stopped (a store in the attempt's directory keeps the
-offsets, as ``watch``'s does) and the run is judged with the wall clock as now. The first error
-finding the caller wants (the policy covers it, and a fix is left to try) stops the job the way
-launchers expect: SIGTERM to its process group, SIGKILL after ``GRACE_S``, each time to its ranks
-too (``launch/processes.py``: torchrun's ranks run in sessions of their own). The loop then judges the
-ended attempt like any other, with this finding first. A failure here only switches it off.
+directory gets one look of the watcher over it (``Watcher.look``, a store in the attempt's directory keeping
+its offsets): the same discovery (rank files that appear beside the console log read so far replace it), the
+same tails (a traceback held open is let go once its file is quiet), the same clocks (now is the run's last
+event plus how long its files have been quiet, each rank's silence its own file's), so a live stop and
+``watch`` or ``diagnose`` cannot judge the run apart. The first error finding the caller wants (the policy
+covers it, and a fix is left to try) stops the job the way launchers expect: SIGTERM to its process group,
+SIGKILL after ``GRACE_S``, each time to its ranks too (``launch/processes.py``: torchrun's ranks run in sessions
+of their own). The loop then judges the ended attempt like any other, with this finding first. A failure here
+only switches it off.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from zerodoctor.launch.processes import signal_job
-from zerodoctor.rulebook.finding import Finding
+from zerodoctor.rulebook.finding import Finding, Judgement
+
+if TYPE_CHECKING:
+    from zerodoctor.watch.daemon import Watcher
 
 EVERY_S = 5.0
 GRACE_S = 30.0
@@ -37,6 +43,8 @@ class LiveJudge:
         self.finding: Finding | None = None  # what stopped the job
         self._pgid: int | None = None
         self._done = threading.Event()
+        self._watcher: Watcher | None = None
+        self._judged: list[Judgement] = []  # what the look in progress judged
         self._thread = threading.Thread(target=self._run, name="zerodoctor-live-judge", daemon=True)
 
     def started(self, pgid: int) -> None:
@@ -47,27 +55,32 @@ class LiveJudge:
     def stop(self) -> None:
         """The job ended: stop judging, and drop the store."""
         self._done.set()
+        if self._watcher is not None:
+            self._watcher.stop.set()  # a pass in flight ends after the file it reads
         if self._thread.is_alive():
             self._thread.join(timeout=60)  # a look in progress finishes its transaction
+        if not self._thread.is_alive():
+            self._close()
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(f"{self.directory / JUDGE_DB}{suffix}").unlink(missing_ok=True)
 
-    def _run(self) -> None:
-        from zerodoctor.pipeline import Pipeline, rules_from
-        from zerodoctor.sources.batches import run_files
-        from zerodoctor.store.db import open_engine
+    def look(self) -> Finding | None:
+        """One look at the attempt's directory (``Watcher.look``): the first finding of its run the caller wants."""
+        if self._watcher is None:
+            from zerodoctor.pipeline import rules_from
+            from zerodoctor.store.db import open_engine
+            from zerodoctor.watch.daemon import Watcher
 
-        engine = None
-        try:
             engine = open_engine(self.directory / JUDGE_DB, scratch=True)
-            pipeline = Pipeline(engine, rules_from(None))
+            self._watcher = Watcher(engine, [self.directory], rules_from(None), _unsaid, on_judged=self._judged.append)
+        self._judged.clear()
+        self._watcher.look()
+        return next((f for j in self._judged if j.run == self.run_id for f in j.findings if self.wants(f)), None)
+
+    def _run(self) -> None:
+        try:
             while not self._done.wait(self.every_s):
-                files = run_files(self.directory)
-                if not files:
-                    continue
-                pipeline.ingest(files, jobs=1)
-                judged = pipeline.judge(self.run_id, now=time.time())
-                hit = next((f for f in judged.findings if self.wants(f)), None)
+                hit = self.look()
                 if hit is not None:
                     self.finding = hit
                     self._terminate(hit)
@@ -75,8 +88,13 @@ class LiveJudge:
         except Exception as exc:  # noqa: BLE001 - the job goes on as without the live judgement
             self.say(f"live judgement of {self.run_id} switched off: {type(exc).__name__}: {exc}")
         finally:
-            if engine is not None:
-                engine.dispose()
+            self._close()
+
+    def _close(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.close()
+            watcher.engine.dispose()
 
     def _terminate(self, finding: Finding) -> None:
         """SIGTERM to the job, SIGKILL to whatever of it is left after ``grace_s``: the launcher's group and its
@@ -96,3 +114,7 @@ class LiveJudge:
                 return
             if sig is not None:
                 signal_job(self._pgid, self.directory, sig)
+
+
+def _unsaid(finding: Finding, config: dict, before: str | None) -> None:
+    """The watcher's announcements: a live stop says only the finding it stops for (``LiveJudge._terminate``)."""

@@ -29,7 +29,7 @@ from zerodoctor.fixes.patch import merge_patch, patch_diff
 from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode, redact_argv
 from zerodoctor.probe.resume import FIX_FILE
 from zerodoctor.resume import attempts
-from zerodoctor.resume.checkpoints import Saved, newest_before, saved_in
+from zerodoctor.resume.checkpoints import Saved, first_faulty_step, newest_before, saved_in
 from zerodoctor.resume.live import EVERY_S, LiveJudge
 from zerodoctor.resume.policy import Policy, fix_key
 from zerodoctor.resume.relaunch import RelaunchError, config_argument, relaunch_argv
@@ -199,7 +199,7 @@ def _decide(run_dir: Path, trail: dict[str, Any], command: list[str], options: O
     if chosen is None:
         return stop(f"no fix left for {source.rule} {source.name}")
     fix, after, before, verdict_text = chosen
-    fault_step = _fault_step(fault, record)
+    fault_step = _fault_step(findings, record)
     saved = [s for k in range(1, number + 1) for s in saved_in(attempts.attempt_dir(run_dir, k))]
     checkpoint = newest_before(saved, fault_step, Path(trail["cwd"]))
     if checkpoint is None and not options.allow_scratch:
@@ -269,11 +269,13 @@ def _original_config(trail: dict[str, Any], command: list[str], options: Options
     return json.loads((Path(trail["cwd"]) / path).read_text())
 
 
-def _fault_step(fault: Finding, record: dict[str, Any]) -> int:
-    """The finding's first step; unknown, the first step of the attempt: only a checkpoint from before the
-    attempt began is then known to predate the fault (an fp16 collapse with no calibrated start, say)."""
-    if fault.steps and fault.steps[0] is not None:
-        return fault.steps[0]
+def _fault_step(findings: list[Finding], record: dict[str, Any]) -> int:
+    """The first faulty step any finding of the judgement names (``checkpoints.first_faulty_step``); where none
+    names one, the first step of the attempt: only a checkpoint from before the attempt began is then known to
+    predate the fault."""
+    first = first_faulty_step(findings)
+    if first is not None:
+        return first
     return (record.get("resumed_from") or {}).get("step", 0) + 1
 
 

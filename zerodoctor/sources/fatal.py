@@ -112,6 +112,11 @@ class FatalDialect:
             out += self._close(rank)
         return out
 
+    def let_go(self) -> list[Event]:
+        """The file went quiet: a traceback held for lines that may still come is told as it stands (a run
+        that dies on it writes nothing after it)."""
+        return self.finish()
+
     def _continue(self, tb: _Traceback, line: Line, text: str) -> list[Event]:
         tb.lines += 1
         if tb.type is not None:  # reading the message's next lines

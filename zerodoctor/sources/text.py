@@ -87,6 +87,7 @@ class Context:
     recent: deque = field(default_factory=lambda: deque(maxlen=TAIL))
     facts: dict[str, Any] = field(default_factory=dict)
     progress_t: float | None = None  # clock time of the last stamped line that carried a step's facts
+    clocked: bool = False  # a line showed a clock time: events carry times, not line numbers
     _last_t: float | None = None
 
     def last_step(self) -> int | None:
@@ -113,6 +114,7 @@ class Context:
         and whether it was the line's own."""
         t = clock(text)
         stamped = t is not None
+        self.clocked = self.clocked or stamped
         if t is None:
             # keeps order among unstamped lines after a stamped one
             t = self._last_t + 1e-6 if self._last_t is not None else float(number)
@@ -162,6 +164,9 @@ class Dialect(Protocol):
 
     def finish(self) -> list[Event]: ...
 
+    # Optional: ``let_go() -> list[Event]``, what a dialect holding a crash message open tells of it when the
+    # file goes quiet (``TextParser.let_go``); a dialect without it holds on until the next line or the end.
+
 
 def dialects() -> list[type]:
     """Dialect classes from the ``register_dialects`` hook, the core's first."""
@@ -208,6 +213,23 @@ class TextParser:
         for dialect in targets:
             out += dialect.feed(line)
         self._holders = [d for d in targets if d.holding]  # a dialect not fed this line kept its state
+        return out
+
+    @property
+    def clockless(self) -> bool:
+        """No line read so far showed a clock time: events are ordered by line number, which is no time."""
+        return not self.context.clocked
+
+    def let_go(self) -> list[Event]:
+        """The file went quiet (``pipeline/tail.py``): the crash messages held open for lines that may still
+        come are told as they stand, so a run that died on one is judged on it live, as ``diagnose`` judges
+        the file. Everything else held (a config dump, a step gathering its lines) waits for the next line."""
+        out: list[Event] = []
+        for dialect in self._holders:
+            let_go = getattr(dialect, "let_go", None)
+            if let_go is not None:
+                out += let_go()
+        self._holders = [d for d in self._holders if d.holding]
         return out
 
     def finish(self) -> list[Event]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Callable
+from typing import Callable, Iterable
 
 from sqlalchemy import Connection, Float, Table, bindparam, case, delete, insert, select, update
 from sqlalchemy.exc import OperationalError
@@ -102,6 +102,12 @@ class Ingestor:
                                        for rid, (first, last) in spans.items()])
         stored_files.advance(conn, file_id, end=batch.end, lines=batch.last_line,
                              events=len(batch.events) + batch.step_count(), rejected=len(batch.rejected))
+
+    def arrived(self, conn: Connection, names: Iterable[str], t: float) -> None:
+        """These runs' events arrived at ``t`` (a log with no clock of its own numbers them by line, which
+        is no time): their span reaches it, so ``status`` tells when the run last wrote, not 1970."""
+        conn.execute(_WIDEN_SPAN, [{"b_run": self.run_id(conn, name), "b_first": t, "b_last": t}
+                                   for name in sorted(names)])
 
     def add_or_quarantine(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int,
                           raw: Callable[[], bytes] | None = None) -> Batch:

@@ -186,8 +186,9 @@ class Watcher:
                          path, formats[path.parent])
                 self.pipeline.forget_file(conn, file_id)
 
-    def ingest(self) -> bool:
-        """One pass over every tailed file (``Pipeline.ingest_pass``); True when some file has more lines waiting."""
+    def ingest(self, *, let_go: bool = False) -> bool:
+        """One pass over every tailed file (``Pipeline.ingest_pass``, ``let_go`` passed on); True when some file
+        has more lines waiting."""
         if self.lock is not None and self.lock.check():  # not one write on a lock the store dropped
             self._recover()
 
@@ -202,7 +203,7 @@ class Watcher:
 
         try:
             polled = self.pipeline.ingest_pass(list(self.tails.values()), seen=seen, unreadable=unreadable,
-                                               stop=self.stop)
+                                               stop=self.stop, let_go=let_go)
         except Exception as exc:
             # A batch refused for its content is quarantined by the tail; what is left is the
             # store failing (or a bug): nothing of the pass is kept, its lines are read again.
@@ -340,13 +341,24 @@ class Watcher:
 
     # -- modes ----------------------------------------------------------------------
 
+    def look(self, *, final: bool = False) -> None:
+        """Read every complete line there is now and judge the runs that changed: ``--once``'s one look, and
+        each look of ``run``'s live judgement (``resume/live.py``), so both judge as the daemon does.
+
+        ``final``: the files are taken as they stand (``--once``): what a parser holds open for lines
+        that may still come (a traceback's message) is stored too, as ``diagnose`` stores it at the end.
+        """
+        self.discover()
+        while self.ingest() and not self.stop.is_set():
+            pass
+        if final and not self.stop.is_set():
+            self.ingest(let_go=True)
+        self.judge(force=True)
+
     def once(self) -> None:
         """Ingest every complete line there is now, judge what changed, and return."""
         try:
-            self.discover()
-            while self.ingest() and not self.stop.is_set():
-                pass
-            self.judge(force=True)
+            self.look(final=True)
             self.notify(force=True)
         except Stopping:
             pass  # a judgement abandoned; everything read is committed
