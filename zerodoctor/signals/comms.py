@@ -22,6 +22,7 @@ from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import COMM_TIMES, STEPS
 from zerodoctor.signals.base import StepWindow, nested, ratios, shown_by
 from zerodoctor.signals.config_values import config_int
+from zerodoctor.messages.units import GB
 
 _timed = shown_by(STEPS, switch=COMM_TIMES)
 
@@ -31,10 +32,16 @@ SIGNALS = [
     _timed("comm.compute_s", "s", "forward + backward + optimizer time outside collectives, per step (median)"),
     _timed("comm.top_op", "name", "collective with the most time"),
     _timed("comm.top_op_share", "ratio", "share of collective time spent in comm.top_op"),
+    _timed("comm.top_op_busbw_gbps", "GB/s",
+           "bus bandwidth in GB/s that the collective with the most time achieved (its bytes over its time, times "
+           "nccl-tests' factor for the op and the world size n: all-reduce 2(n-1)/n; all-gather, reduce-scatter, "
+           "all-to-all (n-1)/n)"),
     _timed("comm.allgather_share", "ratio",
            "share of collective time in all-gathers (ZeRO-3's parameter gathers; gradient reductions excluded)"),
     _timed("comm.prefetch_bucket_size", "elements",
            f"stage3_prefetch_bucket_size in effect (default {ds.STAGE3_PREFETCH_BUCKET_SIZE:.0e})"),
+    _timed("comm.overlap_comm", "bool",
+           "overlap_comm in effect (DeepSpeed's default: on under stage 3, off below; overlap_comm_valid)"),
     _timed("comm.persistence_threshold", "elements",
            f"stage3_param_persistence_threshold in effect (default {ds.STAGE3_PARAM_PERSISTENCE_THRESHOLD:.0e})"),
 ]
@@ -50,6 +57,7 @@ class Fold(runview.Fold):
 
     recent: list[list[Any]] = field(default_factory=list)  # the last WINDOW steps: step, comm share, comm s, compute s
     per_op_s: dict[str, float] = field(default_factory=dict)
+    per_op_bytes: dict[str, float | None] = field(default_factory=dict)  # None once a call of the op came without
 
     def add_steps(self, block: Steps, view: RunView) -> None:
         steps, comm, total, *parts = StepWindow.tail(block, "step", "comm_s", "step_time_s",
@@ -58,8 +66,11 @@ class Fold(runview.Fold):
         StepWindow.extend(self.recent, [steps, ratios(comm, total), comm, compute])
 
     def event(self, event: dict[str, Any]) -> None:
-        if event.get("total_s") is not None and event.get("op"):
-            self.per_op_s[event["op"]] = self.per_op_s.get(event["op"], 0.0) + event["total_s"]
+        op = event.get("op")
+        if event.get("total_s") is not None and op:
+            self.per_op_s[op] = self.per_op_s.get(op, 0.0) + event["total_s"]
+            known, size = self.per_op_bytes.get(op, 0.0), event.get("bytes")
+            self.per_op_bytes[op] = known + size if known is not None and size is not None else None
 
 
 def _compute_s(comm: float | None, *parts: float | None) -> float | None:
@@ -90,10 +101,28 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if prefetch is not None and persist is not None:
         out["comm.prefetch_bucket_size"], out["comm.persistence_threshold"] = prefetch, persist
 
+    stage = values.get("run.zero_stage")
+    if config and stage is not None:
+        overlap = nested(config, "zero_optimization.overlap_comm")
+        out["comm.overlap_comm"] = bool(overlap) if overlap is not None else stage == 3
+
     if fold.per_op_s:
         top = max(fold.per_op_s, key=fold.per_op_s.__getitem__)
         out["comm.top_op"] = top
         total = sum(fold.per_op_s.values()) or 1.0
         out["comm.top_op_share"] = fold.per_op_s[top] / total
         out["comm.allgather_share"] = sum(s for op, s in fold.per_op_s.items() if "all_gather" in op) / total
+        size, world = fold.per_op_bytes.get(top), values.get("run.world_size")
+        if size and world and fold.per_op_s[top] > 0:
+            out["comm.top_op_busbw_gbps"] = size / fold.per_op_s[top] * _bus_factor(top, world) / GB
     return out
+
+
+def _bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor (its PERFORMANCE.md): what each rank's link carries per byte of the
+    collective's whole buffer, so that figures of different ops and world sizes compare with the link's own."""
+    if "all_reduce" in op:
+        return 2 * (n - 1) / n
+    if any(name in op for name in ("all_gather", "reduce_scatter", "all_to_all")):
+        return (n - 1) / n
+    return 1.0

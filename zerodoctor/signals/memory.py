@@ -74,7 +74,8 @@ SIGNALS = [
     _planned("memory.stage2_fit_known", "bool", "parameters, world size and device memory are all known"),
     Signal("memory.reduce_bucket_size", "elements",
            f"zero_optimization.reduce_bucket_size in effect (default {ds.REDUCE_BUCKET_SIZE:.0e})"),
-    _planned("memory.stage2_gb", "GB", "model states per GPU under ZeRO-2, no offload (ZeRO paper)"),
+    _planned("memory.stage2_gb", "GB",
+             "model states per GPU under ZeRO-2, no offload (ZeRO paper, in the run's precision)"),
     _planned("memory.stage2_fits", "bool", f"ZeRO-2 model states fit in {HEADROOM:.0%} of device memory"),
     _planned("memory.stage2_offload_gb", "GB", "model states per GPU under ZeRO-2 with optimizer offload"),
     _planned("memory.stage2_offload_fits", "bool", f"ZeRO-2 + optimizer offload fits in {HEADROOM:.0%} of device "
@@ -188,8 +189,9 @@ def _fits(values: dict[str, Any]) -> dict[str, Any]:
     params, world, device = values.get("run.params"), values.get("run.world_size"), values.get("run.device_memory_bytes")
     if not params or not world:
         return {"memory.stage2_fit_known": False}
-    stage2 = model_state_bytes(params, world, 2)
-    stage2_offload = model_state_bytes(params, world, 2, "optimizer")
+    precision = values.get("run.precision")
+    stage2 = model_state_bytes(params, world, 2, precision=precision)
+    stage2_offload = model_state_bytes(params, world, 2, "optimizer", precision=precision)
     out: dict[str, Any] = {"memory.stage2_gb": stage2 / GB, "memory.stage2_offload_gb": stage2_offload / GB,
                            "memory.stage2_fit_known": bool(device)}
     if device:
