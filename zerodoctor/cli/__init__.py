@@ -588,7 +588,7 @@ def rules_list(
     if fmt.value == "json":
         typer.echo(json.dumps([{"code": r.code, "name": r.spec.name, "category": r.spec.category,
                                 "severity": r.spec.severity, "status": r.spec.status,
-                                "signals": r.condition.signals} for r in loaded], indent=2))
+                                "signals": list(r.signals)} for r in loaded], indent=2))
         return
     rows = [("code", "name", "category", "severity", "status")] + [
         (r.code, r.spec.name, r.spec.category, r.spec.severity, r.spec.status) for r in loaded]

@@ -17,7 +17,7 @@ from zerodoctor.rulebook.finding import Finding, Fix, Unevaluated
 from zerodoctor.rulebook.hints import RunInputs, hint_for
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.rulebook.strength import evidence_strength
-from zerodoctor.rulebook.template import fill, plain
+from zerodoctor.rulebook.template import Template, fill, plain
 from zerodoctor.signals.base import StepSeries
 
 if TYPE_CHECKING:
@@ -54,16 +54,29 @@ def evaluate(rules: list[Rule], values: dict[str, Any], run: str, ranks: list[in
                 if not rule.condition.evaluate(summary):
                     continue
                 steps = None
-            finding = _finding(rule, values, run, ranks, steps, summary)
         except MissingSignal:
             missing = tuple(s for s in rule.condition.signals if s not in values)
-            missing = missing or (rule.condition.signals[0],)
-            declared = [rule.signals[s] for s in missing]
-            unevaluated.append(Unevaluated(rule.code, run, missing, hint_for(declared, inputs), inputs.lacks(declared),
-                                           not inputs.probe, inputs.unexplained(declared)))
+            unevaluated.append(_unevaluated(rule, missing or (rule.condition.signals[0],), run, inputs))
             continue
-        findings.append(finding)
+        unknown = tuple(s for s in rule.requires if values.get(s) is None)
+        if unknown:
+            unevaluated.append(_unevaluated(rule, unknown, run, inputs))
+            continue
+        message = rule.message if rule.spec.verdict is None else rule.messages.get(values[rule.spec.verdict])
+        if message is None:
+            continue  # a verdict this rule does not word: another rule's
+        try:
+            findings.append(_finding(rule, message, values, run, ranks, steps, summary))
+        except MissingSignal:
+            missing = tuple(s for s in rule.condition.signals if s not in values)
+            unevaluated.append(_unevaluated(rule, missing or (rule.condition.signals[0],), run, inputs))
     return _without_needless_fallbacks(findings, {r.code for r in rules if r.spec.fallback}), unevaluated
+
+
+def _unevaluated(rule: Rule, missing: tuple[str, ...], run: str, inputs: RunInputs) -> Unevaluated:
+    declared = [rule.signals[s] for s in missing]
+    return Unevaluated(rule.code, run, missing, hint_for(declared, inputs), inputs.lacks(declared), not inputs.probe,
+                       inputs.unexplained(declared))
 
 
 def _without_needless_fallbacks(findings: list[Finding], fallbacks: set[str]) -> list[Finding]:
@@ -119,11 +132,13 @@ def _resolver(values: dict[str, Any], index: int | None) -> Callable[[str], Any]
     return resolve
 
 
-def _finding(rule: Rule, values: dict[str, Any], run: str, ranks: list[int],
+def _finding(rule: Rule, message: Template, values: dict[str, Any], run: str, ranks: list[int],
              steps: list[int] | None, resolve: Callable[[str], Any]) -> Finding:
     spec = rule.spec
-    # Flags that merely gate a condition ("fp16.enabled") say nothing a person needs; numbers do.
-    gated = [s for s in rule.condition.signals if not isinstance(values.get(s), bool)]
+    # Flags that merely gate a condition ("fp16.enabled") say nothing a person needs; numbers do. The
+    # verdict is said by the message it picked.
+    gated = [s for s in [*rule.condition.signals, *spec.requires] if not isinstance(values.get(s), bool)
+             and s != spec.verdict]
     shown = list(dict.fromkeys([*gated, *spec.evidence]))
     evidence = {name: _plain(values[name]) for name in shown if values.get(name) is not None}
     if steps is None and spec.steps:
@@ -152,7 +167,7 @@ def _finding(rule: Rule, values: dict[str, Any], run: str, ranks: list[int],
             continue
     return Finding(
         rule=spec.code, name=spec.name, category=spec.category, severity=spec.severity,
-        message=rule.message.render(resolve), run=run, evidence=evidence, steps=steps,
+        message=message.render(resolve), run=run, evidence=evidence, steps=steps,
         ranks=list(implicated) if implicated else ranks, fixes=fixes,
         evidence_strength=evidence_strength(shown, values),
     )

@@ -7,14 +7,16 @@ Error codes: RL100 YAML (a file too large, not regular, with aliases), RL101 unk
 RL103 bad value,
 RL201 condition syntax, RL202 unknown signal, RL203 forbidden construct, RL204 template,
 RL205 hold without a per-step signal, RL206 a message field outside a clause that the condition does not
-guarantee (it could print a hole), RL301 doc section missing, RL401 duplicate code or phrase name,
+guarantee (it could print a hole), RL207 a verdict that is no verdict signal, or a message for a value it never
+takes, RL208 a verdict's message that is not flat (over two optional clauses, nested, or '[if'), RL301 doc
+section missing, RL401 duplicate code or phrase name,
 RL402 file name does not match code and name, RL403 folder does not match category.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
@@ -68,13 +70,28 @@ class Rule:
     spec: RuleSpec
     path: Path
     condition: Condition
-    message: Template
+    message: Template | None  # the one message, or None where the verdict picks one of ``messages``
     fixes: tuple[CompiledFix, ...]
-    signals: dict[str, Signal]  # the catalogue's entries for what the condition reads: where each comes from
+    signals: dict[str, Signal]  # the catalogue's entries for what the rule reads to fire: where each comes from
+    messages: dict[str, Template] = field(default_factory=dict)  # verdict value → its message
 
     @property
     def code(self) -> str:
         return self.spec.code
+
+    @property
+    def requires(self) -> list[str]:
+        """Signals that must be known once the condition holds: those named, and the verdict."""
+        return list(dict.fromkeys([*self.spec.requires, *([self.spec.verdict] if self.spec.verdict else [])]))
+
+    @property
+    def guaranteed(self) -> set[str]:
+        """Signals that have a value whenever the rule fires: a message may read them outside any clause."""
+        return {*self.condition.guaranteed, *self.requires}
+
+    def texts(self) -> dict[str, Template]:
+        """Every message the rule may print, by the verdict value it words ('message' for the one message)."""
+        return {"message": self.message} if self.message is not None else dict(self.messages)
 
 
 def builtin_rules_dir() -> Path:
@@ -188,13 +205,18 @@ def _load_file(path: Path, catalog: dict[str, Signal], phrases: dict[str, Templa
     known = set(catalog)
     condition = _compile(lambda: Condition(data.get("when", ""), known), ("when",), err) if isinstance(
         data.get("when"), str) else None
-    message = _compile(lambda: Template(data["message"], known, phrases), ("message",), err) if isinstance(
-        data.get("message"), str) else None
-    if condition and message:
-        holes = [s for s in message.required if s not in condition.guaranteed]
-        if holes:
-            err(("message",), "RL206", f"{', '.join(holes)} may be missing when the rule fires: put the field in an "
-                "optional '[...]' clause, or make the condition read it")
+    requires = [s for s in data["requires"] if isinstance(s, str)] if isinstance(data.get("requires"), list) else []
+    for i, sig in enumerate(requires):
+        if sig not in known:
+            err(("requires", i), "RL202", f"unknown signal '{sig}'")
+    texts = _messages(data, catalog, phrases, err)
+    if condition and texts is not None:
+        guaranteed = {*condition.guaranteed, *requires, data.get("verdict")}
+        for key, text in texts.items():
+            holes = [s for s in text.required if s not in guaranteed]
+            if holes:
+                err((key,) if key == "message" else ("messages", key), "RL206", f"{', '.join(holes)} may be missing "
+                    "when the rule fires: put the field in an optional '[...]' clause, or name it in 'requires'")
     if condition and data.get("for") is not None and not any(catalog[s].per_step for s in condition.signals):
         err(("for",), "RL205", "'for' needs a condition over a per-step signal (" + ", ".join(
             s.name for s in catalog.values() if s.per_step) + ")")
@@ -216,10 +238,58 @@ def _load_file(path: Path, catalog: dict[str, Signal], phrases: dict[str, Templa
     _check_doc(data.get("doc"), err)
     _check_location(path, data, err)
 
-    if errors or spec is None or condition is None or message is None:
+    if errors or spec is None or condition is None or texts is None:
         return None, errors
     compiled = tuple(CompiledFix(s, t, w, **f) for s, (t, w, f) in zip(spec.fixes, fixes))
-    return Rule(spec, path, condition, message, compiled, {s: catalog[s] for s in condition.signals}), []
+    read = dict.fromkeys([*condition.signals, *spec.requires, *([spec.verdict] if spec.verdict else [])])
+    message = texts.get("message") if spec.verdict is None else None
+    return Rule(spec, path, condition, message, compiled, {s: catalog[s] for s in read},
+                {} if spec.verdict is None else texts), []
+
+
+def _messages(data: dict, catalog: dict[str, Signal], phrases: dict[str, Template], err) -> dict[  # noqa: ANN001
+        str, Template] | None:
+    """The rule's message as ``{"message": …}``, or its verdict's messages by value; None where one is wrong."""
+    known = set(catalog)
+    message, messages, verdict = data.get("message"), data.get("messages"), data.get("verdict")
+    if message is not None and messages is not None:
+        err(("messages",), "RL103", "give 'message' (one outcome) or 'verdict' with 'messages', not both")
+        return None
+    if message is None and messages is None:
+        err((), "RL102", "missing key 'message' (or 'verdict' with 'messages')")
+        return None
+    if message is not None:
+        if verdict is not None:
+            err(("verdict",), "RL102", "missing key 'messages': a verdict picks one of them by its value")
+        if not isinstance(message, str):
+            return None
+        text = _compile(lambda: Template(message, known, phrases), ("message",), err)
+        return None if text is None or verdict is not None else {"message": text}
+    if verdict is None:
+        err(("messages",), "RL102", "missing key 'verdict': the signal whose value picks the message")
+        return None
+    if not isinstance(verdict, str) or not isinstance(messages, dict):
+        return None  # the model's own error (RL103) says what the value should be
+    outcomes = catalog[verdict].values if verdict in catalog else ()
+    if verdict not in catalog:
+        err(("verdict",), "RL202", f"unknown signal '{verdict}'")
+    elif not outcomes:
+        err(("verdict",), "RL207", f"'{verdict}' is no verdict: a verdict signal names the values it takes "
+            "(signals.base.verdict)")
+    texts: dict[str, Template] = {}
+    for key, text in messages.items():
+        if outcomes and key not in outcomes:
+            hint = difflib.get_close_matches(str(key), outcomes, n=1)
+            err(("messages", key), "RL207", f"'{verdict}' is never '{key}'" + (
+                f" (did you mean '{hint[0]}'?)" if hint else f" (it is one of: {', '.join(outcomes)})"))
+        if not isinstance(text, str):
+            continue
+        compiled = _compile(lambda text=text: Template(text, known, phrases), ("messages", key), err)
+        for reason in compiled.unflat() if compiled else []:
+            err(("messages", key), "RL208", f"the message for '{key}' is not flat: {reason}")
+        if compiled is not None:
+            texts[str(key)] = compiled
+    return texts
 
 
 class _TooLarge(ValueError):

@@ -62,11 +62,18 @@ class RuleSpec(BaseModel):
     status: Literal["preview", "stable"] = "preview"
     static: bool = Field(False, description="judged from the config alone: 'zerodoctor check' runs it before launch")
     when: str = Field(description="condition over signals")
+    requires: list[str] = Field(default_factory=list, description="signals that must be known for the rule to be "
+                                "judged: where the condition holds and one is missing, the rule is reported as "
+                                "unevaluated, naming it (not 'X >= 0' in the condition)")
+    verdict: str | None = Field(None, description="a verdict signal (one with values): the message is the one of "
+                                "'messages' named by its value; a value without a message keeps the rule silent")
     fallback: bool = Field(False, description="speak only where no other rule found a warning or an error in the "
                            "run: the crash named when nothing knows more (ZD901 names any fatal exception)")
     hold: int | None = Field(None, alias="for", description="'N steps': the condition must hold N steps in a row")
-    message: str = Field(description="the fault in one line, with numbers: a template (docs/rules.md) whose "
-                         "fields outside '[...]' clauses the condition guarantees")
+    message: str | None = Field(None, description="the fault in one line, with numbers: a template (docs/rules.md) "
+                                "whose fields outside '[...]' clauses the condition or 'requires' guarantees")
+    messages: dict[str, str] | None = Field(None, description="with 'verdict': one flat message per value of the "
+                                            "verdict (at most two optional '[...]' clauses, no '[if'/'[else')")
     evidence: list[str] = Field(default_factory=list, description="signals shown besides those in the condition")
     steps: list[str] | None = Field(None, description="two signals giving the first and last step involved")
     ranks: str | None = Field(None, description="signal listing the ranks involved (default: all ranks)")

@@ -17,6 +17,9 @@ The template language (docs/rules.md):
 - ``{{`` and ``}}``: literal braces; ``{"["}`` and ``{"]"}``: literal brackets (``]]`` closes two clauses).
 - Spaces a left-out clause leaves doubled, or before ``, ; : . )``, are dropped.
 
+A verdict's message (a rule's ``messages:``) must be flat: at most ``MAX_CLAUSES`` plain ``[...]``
+clauses, none nested, no ``[if``/``[else`` (``Template.unflat`` says why one is not).
+
 A phrase (``phrases.yaml`` beside the rules) is a template over one record's fields, named once and
 used by every rule that words such records. A field outside every clause must be one the rule's
 condition guarantees (the loader checks it), so a message never has a hole. Only the expressions are
@@ -39,6 +42,7 @@ _PER_ITEM = ("list", "pairs", "arrows")  # these take a spec for each item: list
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 _PUNCT = re.compile(r" +([,;:.)])")
 MAX_WIDTH, MAX_PRECISION = 100, 20
+MAX_CLAUSES = 2  # optional clauses in a verdict's message: more, and the branching belongs in the signal
 # Python's format-spec mini-language: [[fill]align][sign][z][#][0][width][grouping][.precision][type]
 _SIZES = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?[a-zA-Z%]?", re.S)
 
@@ -82,6 +86,18 @@ class Template:
     def single(self) -> Field | None:
         """The field when the template is exactly one ``{EXPR}``: its value keeps its type in a patch."""
         return self.parts[0] if len(self.parts) == 1 and isinstance(self.parts[0], Field) else None
+
+    def unflat(self) -> list[str]:
+        """Why this is not a flat sentence (a verdict's message): guarded or nested clauses, or too many."""
+        clauses = [p for p in self.parts if isinstance(p, Clause)]
+        reasons = []
+        if any(c.guard is not None or c.otherwise for c in clauses):
+            reasons.append("an '[if ...:' or '[else:' clause (the verdict signal decides; its message only words it)")
+        if any(isinstance(p, Clause) for c in clauses for p in c.parts):
+            reasons.append("a clause inside a clause")
+        if len(clauses) > MAX_CLAUSES:
+            reasons.append(f"{len(clauses)} optional clauses (at most {MAX_CLAUSES})")
+        return reasons
 
     def render(self, resolve: Resolver) -> str:
         """The text; raises MissingSignal when a field outside every clause has no value."""

@@ -23,7 +23,11 @@ from zerodoctor.signals.view import WINDOW, Steps
 @dataclass(frozen=True)
 class Signal:
     """A named number: its unit, a one-line doc, and where it can come from — the inputs that show it
-    (``signals/inputs.py``; none: any log that printed it) and the switch that shows it in a console log."""
+    (``signals/inputs.py``; none: any log that printed it) and the switch that shows it in a console log.
+
+    A verdict (a judgement with several outcomes) is a signal whose ``values`` name every outcome it can
+    take: a rule words each one (``verdict:`` and ``messages:``, docs/rules.md), and the loader refuses
+    a message for an outcome the signal never gives."""
 
     name: str
     unit: str
@@ -31,6 +35,12 @@ class Signal:
     per_step: bool = False
     shown_by: tuple[str, ...] = ()
     switch: str | None = None
+    values: tuple[str, ...] = ()
+
+
+def verdict(name: str, doc: str, values: tuple[str, ...], **where: Any) -> Signal:
+    """A verdict signal: one of ``values``, the outcomes a rule may word one by one."""
+    return Signal(name, "verdict", doc, values=values, **where)
 
 
 def shown_by(*inputs: str, switch: str | None = None) -> Callable[..., Signal]:
