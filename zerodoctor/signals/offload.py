@@ -13,13 +13,14 @@ are made here too, each from the run's own numbers, so no rule offers a remedy t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from zerodoctor.signals import view as runview
 from zerodoctor.deepspeed.modelstates import model_state_bytes
 from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import CONFIG, OPTIMIZER_TIME, RUN_DUMP, STEPS
-from zerodoctor.signals.base import StepWindow, nested, ratios, shown_by
+from zerodoctor.signals.base import StepWindow, nested, ratios, shown_by, verdict
 from zerodoctor.signals.memory import HEADROOM
 from zerodoctor.messages.units import GB
 
@@ -32,6 +33,7 @@ DOMINANT = 0.5
 _stepwise = shown_by(STEPS)
 _timed = shown_by(STEPS, switch=OPTIMIZER_TIME)
 _configured = shown_by(CONFIG, switch=RUN_DUMP)
+_verdict = partial(verdict, shown_by=(STEPS,), switch=OPTIMIZER_TIME)
 
 SIGNALS = [
     _stepwise("offload.optimizer", "bool", "offload_optimizer.device is cpu or nvme"),
@@ -41,11 +43,12 @@ SIGNALS = [
     _timed("offload.optimizer_s", "s", "optimizer step time (median of the last steps)"),
     _timed("offload.first_step", "step", "first step of the window the optimizer share is the median of"),
     _timed("offload.last_step", "step", "last step of that window"),
-    _timed("offload.step_verdict", "name",
-           f"what the run shows of its optimizer step's cost: cpu_adam (the step is {DOMINANT:.0%} of each step or "
-           "more, the optimizer offloaded to the CPU), cpu_adam_params (the parameters too), nvme (the optimizer on "
-           "NVMe), unseen (the run never shows whether it offloads), not_offloaded (its config shows no offload), "
-           "minor (the step is less)"),
+    _verdict("offload.step_verdict",
+             f"what the run shows of its optimizer step's cost: cpu_adam (the step is {DOMINANT:.0%} of each step or "
+             "more, the optimizer offloaded to the CPU), cpu_adam_params (the parameters too), nvme (the optimizer on "
+             "NVMe), unseen (the run never shows whether it offloads), not_offloaded (its config shows no offload), "
+             "minor (the step is less)",
+             ("cpu_adam", "cpu_adam_params", "nvme", "unseen", "not_offloaded", "minor")),
     _timed("offload.params_per_s", "parameters/s",
            "parameters each rank's optimizer step updates per second: its partition (parameters / ranks) over the "
            "median optimizer step time"),
