@@ -108,6 +108,17 @@ SCENARIOS = [
         "ZeRO-3 with optimizer and parameter offload to CPU (DeepSpeedCPUAdam) of the 29.4M model. Measured: "
         "the optimizer step is 7.5% of the step (ZD502 stays silent: offload is not the bottleneck on a CPU "
         "host), collectives 56% (ZD301). ZD501 is unevaluated: no device memory on CPU."),
+    Scenario("offload-zero2-torch-adam", {
+        "train_batch_size": 2, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+        "wall_clock_breakdown": True, "steps_per_print": 1,
+        "zero_optimization": zero(2, PARAMS_30M, offload_optimizer={"device": "cpu"})},
+        ["--steps", "30", *MODEL_30M], ["ZD502"],
+        "ZeRO-2 with the optimizer offloaded to the CPU, run by torch's AdamW (the optimizer's torch_adam: true) "
+        "on one thread (torchrun's OMP_NUM_THREADS=1), one sample per micro-batch of the 29.4M model: the "
+        "optimizer step (Adam on each rank's 14.7M-parameter partition, then the all-gather of the updated "
+        "parameters) is most of each step, so ZD502 fires with the threads and pinning remedies; "
+        "wall_clock_breakdown is on so the console shows DeepSpeed's timers too."),
 ]
 
 

@@ -90,4 +90,4 @@ def test_the_top_collective_s_bus_bandwidth_uses_nccl_tests_factor(tmp_path: Pat
             for op, size, s in (("all_gather_into_tensor", 1_000_000_000, 0.5), ("reduce_scatter_tensor", 10**8, 0.1))]
     found, _ = _findings(tmp_path, {**_offload(3), "params": 3e7}, step, comm)
     assert found["ZD301"].evidence["comm.top_op_busbw_gbps"] == pytest.approx(1.0)
-    assert "all_gather_into_tensor takes the most, at 1 GB/s of bus bandwidth" in found["ZD301"].message
+    assert "all_gather_into_tensor takes the most time, at 1 GB/s of bus bandwidth" in found["ZD301"].message

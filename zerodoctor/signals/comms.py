@@ -14,21 +14,31 @@ measures it, and ZD301 stays silent when it explains the share).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from zerodoctor.deepspeed import defaults as ds
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import COMM_TIMES, STEPS
-from zerodoctor.signals.base import StepWindow, nested, ratios, shown_by
+from zerodoctor.signals.base import StepWindow, nested, ratios, shown_by, verdict
 from zerodoctor.signals.config_values import config_int
 from zerodoctor.messages.units import GB
 
 _timed = shown_by(STEPS, switch=COMM_TIMES)
+_verdict = partial(verdict, shown_by=(STEPS,), switch=COMM_TIMES)
+
+# The share of the step in ZeRO-3's own collectives (its parameter all-gathers) from which stage 2 is worth
+# weighing: it makes half as many, so it would save some 10% of the step.
+STAGE3_OWN = 0.2
+# A straggler that costs the others this share of the step explains their collective time: it is a wait.
+WAITING = 0.2
 
 SIGNALS = [
     _timed("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
     _timed("comm.step_s", "s", "time in collectives per step (median)"),
+    _timed("comm.first_step", "step", "first step of the window comm.fraction is the median of"),
+    _timed("comm.last_step", "step", "last step of that window"),
     _timed("comm.compute_s", "s", "forward + backward + optimizer time outside collectives, per step (median)"),
     _timed("comm.top_op", "name", "collective with the most time"),
     _timed("comm.top_op_share", "ratio", "share of collective time spent in comm.top_op"),
@@ -40,6 +50,15 @@ SIGNALS = [
            "share of collective time in all-gathers (ZeRO-3's parameter gathers; gradient reductions excluded)"),
     _timed("comm.prefetch_bucket_size", "elements",
            f"stage3_prefetch_bucket_size in effect (default {ds.STAGE3_PREFETCH_BUCKET_SIZE:.0e})"),
+    _timed("comm.allgather_step_fraction", "ratio",
+           "share of the step in ZeRO-3's parameter all-gathers: the exposed share where a profiler trace shows it, "
+           "else the collectives' share times the all-gathers' share of them"),
+    _verdict("comm.stage3_verdict",
+             f"what ZeRO-3's own collectives cost: allgathers (comm.allgather_step_fraction is {STAGE3_OWN:.0%} or "
+             "more, from the timings), exposed_allgathers (as much with no compute beside them, from a profiler "
+             f"trace), hidden (a trace shows less exposed), straggler (a straggler costs {WAITING:.0%} of the step "
+             "or more: the collective time is a wait), minor (less), not_stage3",
+             ("allgathers", "exposed_allgathers", "hidden", "straggler", "minor", "not_stage3")),
     _timed("comm.overlap_comm", "bool",
            "overlap_comm in effect (DeepSpeed's default: on under stage 3, off below; overlap_comm_valid)"),
     _timed("comm.persistence_threshold", "elements",
@@ -86,7 +105,10 @@ def _compute_s(comm: float | None, *parts: float | None) -> float | None:
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     fold: Fold = view.fold(__name__)
     out: dict[str, Any] = {}
-    out["comm.fraction"] = StepWindow.series(fold.recent, 1)
+    out["comm.fraction"] = shares = StepWindow.series(fold.recent, 1)
+    if shares is not None:
+        known = [step for step, share in zip(shares.steps, shares.values) if share is not None]
+        out["comm.first_step"], out["comm.last_step"] = known[0], known[-1]
     present = StepWindow.series(fold.recent, 2)
     out["comm.step_s"] = present.summary if present else None
     compute_series = StepWindow.series(fold.recent, 3)
@@ -115,7 +137,30 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         size, world = fold.per_op_bytes.get(top), values.get("run.world_size")
         if size and world and fold.per_op_s[top] > 0:
             out["comm.top_op_busbw_gbps"] = size / fold.per_op_s[top] * _bus_factor(top, world) / GB
+    out["comm.stage3_verdict"], out["comm.allgather_step_fraction"] = _stage3(values, out)
     return out
+
+
+def _stage3(values: dict[str, Any], out: dict[str, Any]) -> tuple[str | None, float | None]:
+    """What stage 3's own all-gathers cost the step, and the verdict on it; (None, None) while a figure it needs
+    (the stage, the straggler's cost, the collectives' or the trace's shares) is unknown."""
+    stage, waiting = values.get("run.zero_stage"), values.get("straggler.share")
+    if stage is None:
+        return None, None
+    if stage != 3:
+        return "not_stage3", None
+    if waiting is None:
+        return None, None
+    if values.get("trace.present"):
+        own = values.get("trace.allgather_exposed_fraction")
+        judged = "exposed_allgathers" if own >= STAGE3_OWN else "hidden"
+    else:
+        fraction, share = out.get("comm.fraction"), out.get("comm.allgather_share")
+        if fraction is None or share is None:
+            return None, None
+        own = fraction.summary * share
+        judged = "allgathers" if own >= STAGE3_OWN else "minor"
+    return ("straggler" if waiting >= WAITING else judged), own
 
 
 def _bus_factor(op: str, n: int) -> float:

@@ -12,5 +12,5 @@ def register_signals() -> list:
 
     # Order matters: a module may read what earlier ones computed; evidence sums up last. plots computes
     # nothing: its fold keeps what the report's plots draw.
-    return [run, batch, numerics, amp, comms, trace, memory, creep, offload, config, hang, straggler, trainer, crashes,
+    return [run, batch, numerics, amp, trace, straggler, comms, memory, creep, offload, config, hang, trainer, crashes,
             fatal, mismatch, stacks, plots, evidence]
