@@ -38,13 +38,14 @@ CPU = {"device": "cpu"}
 
 
 @pytest.mark.parametrize(("start", "words"), [
-    (_offload(2, offload_optimizer=CPU), "with the optimizer offloaded, that is CPU Adam"),
+    (_offload(2, offload_optimizer=CPU), "that is CPU Adam and the all-gather of the updated parameters after it"),
+    (_offload(3, offload_optimizer=CPU), "with the optimizer offloaded, that is CPU Adam, each rank"),
     (_offload(3, offload_optimizer=CPU, offload_param=CPU), "that is CPU Adam, with the parameters offloaded too"),
     (_offload(3, offload_optimizer={"device": "nvme"}), "offloaded to NVMe"),
     (None, "on a ZeRO-Offload run that is CPU Adam; the config's zero_optimization.offload_optimizer"),
 ])
 def test_the_words_follow_what_the_run_shows_of_offload(tmp_path: Path, start: dict | None, words: str) -> None:
-    found, _ = _findings(tmp_path, start, SLOW_STEP)
+    found, _ = _findings(tmp_path, {**start, "params": 1.4e9} if start else None, SLOW_STEP)
     assert words in found["ZD502"].message
     assert "70% of each step (700 ms of 1 s)" in found["ZD502"].message
 
@@ -63,7 +64,7 @@ def test_an_optimizer_step_under_half_the_step_is_silent(tmp_path: Path) -> None
 def test_remedies_the_device_memory_refutes_are_not_offered(tmp_path: Path) -> None:
     # 8B parameters on 2 × 80 GB, bf16: stage 3 with nothing offloaded needs 64 GB per GPU, more than 70% of 80 GB;
     # with the optimizer alone offloaded 16 GB, which fits: drop the parameter offload, keep the optimizer's.
-    start = {**_offload(3, offload_optimizer=CPU, offload_param=CPU), "params": 8e9,
+    start = {**_offload(3, offload_optimizer=dict(CPU), offload_param=dict(CPU)), "params": 8e9,
              "precision": "bf16", "device_memory_bytes": 80_000_000_000}
     titles = [fix.title for fix in _findings(tmp_path, start, SLOW_STEP)[0]["ZD502"].fixes]
     assert any(t.startswith("Drop parameter offload") for t in titles), titles
@@ -72,6 +73,11 @@ def test_remedies_the_device_memory_refutes_are_not_offered(tmp_path: Path) -> N
     start["config"]["zero_optimization"]["offload_optimizer"]["pin_memory"] = True
     titles = [fix.title for fix in _findings(tmp_path, start, SLOW_STEP)[0]["ZD502"].fixes]
     assert not any("Pin" in t for t in titles), titles
+    # nor on DeepSpeed's CPU accelerator, where nothing crosses PCIe
+    start["config"]["zero_optimization"]["offload_optimizer"]["pin_memory"] = False
+    assert any("Pin" in fix.title for fix in _findings(tmp_path, start, SLOW_STEP)[0]["ZD502"].fixes)
+    start["env"] = {"DS_ACCELERATOR": "cpu"}
+    assert not any("Pin" in fix.title for fix in _findings(tmp_path, start, SLOW_STEP)[0]["ZD502"].fixes)
 
 
 def test_fp32_model_states_are_priced_in_four_bytes() -> None:

@@ -45,14 +45,17 @@ SIGNALS = [
     _timed("offload.last_step", "step", "last step of that window"),
     _verdict("offload.step_verdict",
              f"what the run shows of its optimizer step's cost: cpu_adam (the step is {DOMINANT:.0%} of each step or "
-             "more, the optimizer offloaded to the CPU), cpu_adam_params (the parameters too), nvme (the optimizer on "
-             "NVMe), unseen (the run never shows whether it offloads), not_offloaded (its config shows no offload), "
-             "minor (the step is less)",
-             ("cpu_adam", "cpu_adam_params", "nvme", "unseen", "not_offloaded", "minor")),
-    _timed("offload.params_per_s", "parameters/s",
-           "parameters each rank's optimizer step updates per second: its partition (parameters / ranks) over the "
-           "median optimizer step time"),
+             "more, the optimizer offloaded to the CPU, under ZeRO-3), cpu_adam_allgather (the same below stage 3, "
+             "where the step ends in the all-gather of the updated parameters), cpu_adam_params (the parameters "
+             "offloaded too), nvme (the optimizer on NVMe), unseen (the run never shows whether it offloads), "
+             "not_offloaded (its config shows no offload), minor (the step is less)",
+             ("cpu_adam", "cpu_adam_allgather", "cpu_adam_params", "nvme", "unseen", "not_offloaded", "minor")),
+    _timed("offload.params_per_s", "parameters",
+           "parameters updated per second by each rank's optimizer step (its partition, parameters / ranks, over the "
+           "median optimizer step time: a floor of the optimizer's own speed, the step holding more than Adam)"),
     _configured("offload.pin_memory", "bool", "offload_optimizer.pin_memory (DeepSpeed's default: false)"),
+    _configured("offload.host_only", "bool",
+                "the run says it trains on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu): nothing crosses PCIe"),
     _configured("offload.omp_threads", "threads", "OMP_NUM_THREADS of the ranks (CPU Adam's OpenMP threads), when set"),
     _stepwise("offload.optimizer_only_gb", "GB", "model states per GPU under ZeRO-3 with optimizer-only offload"),
     _stepwise("offload.optimizer_only_fits", "bool",
@@ -96,7 +99,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         known = [s for s, v in zip(shares.steps, shares.values) if v is not None]
         out.update({"offload.optimizer_share": shares.summary, "offload.first_step": known[0],
                     "offload.last_step": known[-1],
-                    "offload.step_verdict": _verdict(shares.summary, out, device, bool(config) or bool(built))})
+                    "offload.step_verdict": _judge(shares.summary, out, device, values.get("run.zero_stage"),
+                                                   bool(config) or bool(built))})
     params, world = values.get("run.params"), values.get("run.world_size")
     if optim is not None:
         out["offload.optimizer_s"] = optim.summary
@@ -104,20 +108,25 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
             out["offload.params_per_s"] = params / world / optim.summary
     if out["offload.optimizer"] and config:
         out["offload.pin_memory"] = bool(nested(config, "zero_optimization.offload_optimizer.pin_memory", False))
-    threads = (view.first_start().get("env") or {}).get("OMP_NUM_THREADS")
+    env = view.first_start().get("env") or {}
+    out["offload.host_only"] = env.get("DS_ACCELERATOR") == "cpu"
+    threads = env.get("OMP_NUM_THREADS")
     if threads and str(threads).isdigit():
         out["offload.omp_threads"] = int(threads)
     out.update(_fits(values, config))
     return out
 
 
-def _verdict(share: float, out: dict[str, Any], device: str | None, seen: bool) -> str:
+def _judge(share: float, out: dict[str, Any], device: str | None, stage: int | None, seen: bool) -> str:
     if share < DOMINANT:
         return "minor"
     if out["offload.param"]:
         return "cpu_adam_params"
     if out["offload.optimizer"]:
-        return "nvme" if device == "nvme" else "cpu_adam"
+        if device == "nvme":
+            return "nvme"
+        # ZeRO-1 and 2 all-gather the updated partitions inside the step (optimizer_allgather); ZeRO-3 does not
+        return "cpu_adam" if stage == 3 else "cpu_adam_allgather"
     return "not_offloaded" if seen else "unseen"
 
 
