@@ -97,3 +97,14 @@ def test_the_top_collective_s_bus_bandwidth_uses_nccl_tests_factor(tmp_path: Pat
     found, _ = _findings(tmp_path, {**_offload(3), "params": 3e7}, step, comm)
     assert found["ZD301"].evidence["comm.top_op_busbw_gbps"] == pytest.approx(1.0)
     assert "all_gather_into_tensor takes the most time, at 1 GB/s of bus bandwidth" in found["ZD301"].message
+
+
+def test_on_the_cpu_accelerator_zd301_does_not_offer_a_larger_prefetch_bucket(tmp_path: Path) -> None:
+    step = {"step_time_s": 0.1, "fwd_s": 0.03, "bwd_s": 0.06, "optim_s": 0.01, "comm_s": 0.08}
+    comm = [{"v": 1, "t": 1100.0, "run": "o", "rank": r, "kind": "comm", "op": "all_gather_into_tensor", "step": 30,
+             "count": 30, "total_s": 2.0} for r in (0, 1)]
+    for env, prefetch in (({}, True), ({"DS_ACCELERATOR": "cpu"}, False)):
+        found, _ = _findings(tmp_path, {**_offload(3), "params": 3e7, "env": env}, step, comm)
+        patches = [fix.config_patch["zero_optimization"] for fix in found["ZD301"].fixes]
+        assert any("stage3_prefetch_bucket_size" in p for p in patches) is prefetch, patches
+        assert any("stage3_param_persistence_threshold" in p for p in patches), patches

@@ -54,8 +54,6 @@ SIGNALS = [
            "parameters updated per second by each rank's optimizer step (its partition, parameters / ranks, over the "
            "median optimizer step time: a floor of the optimizer's own speed, the step holding more than Adam)"),
     _configured("offload.pin_memory", "bool", "offload_optimizer.pin_memory (DeepSpeed's default: false)"),
-    _configured("offload.host_only", "bool",
-                "the run says it trains on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu): nothing crosses PCIe"),
     _configured("offload.omp_threads", "threads", "OMP_NUM_THREADS of the ranks (CPU Adam's OpenMP threads), when set"),
     _stepwise("offload.optimizer_only_gb", "GB", "model states per GPU under ZeRO-3 with optimizer-only offload"),
     _stepwise("offload.optimizer_only_fits", "bool",
@@ -108,9 +106,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
             out["offload.params_per_s"] = params / world / optim.summary
     if out["offload.optimizer"] and config:
         out["offload.pin_memory"] = bool(nested(config, "zero_optimization.offload_optimizer.pin_memory", False))
-    env = view.first_start().get("env") or {}
-    out["offload.host_only"] = env.get("DS_ACCELERATOR") == "cpu"
-    threads = env.get("OMP_NUM_THREADS")
+    threads = (view.first_start().get("env") or {}).get("OMP_NUM_THREADS")
     if threads and str(threads).isdigit():
         out["offload.omp_threads"] = int(threads)
     out.update(_fits(values, config))
