@@ -108,3 +108,18 @@ def test_on_the_cpu_accelerator_zd301_does_not_offer_a_larger_prefetch_bucket(tm
         patches = [fix.config_patch["zero_optimization"] for fix in found["ZD301"].fixes]
         assert any("stage3_prefetch_bucket_size" in p for p in patches) is prefetch, patches
         assert any("stage3_param_persistence_threshold" in p for p in patches), patches
+
+
+def _built(optimizer: str) -> list[dict]:
+    """DeepSpeed's 'DeepSpeed Basic Optimizer = NAME' line, as the console reader records it."""
+    return [{"v": 1, "t": 999.0, "run": "o", "rank": 0, "kind": "log", "what": "engine_setup",
+             "message": f"DeepSpeed Basic Optimizer = {optimizer}", "data": {"optimizer": optimizer}}]
+
+
+def test_the_basic_optimizer_line_settles_offload_only_when_it_can(tmp_path: Path) -> None:
+    found, unevaluated = _findings(tmp_path, None, SLOW_STEP, _built("FusedAdam"))
+    assert "ZD502" not in found and "ZD502" not in unevaluated  # a device optimizer: not offloaded
+    found, _ = _findings(tmp_path, None, SLOW_STEP, _built("DeepSpeedCPUAdam"))
+    assert "that is CPU Adam and the all-gather" in found["ZD502"].message
+    found, _ = _findings(tmp_path, None, SLOW_STEP, _built("AdamW"))  # torch's, which torch_adam runs offloaded too
+    assert "on a ZeRO-Offload run that is CPU Adam" in found["ZD502"].message

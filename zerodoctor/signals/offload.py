@@ -27,6 +27,9 @@ from zerodoctor.messages.units import GB
 _OFFLOADED = ("cpu", "nvme")
 # DeepSpeed builds these only for an optimizer offloaded to the host (runtime/engine.py _configure_basic_optimizer).
 _HOST_OPTIMIZERS = ("DeepSpeedCPUAdam", "DeepSpeedCPUAdagrad", "DeepSpeedCPULion")
+# ... and these only for one on the device (FusedAdam, FusedLamb, FusedLion): such a line settles "not offloaded",
+# where torch's own AdamW settles nothing (the optimizer's torch_adam runs it on the offloaded partition).
+_DEVICE_ONLY = ("Fused",)
 # The optimizer step's share of the step from which it is the step's bottleneck: more than all the rest together.
 DOMINANT = 0.5
 
@@ -44,11 +47,11 @@ SIGNALS = [
     _timed("offload.first_step", "step", "first step of the window the optimizer share is the median of"),
     _timed("offload.last_step", "step", "last step of that window"),
     _verdict("offload.step_verdict",
-             f"what the run shows of its optimizer step's cost: cpu_adam (the step is {DOMINANT:.0%} of each step or "
+             f"what the run shows of the optimizer step's cost: cpu_adam (the step is {DOMINANT:.0%} of each step or "
              "more, the optimizer offloaded to the CPU, under ZeRO-3), cpu_adam_allgather (the same below stage 3, "
              "where the step ends in the all-gather of the updated parameters), cpu_adam_params (the parameters "
-             "offloaded too), nvme (the optimizer on NVMe), unseen (the run never shows whether it offloads), "
-             "not_offloaded (its config shows no offload), minor (the step is less)",
+             "offloaded too), nvme (the optimizer on NVMe), unseen (the run never shows whether the optimizer is "
+             "offloaded), not_offloaded (the config shows no offload), minor (the step is less)",
              ("cpu_adam", "cpu_adam_allgather", "cpu_adam_params", "nvme", "unseen", "not_offloaded", "minor")),
     _timed("offload.params_per_s", "parameters",
            "parameters updated per second by each rank's optimizer step (its partition, parameters / ranks, over the "
@@ -63,9 +66,9 @@ SIGNALS = [
                 f"the run's stage with nothing offloaded fits in {HEADROOM:.0%} of device memory"),
     _configured("offload.none_fit_known", "bool", "device memory is known beside offload.none_gb"),
     _configured("offload.none_refuted", "bool",
-                "device memory is known and the run's stage with nothing offloaded does not fit in it"),
+                "device memory is known and too small for the run's stage with nothing offloaded"),
     _configured("offload.optimizer_only_refuted", "bool",
-                "device memory is known and ZeRO-3 with optimizer-only offload does not fit in it"),
+                "device memory is known and too small for ZeRO-3 with optimizer-only offload"),
 ]
 
 
@@ -98,7 +101,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         out.update({"offload.optimizer_share": shares.summary, "offload.first_step": known[0],
                     "offload.last_step": known[-1],
                     "offload.step_verdict": _judge(shares.summary, out, device, values.get("run.zero_stage"),
-                                                   bool(config) or bool(built))})
+                                                   bool(config) or any(b.startswith(_DEVICE_ONLY) for b in built))})
     params, world = values.get("run.params"), values.get("run.world_size")
     if optim is not None:
         out["offload.optimizer_s"] = optim.summary

@@ -31,8 +31,8 @@ SIGNALS = [
     _device("run.device_memory_bytes", "bytes", "total memory of one accelerator"),
     _device("run.device_memory_gb", "GB", "total memory of one accelerator, 10^9 bytes"),
     _dumped("run.device_name", "name", "accelerator name"),
-    _dumped("run.host_only", "bool", "the run says it trains on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu): "
-                                     "no device, no PCIe, no streams to overlap on"),
+    _dumped("run.host_only", "bool", "the run trains on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu in the "
+                                     "run's environment): no device, no PCIe, no streams to overlap on"),
     _dumped("run.exit_code", "code", "worst exit code among ranks that reported one"),
     _dumped("run.ranks_ended", "ranks", "ranks that said they ended (run_end, the probe's or the wrapper's for a "
                                         "rank that died)"),
