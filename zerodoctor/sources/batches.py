@@ -21,6 +21,7 @@ from zerodoctor import plugins
 from zerodoctor.events import Event, StepRecord, step_record
 from zerodoctor.events.columns import Columns
 from zerodoctor.sources.chrome_trace import is_trace_file, looks_like_trace, traces_in
+from zerodoctor.sources.csv_monitor import is_monitor_file, monitor_file
 from zerodoctor.sources.flight_recorder import dumps_in, is_dump_file
 from zerodoctor.sources.lines import CHUNK, MAX_LINE_BYTES, Block, read_blocks
 from zerodoctor.sources.names import named_by
@@ -74,7 +75,11 @@ def run_files(directory: Path) -> list[tuple[Path, str]]:
         if dumps := dumps_in(directory):
             return [(path, "flight-recorder") for path in dumps]
     if "chrome-trace" in known:  # a folder of profiler traces (TensorBoard's plugin folder): known by content
-        return [(path, "chrome-trace") for path in traces_in(directory)]
+        if traces := traces_in(directory):
+            return [(path, "chrome-trace") for path in traces]
+    if "csv-monitor" in known:  # DeepSpeed Monitor's CSV files, here or in its <job_name> folder: one source
+        if (monitor := monitor_file(directory)) is not None:
+            return [(monitor, "csv-monitor")]
     return []
 
 
@@ -108,7 +113,7 @@ def run_id_for(path: Path) -> str:
     """
     in_run = any(named_by(path.name, p) for p, _ in source_patterns()) or is_dump_file(path) or is_trace_file(path)
     if not in_run:
-        return path.stem
+        return path.parent.name if is_monitor_file(path) else path.stem
     if fnmatch(path.parent.name, ATTEMPT_DIRS):  # <id>/attempt-K/: the run id the probe writes, <id>.attempt-K
         return f"{path.parent.parent.name}.{path.parent.name}"
     return path.parent.name

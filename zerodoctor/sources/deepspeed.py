@@ -14,12 +14,14 @@ the comms table are multi-line blocks, read by ``dsblocks``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 from zerodoctor.deepspeed.defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.events import Event
 from zerodoctor.sources.dsblocks import CommsTable, ConfigDump
+from zerodoctor.sources import timers
 from zerodoctor.sources.stepclock import StepClock
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.sources.text import Context, Line, strip_prefix
@@ -36,12 +38,15 @@ _STATIC = re.compile(rf"Using static loss scale of: ({NUM})")
 _DETECTED = re.compile(rf"(?:Overflow detected\.|fp16 dynamic loss scale overflow!)(?: Rank \d+)?(?: Skipping step\.)?"
                        rf"(?: Attempted loss scale: ({NUM}))?")
 _PROGRESS = re.compile(rf"step=(\d+), skipped=(\d+), lr=\[\s*({NUM})?")
-_TIMERS = re.compile(r"time \(ms\) \|")
-_TIMER = re.compile(rf"\| (\w+): ({NUM})")
 # utils/timer.py ThroughputTimer: "epoch=E/micro_step=M/global_step=G, …" since 0.9; before, "E/S, …" whose S
 # is not always the optimizer step (it counts the timer's stops), so only the memory is taken from those.
-_TPUT = re.compile(rf"(?:global_step=(\d+)|\b\d+/\d+), RunningAvgSamplesPerSec=({NUM}), CurrSamplesPerSec=({NUM}), "
+# 0.6.1 (fee731359) to 0.7.0 printed "E/S, SamplesPerSec=X, MemAllocated=…"; CurrSamplesPerSec is the last step's
+# train_batch_size / time since 0.8 (#2603), the micro-batch's before: a step time only from the global_step form.
+_TPUT = re.compile(rf"(?:global_step=(\d+)|\b\d+/\d+), (?:RunningAvg)?SamplesPerSec=({NUM}),(?: CurrSamplesPerSec=({NUM}),)? "
                    rf"MemAllocated=({NUM})GB, MaxMemAllocated=({NUM})GB")
+_TPUT_OLD = re.compile(rf"\b\d+/\d+, SamplesPerSec={NUM}\s*$")  # 0.1-0.5: the average alone, nothing to read
+# runtime/pipe/engine.py train_batch, rank 0 at steps_per_print (0.3.0+): the mean iteration of the interval.
+_PIPE_STEPS = re.compile(rf"\bsteps: (\d+) loss: ({NUM}|nan|inf) .*?iter time \(s\): ({NUM}) samples/sec: ({NUM})")
 _FLUSHES = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
 _SEE_MEMORY = re.compile(rf"\bMA ({NUM}) GB\s+Max_MA ({NUM}) GB\s+CA ({NUM}) GB\s+Max_CA ({NUM}) GB")
 _NONPOSITIVE = re.compile(r"(Train batch size|Micro batch size per gpu|Gradient accumulation steps): ?"
@@ -60,11 +65,6 @@ _ENGINE = re.compile(r"DeepSpeed Basic Optimizer = (\w+)|Creating (?:[\w.]+ )?Ze
 _TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _SQUEEZE = re.compile(r"[\s│┃|╭╮╰╯─━]+")
 
-# Timer names of every generation → the step field they feed.
-_GLOBAL_TIMERS = {"fwd": "fwd_s", "forward": "fwd_s", "bwd": "bwd_s", "backward": "bwd_s",
-                  "step": "optim_s", "bwd_allreduce": "comm_s", "backward_allreduce": "comm_s"}
-_MICRO_TIMERS = {f"{name}_microstep": key for name, key in _GLOBAL_TIMERS.items()}
-_OPTIM_TIMERS = {"optimizer_allgather": "comm_s", "optimizer_step": "optim_s", "update_optims": "optim_s"}
 _BATCH_KEYS = (*BATCH_KEYS, "world_size")  # the batch assertion's four numbers, in its order
 _NONPOSITIVE_KEYS = {"Train batch size": TRAIN_BATCH, "Micro batch size per gpu": MICRO_BATCH,
                      "Gradient accumulation steps": GRAD_ACCUM}
@@ -75,7 +75,7 @@ class DeepSpeedDialect:
     keywords = (b"OVERFLOW!", b"Grad overflow", b"Overflow detected", b"Reducing dynamic loss", b"Using static loss",
                 b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size", b"Micro batch size per gpu",
                 b"Gradient accumulation steps", b"Either train_batch", b", skipped=", b"(ms) |",
-                b"SamplesPerSec", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ", b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords)
+                b"SamplesPerSec", b"iter time (s)", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ", b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords)
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -86,12 +86,31 @@ class DeepSpeedDialect:
         self._flushes = 0
         self._batch_wrapped = 0  # lines left to complete a batch assertion hard-wrapped after its "!="
         self._scale_set: tuple[Line, int, float | None, float] | None = None  # the last overflow line's new scale
+        self.cut = timers.CutLine()  # a timer or throughput line a terminal cut, until its last piece
+        self._gluing = False
+        self._pipe_last: int | None = None  # the pipeline engine's last printed step
+        self._pipe_every: int | None = None  # steps its timers' totals cover, when known
 
     @property
     def holding(self) -> bool:
-        return self.config.holding or self.comms.holding or self._batch_wrapped > 0
+        return self.config.holding or self.comms.holding or self._batch_wrapped > 0 or self.cut.held is not None
 
     def feed(self, line: Line) -> list[Event]:
+        if self.cut.held is not None:
+            glued, piece = self.cut.take(line)
+            out = self._glued(glued) if glued is not None else []
+            return out if piece else out + self._feed(line)
+        return self._feed(line)
+
+    def _glued(self, line: Line) -> list[Event]:
+        """A cut line's pieces glued: read once, as whole as they came (never held again)."""
+        self._gluing = True
+        try:
+            return self._feed(line)
+        finally:
+            self._gluing = False
+
+    def _feed(self, line: Line) -> list[Event]:
         if self.holding:
             held = self.config.feed(line) if self.config.holding else self.comms.feed(line)
             if held is not None:
@@ -116,6 +135,8 @@ class DeepSpeedDialect:
             return self._timers(line, text)
         if "SamplesPerSec" in text:
             return self._throughput(line, text)
+        if "iter time (s)" in text:
+            return self._pipe_steps(line, text)
         if "cache flushes" in text:
             return self._cache_flushes(line, text)
         if "Max_MA" in text:
@@ -128,7 +149,12 @@ class DeepSpeedDialect:
         return self.comms.feed(line) or []
 
     def finish(self) -> list[Event]:
-        out = self.config.finish() + self.clock.flush()
+        out: list[Event] = []
+        if self.cut.held is not None:
+            first, text, _ = self.cut.held
+            self.cut.held = None
+            out = self._glued(dataclasses.replace(first, text=text))
+        out += self.config.finish() + self.clock.flush()
         if self._scale_set is not None:
             line, rank, tried, scale = self._scale_set
             out.append(self.context.event("log", line, rank=rank, message=f"loss scale set to {scale:g}",
@@ -188,6 +214,11 @@ class DeepSpeedDialect:
             return []
         return [self.context.event("log", line, rank=rank, message=message, source=self.name, level="INFO",
                                    what="dynamic_loss_scaler")]
+
+    def _previous(self, line: Line) -> str:
+        """The line before this one, as read: the first piece of a line a terminal cut, where this is the second."""
+        before = self.context.lookback()[:-1]
+        return strip_prefix(before[-1])[1] if before else ""
 
     def _same_rank_window(self, line: Line) -> str:
         """This line and the ones before it from the same rank, without whitespace or box drawing."""
@@ -251,23 +282,65 @@ class DeepSpeedDialect:
         return self.clock.add(line, self._rank(line), "progress", {"lr": lr}, step=step, skipped=skipped)
 
     def _timers(self, line: Line, text: str) -> list[Event]:
-        if not _TIMERS.search(text) or "fwd_moe" in text:
+        if not timers.TIMES.search(text):  # "time (ms)" itself cut: the piece before holds its start
+            text = self._previous(line) + text
+            if not timers.TIMES.search(text):
+                return []
+            line = dataclasses.replace(line, text=text)
+        if "fwd_moe" in text:
             return []  # the MoE forward breakdown repeats fwd; the global line follows it
-        named = {name: float(ms) / 1000.0 for name, ms in _TIMER.findall(text)}
-        for table, tag in ((_GLOBAL_TIMERS, "timers"), (_MICRO_TIMERS, "micro_timers"), (_OPTIM_TIMERS, "optim_timers")):
-            fields = _fields(named, table)
-            if fields:
-                return self.clock.add(line, self._rank(line), tag, fields, closes=tag == "timers")
-        return []
+        if not self._gluing and self.cut.holds(line, text):
+            return []
+        names = timers.named(text)
+        if timers.is_megatron(names):
+            return []  # Megatron's own timers: its dialect puts them on its iteration
+        read = timers.deepspeed_line(names)
+        if read is None:
+            return []
+        tag, fields = read
+        said = timers.RANK_SAID.search(text)
+        rank = self._rank(line, said.group(1) if said else None)
+        pipe = "pipe_micro_timers" in (self.clock.pending.tags if self.clock.pending else ())
+        if tag == "pipe_timers":  # printed after the step's ``steps: N`` line, which says what interval they add up
+            if self._pipe_every is None:
+                return []  # totals over an interval this log does not show
+            fields = {k: v / self._pipe_every for k, v in fields.items()}
+        return self.clock.add(line, rank, tag, fields, closes=tag == "pipe_timers" or (tag == "timers" and not pipe))
+
+    def _pipe_steps(self, line: Line, text: str) -> list[Event]:
+        """The pipeline engine's ``steps: N loss: L … iter time (s): T samples/sec: S``: the step, and how many
+        steps its timers (printed at the same interval, never reset between) add up."""
+        match = _PIPE_STEPS.search(text)
+        if not match:
+            return []
+        step = int(match.group(1))
+        every = step - self._pipe_last if self._pipe_last is not None else _int((self.context.facts.get("config")
+                                                                                 or {}).get("steps_per_print"))
+        self._pipe_last, self._pipe_every = step, every if every and every > 0 else None
+        pending = self.clock.pending
+        if pending is not None and "pipe_micro_timers" in pending.tags:
+            if self._pipe_every is None:
+                self.clock.pending = None  # its timers are totals over an unknown interval
+            else:
+                pending.fields.update({k: v / self._pipe_every for k, v in pending.fields.items() if k.endswith("_s")})
+                pending.micro = {k: v / self._pipe_every for k, v in pending.micro.items()}
+        return self.clock.add(line, self._rank(line), "pipe_steps",
+                              {"loss": float(match.group(2)), "step_time_s": float(match.group(3))}, step=step)
 
     def _throughput(self, line: Line, text: str) -> list[Event]:
         match = _TPUT.search(text)
         if not match:
+            if not (self._gluing or timers.whole(text) or _TPUT_OLD.search(text)):  # a terminal's cut: glue, then read
+                glued = self._previous(line) + text
+                self.cut.hold(dataclasses.replace(line, text=glued), glued)
             return []
-        step, _, _, allocated, peak = match.groups()
-        return self.clock.add(line, self._rank(line), "tput", {
-            "mem_allocated_bytes": int(float(allocated) * LOGGED["GB"]), "mem_peak_bytes": int(float(peak) * LOGGED["GB"])},
-            step=int(step) if step else None)
+        step, _, current, allocated, peak = match.groups()
+        fields: dict[str, Any] = {"mem_allocated_bytes": int(float(allocated) * LOGGED["GB"]),
+                                  "mem_peak_bytes": int(float(peak) * LOGGED["GB"])}
+        batch = (self.context.facts.get("derived") or {}).get(TRAIN_BATCH)
+        if step and current and batch and float(current) > 0:
+            fields["step_time_s"] = batch / float(current)
+        return self.clock.add(line, self._rank(line), "tput", fields, step=int(step) if step else None)
 
     def _cache_flushes(self, line: Line, text: str) -> list[Event]:
         match = _FLUSHES.search(text)
@@ -304,10 +377,5 @@ def _bar_step(text: str, end: int) -> int | None:
     return int(bars[-1][0]) + 1 if bars else None
 
 
-def _fields(named: dict[str, float], table: dict[str, str]) -> dict[str, Any]:
-    fields: dict[str, float] = {}
-    for name, seconds in named.items():
-        key = table.get(name)
-        if key is not None:
-            fields[key] = fields.get(key, 0.0) + seconds
-    return fields
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -3,7 +3,8 @@
 The engine's config dump (``runtime/config.py`` ``DeepSpeedConfig.print``: one
 ``name ...... value`` line per attribute, then ``json = {`` and the user's config as indented
 JSON over many unprefixed lines) and the comms logger summary (``utils/comms_logging.py``
-``log_all``: 20-character columns, each op name on its own line above its rows). Each block
+``log_all``: 20-character columns, each op name on its own line above its rows; the same format from 0.7.0
+(5349347bb) to 0.19, ``show_straggler``'s second table after a line of underscores since 0.10.0). Each block
 holds the parser open until it ends; ``feed`` returns ``None`` for a line it does not take, so
 the line is read as an ordinary one.
 """
@@ -22,8 +23,11 @@ from zerodoctor.messages.units import LOGGED  # the comms logger's KB/MB are pow
 
 MAX_BLOCK_LINES = 2000  # a dump that never closes (a truncated log) is let go, not held forever
 _ATTR = re.compile(r"(?:^|\s)(\w+) \.{2,} (.*?)\s*$")
-_ROW = re.compile(rf"^\s+({NUM}) ([KMGTP]?B)\s+(\d+)\s+({NUM})\s+({NUM})")
-_OP = re.compile(r"^([A-Za-z_][\w.]*)\s*$")
+# print()ed, so bare; a console that logs stdout puts its prefix (ending "] ") before each line
+_ROW = re.compile(rf"(?:^|\] )\s+({NUM}) ?([KMGTP]?B)\s+(\d+)\s+({NUM})")  # convert_size(0) is "0B"
+# What a terminal's wrap leaves of a row or of the header on the next line: numbers, or the header's last columns.
+_WRAPPED = re.compile(rf"^\s*(?:{NUM}\s*)+$|Latency\(ms\)|\(Gbps\)")
+_OP = re.compile(r"(?:^|\] )([A-Za-z_][\w.]*)\s*$")
 
 
 class ConfigDump:
@@ -139,16 +143,18 @@ class CommsTable:
                 self.holding, self._op = True, None
                 return []
             return None
-        row = _ROW.match(text)
+        row = _ROW.search(text)
         if row and self._op:
-            size, unit, count, total_ms, _ = row.groups()
+            size, unit, count, total_ms = row.groups()
             calls = int(count)
             return [self.context.event("comm", line, op=self._op, count=calls,
                                        bytes=int(float(size) * LOGGED[unit]) * calls, total_s=float(total_ms) / 1000.0,
                                        step=self.context.last_step())]
-        op = _OP.match(text)
+        op = _OP.search(text)
         if op and not text.startswith(" "):
             self._op = op.group(1)
+            return []
+        if _WRAPPED.search(text):
             return []
         self.holding = False  # a blank line, the straggler section or anything else ends the table
         return None

@@ -1,4 +1,4 @@
-"""Sources, text: Megatron-DeepSpeed iteration lines (``megatron/training.py`` ``training_log``) → ``step`` events.
+"""Sources, text: Megatron's iteration lines (``training.py`` ``training_log``) and its timers → ``step`` events.
 
 `` iteration      100/  500000 | consumed samples: … | elapsed time per iteration (ms): … |
 learning rate: … | global batch size: … | lm loss: … | loss scale: … | grad norm: … |
@@ -7,59 +7,176 @@ number of skipped iterations:   K | number of nan iterations:   N |``. A line su
 (so the first line waits for the second). Each iteration becomes a step — the K skipped ones
 first, since where they fell inside the interval is not printed — and the line's own values
 land on the last.
+
+Right after the line, ``timers.log`` prints the interval's timers per iteration (``sources/timers.py`` has
+every form): their phase split lands on the same last step, which waits for them until the next line of
+another kind. Timers with no iteration line before them (a paste of the timer line alone) are a step of
+their own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 from zerodoctor.events import Event
+from zerodoctor.messages.numbers import NUM
+from zerodoctor.sources import timers
 from zerodoctor.sources.text import MAX_INTERVAL, Context, Line
 
 _ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|")
 _FIELD = re.compile(r"\| ([a-z][a-z ()]*?): +([-+\w.]+)")
 _KEYS = {"lm loss": "loss", "loss": "loss", "learning rate": "lr", "loss scale": "loss_scale", "grad norm": "grad_norm",
          "elapsed time per iteration (ms)": "step_time_s"}
+# megatron/timers.py since 77efcccb93: ``(name + ' ').ljust(48, '.')`` then the max or (min, max), one per line
+_BLOCK_ROW = re.compile(rf"^\s+([A-Za-z][\w ./-]*?) \.*: (?:\(({NUM}), ({NUM})\)|({NUM}))(?=\s|$)")
+_ALL_NAME = re.compile(r"^ {1,2}([A-Za-z][\w ./-]*):\s*$")  # torchrun's "[rank3]: " prefix takes a space  # the "all" option: a name, then one line per rank
+_ALL_RANK = re.compile(rf"^\s+rank\s+\d+: ({NUM})\s*$")
+_PHASES = ("fwd_s", "bwd_s", "optim_s")
+Pending = tuple[Line, int, dict[str, Any]]
 
 
 class MegatronDialect:
     name = "megatron"
-    keywords = (b"(ms):",)  # "elapsed time per iteration (ms):" opens every iteration line
-    holding = False
+    # the iteration line's "elapsed time per iteration (ms):" (and "| consumed samples:", where a terminal's cut
+    # left that alone on the first piece), the block header's "time across ranks (ms):", the single timer line's
+    # "time (ms) |", a min/max row's ".: (" (a paste may start below the header)
+    keywords = (b"(ms):", b"(ms) |", b".: (", b"| consumed samples:")
 
     def __init__(self, context: Context) -> None:
         self.context = context
         self._held: tuple[Line, int, dict[str, str]] | None = None
         self._last: int | None = None
+        self._pending: list[Pending] = []  # the last iteration line's steps, open for its timers
+        self._timed: dict[str, Any] | None = None  # timers read while the first line waits for the second
+        self._block: dict[str, float] | None = None  # a timer block being read: name → the slowest rank's ms
+        self._block_line: Line | None = None
+        self._name: str | None = None  # the "all" form's timer whose ranks' lines follow
+        self.cut = timers.CutLine()  # a timer or iteration line a terminal cut, until its last piece
+        self._gluing = False
+
+    @property
+    def holding(self) -> bool:
+        return self._block is not None or self.cut.held is not None
 
     def feed(self, line: Line) -> list[Event]:
-        match = _ITERATION.search(line.text)
+        if self.cut.held is not None:
+            glued, piece = self.cut.take(line)
+            out = self._glued(glued) if glued is not None else []
+            return out if piece else out + self._feed(line)
+        return self._feed(line)
+
+    def _glued(self, line: Line) -> list[Event]:
+        """A cut line's pieces glued: read once, as whole as they came (never held again)."""
+        self._gluing = True
+        try:
+            return self._feed(line)
+        finally:
+            self._gluing = False
+
+    def _feed(self, line: Line) -> list[Event]:
+        text = line.text
+        out: list[Event] = []
+        if self._block is not None:
+            if self._block_row(text):
+                return []
+            out = self._timers(self._block_line or line, timers.megatron_fields(self._block))
+            self._block = self._name = None
+        if "time across ranks (ms):" in text or "times across ranks (ms):" in text:
+            self._block, self._block_line = {}, line
+            return out
+        if ".: (" in text and _BLOCK_ROW.match(text):  # a min/max row without its header
+            self._block, self._block_line = {}, line
+            self._block_row(text)
+            return out
+        if "(ms) |" in text and timers.TIMES.search(text):
+            return out if not self._gluing and self.cut.holds(line, text) else out + self._timer_line(line, text)
+        match = _ITERATION.search(text)
         if not match:
-            return []
+            return out
+        if not self._gluing and not _ended(text):  # every field ends in " |": a terminal cut it
+            self.cut.hold(line, text, _ended)
+            return out
+        out += self._emit()
         iteration = int(match.group(1))
-        values = dict(_FIELD.findall(line.text, match.end() - 1))
+        values = dict(_FIELD.findall(text, match.end() - 1))
         if self._last is None:
             if self._held is None:
                 self._held = (line, iteration, values)
-                return []
+                return out
             held_line, held_iteration, held_values = self._held
             self._held = None
             interval = max(iteration - held_iteration, 1)
-            out = self._steps(held_line, held_iteration, min(interval, held_iteration), held_values)
-        else:
-            out = []
+            self._pending = self._steps(held_line, held_iteration, min(interval, held_iteration), held_values)
+            if self._timed is not None:
+                self._pending[-1][2].update(self._timed)
+                self._timed = None
+            out += self._emit()
         interval = iteration - self._last if self._last is not None else 1
-        return out + self._steps(line, iteration, max(interval, 1), values)
+        self._pending = self._steps(line, iteration, max(interval, 1), values)
+        return out
+
+    def _timer_line(self, line: Line, text: str) -> list[Event]:
+        names = timers.named(text)
+        return self._timers(line, timers.megatron_fields(names)) if timers.is_megatron(names) else []
 
     def finish(self) -> list[Event]:
-        if self._held is None:
-            return []
-        line, iteration, values = self._held
-        self._held = None
-        return self._steps(line, iteration, 1, values)
+        out: list[Event] = []
+        if self.cut.held is not None:
+            first, text, _ = self.cut.held
+            self.cut.held = None
+            out = self._glued(dataclasses.replace(first, text=text))
+        if self._block is not None:
+            out += self._timers(self._block_line or Line("", 0, None, 0.0), timers.megatron_fields(self._block))
+            self._block = None
+        if self._held is not None:
+            line, iteration, values = self._held
+            self._held = None
+            self._pending = self._steps(line, iteration, 1, values)
+            if self._timed is not None:
+                self._pending[-1][2].update(self._timed)
+                self._timed = None
+        return out + self._emit()
 
-    def _steps(self, line: Line, iteration: int, interval: int, values: dict[str, str]) -> list[Event]:
+    def _block_row(self, text: str) -> bool:
+        """Take one line of a timer block; False when the line is no part of it (the block has ended)."""
+        assert self._block is not None
+        row = _BLOCK_ROW.match(text)
+        if row:
+            name, _, most, only = row.groups()
+            self._block[name] = float(most if most is not None else only)
+            return True
+        named = _ALL_NAME.match(text)
+        if named:
+            self._name = named.group(1)
+            return True
+        ranked = _ALL_RANK.match(text)
+        if ranked and self._name is not None:
+            self._block[self._name] = max(self._block.get(self._name, 0.0), float(ranked.group(1)))
+            return True
+        return False
+
+    def _timers(self, line: Line, fields: dict[str, Any]) -> list[Event]:
+        if not fields:
+            return []
+        if self._pending:
+            self._pending[-1][2].update(fields)
+            return self._emit()
+        if self._held is not None:
+            self._timed = fields
+            return []
+        step = self.context.step + 1  # a timer line alone: the next step, counted
+        if "step_time_s" not in fields and all(k in fields for k in _PHASES):
+            fields["step_time_s"] = sum(fields[k] for k in _PHASES)
+        self.context.step = step
+        return [self.context.event("step", line, step=step, **fields)]
+
+    def _emit(self) -> list[Event]:
+        pending, self._pending = self._pending, []
+        return [self.context.event("step", line, step=step, **fields) for line, step, fields in pending]
+
+    def _steps(self, line: Line, iteration: int, interval: int, values: dict[str, str]) -> list[Pending]:
         self._last = iteration
         interval = min(interval, MAX_INTERVAL)
         skipped = min(_int(values.get("number of skipped iterations")), interval)
@@ -78,9 +195,14 @@ class MegatronDialect:
                 fields["loss"] = float("nan")
             if step == iteration:
                 fields.update({k: v for k, v in last.items() if v is not None and not (k == "loss" and "loss" in fields)})
-            out.append(self.context.event("step", line, step=step, **fields))
+            out.append((line, step, fields))
         self.context.step = max(self.context.step, iteration)
         return out
+
+
+def _ended(text: str) -> bool:
+    """The line ends as training_log ends it, " |" and nothing after (a cut after a field leaves its space)."""
+    return text.endswith("|")
 
 
 def _int(value: str | None) -> int:

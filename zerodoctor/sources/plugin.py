@@ -22,13 +22,14 @@ def register_sources() -> list[tuple[str, str]]:
 
 @hookimpl
 def register_parsers() -> dict:
+    from zerodoctor.sources.csv_monitor import CsvMonitorParser
     from zerodoctor.sources.flight_recorder import FlightRecorderParser
     from zerodoctor.sources.jsonl import JsonlParser
     from zerodoctor.sources.profiler_trace import ProfilerTraceParser
     from zerodoctor.sources.text import TextParser
 
     return {"jsonl": JsonlParser, "text": TextParser, "flight-recorder": FlightRecorderParser,
-            "chrome-trace": ProfilerTraceParser}
+            "chrome-trace": ProfilerTraceParser, "csv-monitor": CsvMonitorParser}
 
 
 @hookimpl

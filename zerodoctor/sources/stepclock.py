@@ -25,7 +25,10 @@ from zerodoctor.sources.text import MAX_INTERVAL, Context, Line
 # Where in a step each kind of line is printed; a line from earlier in the order than what is
 # already gathered starts the next step.
 ORDER = {"overflow": 0, "grad_overflow": 0, "reducing": 0, "detected": 0, "static": 0, "flushes": 0,
-         "progress": 1, "tput": 2, "optim_timers": 3, "micro_timers": 3, "timers": 4}
+         "progress": 1, "tput": 2, "optim_timers": 3, "micro_timers": 3, "pipe_micro_timers": 3, "timers": 4,
+         "pipe_steps": 5, "pipe_timers": 6}
+_MICRO = {"micro_timers", "pipe_micro_timers"}  # one line per micro-batch: summed
+_PARTS = {"optim_timers", "pipe_timers"}  # parts of a step's time that the timers line sums with its own
 MAX_STEP = 2**63 - 1  # the store's integer; a number past it is a garbled line
 
 
@@ -35,6 +38,7 @@ class _Pending:
     rank: int
     fields: dict[str, Any] = field(default_factory=dict)
     micro: dict[str, float] = field(default_factory=dict)
+    parts: dict[str, float] = field(default_factory=dict)
     tags: set[str] = field(default_factory=set)
     step: int | None = None
     skipped: int | None = None
@@ -66,9 +70,11 @@ class StepClock:
             p = None
         if p is None:
             p = self.pending = _Pending(line, rank)
-        if tag == "micro_timers":
+        if tag in _MICRO:
             for k, v in fields.items():
                 p.micro[k] = p.micro.get(k, 0.0) + v
+        elif tag in _PARTS:
+            p.parts.update(fields)
         else:
             p.fields.update({k: v for k, v in fields.items() if v is not None})
         p.tags.add(tag)
@@ -85,6 +91,8 @@ class StepClock:
             return []
         for k, v in p.micro.items():
             p.fields.setdefault(k, v)
+        for k, v in p.parts.items():  # ZeRO's all-gather, the pipeline's sends: communication the engine's line omits
+            p.fields[k] = p.fields.get(k, 0.0) + v if k == "comm_s" else p.fields.get(k, v)
         if {"fwd_s", "bwd_s", "optim_s"} <= p.fields.keys():
             p.fields.setdefault("step_time_s", p.fields["fwd_s"] + p.fields["bwd_s"] + p.fields["optim_s"])
         out: list[Event] = []
@@ -113,7 +121,7 @@ class StepClock:
         return out
 
     def _starts_next(self, p: _Pending, tag: str, fields: dict[str, Any], step: int | None) -> bool:
-        if tag in p.tags and tag != "micro_timers":
+        if tag in p.tags and tag not in _MICRO:
             return True
         if ORDER[tag] < p.order:
             return True

@@ -1,0 +1,210 @@
+"""Performance output of DeepSpeed and Megatron, built from the format strings in the libraries' own source.
+
+None of this was pasted by anyone: each record is a library's format string filled with chosen values, exactly
+as that version prints it (the file and versions are named per output); how a console wraps it is
+``test_perf_families.py``'s part. ``expect`` is what the step or comm events must carry, computed by hand from
+the values: sums over micro-batches, ms → s, MiB → bytes, the intervals the parser has to work out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class PerfOutput:
+    """One library version's performance output: ``records`` in print order (a record may span lines);
+    ``expect`` the fields of the step (``step`` names which) or the comm events (``kind='comm'``, per op)."""
+
+    family: str
+    versions: str
+    source: str
+    records: tuple[str, ...]
+    expect: dict[str, Any]
+    kind: str = "step"
+    variant: str = ""
+    comm: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _ds_line(prefix: str, pairs: list[tuple[str, float]]) -> str:
+    """utils/timer.py SynchronizedWallClockTimer.log: ``string += " | {}: {:.2f}".format(name, elapsed_time)``."""
+    return prefix + "time (ms)" + "".join(f" | {name}: {ms:.2f}" for name, ms in pairs)
+
+
+LOG_DIST = "[2024-05-01 10:00:{:02d},123] [INFO] [logging.py:96:log_dist] [Rank 0] "
+MICRO = [("fwd_microstep", 50.0), ("bwd_microstep", 120.0), ("bwd_inner_microstep", 100.0),
+         ("bwd_allreduce_microstep", 20.0), ("step_microstep", 0.5)]
+GLOBAL = [("fwd", 100.0), ("bwd", 240.0), ("bwd_inner", 200.0), ("bwd_allreduce", 40.0), ("step", 900.0)]
+OLD = {"fwd": "forward", "bwd": "backward", "bwd_inner": "backward_inner", "bwd_allreduce": "backward_allreduce"}
+
+
+def _old(pairs: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """The names before 0.10.1 (b354c28b7): forward, backward, … and their _microstep forms."""
+    out = []
+    for name, ms in pairs:
+        base = name.removesuffix("_microstep")
+        out.append((OLD.get(base, base) + ("_microstep" if name.endswith("_microstep") else ""), ms))
+    return out
+
+
+# Two micro-batches, ZeRO-2's optimizer line, the global line (engine.py step(): micro timers logged at every
+# micro-step, ZeRO's optimizer timers inside the boundary step, then the global timers).
+ZERO2_STEP = {"fwd_s": 0.1, "bwd_s": 0.24, "optim_s": 0.9, "comm_s": 0.04 + 0.03, "step_time_s": 1.24}
+OPTIM = [("optimizer_allgather", 30.0), ("optimizer_gradients", 5.0), ("optimizer_step", 850.0)]
+
+
+def _boundary(micro: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """The boundary micro-step's line: its step timer holds the optimizer step."""
+    return [(name, 900.0 if name.startswith("step") else ms) for name, ms in micro]
+
+
+def _engine(versions: str, prefix: str, names: list[tuple[str, float]], micro: list[tuple[str, float]],
+            variant: str = "") -> PerfOutput:
+    return PerfOutput("deepspeed_wall_clock_breakdown", versions,
+                      "deepspeed/utils/timer.py SynchronizedWallClockTimer.log; runtime/engine.py step(); "
+                      "runtime/zero/stage_1_and_2.py OPTIMIZER_TIMERS",
+                      (_ds_line(prefix, micro), _ds_line(prefix, OPTIM), _ds_line(prefix, _boundary(micro)),
+                       _ds_line(prefix, names)), ZERO2_STEP, variant=variant)
+
+
+PERF: list[PerfOutput] = [
+    _engine("deepspeed 0.1-0.2", "", _old(GLOBAL), _old(MICRO)),
+    _engine("deepspeed 0.3.0-0.3.11", "rank=0 ", _old(GLOBAL), _old(MICRO)),
+    _engine("deepspeed 0.3.12-0.10.0", LOG_DIST.format(1) + "rank=0 ", _old(GLOBAL), _old(MICRO)),
+    _engine("deepspeed 0.10.1-0.17", LOG_DIST.format(2), GLOBAL, MICRO),
+    _engine("deepspeed 0.18-0.19", "[Rank 0] ", GLOBAL, MICRO, variant="print_dist"),
+    # The global line missing (a paste cut before it): the micro-steps' sums (the optimizer step inside the
+    # boundary micro-step's) and the optimizer line's all-gather.
+    PerfOutput("deepspeed_wall_clock_breakdown", "deepspeed 0.10.1-0.19", "deepspeed/utils/timer.py; runtime/engine.py",
+               (_ds_line("[Rank 0] ", MICRO), _ds_line("[Rank 0] ", OPTIM), _ds_line("[Rank 0] ", _boundary(MICRO))),
+               {"fwd_s": 0.1, "bwd_s": 0.24, "optim_s": 0.9005, "comm_s": 0.04 + 0.03, "step_time_s": 1.2405},
+               variant="micro_only"),
+    # ZeRO-3 0.10.1+ (stage3.py OPTIMIZER_STEP_TIMER, swap timers under NVMe offload), memory_breakdown on
+    # (SynchronizedWallClockTimer.memory_usage appended to the micro line, GiB with 4 decimals).
+    PerfOutput("deepspeed_wall_clock_breakdown", "deepspeed 0.10.1-0.19", "deepspeed/runtime/zero/stage3.py; "
+               "deepspeed/utils/timer.py memory_usage", (
+                   _ds_line("[Rank 0] ", MICRO) + " | mem_allocated: 1.5000 GB | max_mem_allocated: 3.2500 GB | "
+                   "cache_allocated: 4.0000 GB | max_cache_allocated: 4.0000 GB",
+                   _ds_line("[Rank 0] ", [("optimizer_swap_in_state", 200.0), ("optimizer_step", 600.0),
+                                          ("optimizer_swap_out_state", 150.0)]),
+                   _ds_line("[Rank 0] ", [(n, ms) for n, ms in GLOBAL if n.endswith("step") or "_" not in n]
+                            + [("bwd_allreduce", 40.0)])),
+               {"fwd_s": 0.1, "bwd_s": 0.24, "optim_s": 0.9, "comm_s": 0.04, "mem_allocated_bytes": int(1.5 * GIB),
+                "mem_peak_bytes": int(3.25 * GIB), "mem_reserved_bytes": 4 * GIB}, variant="zero3_memory"),
+    # ThroughputTimer.stop (0.8.0+, 0f0e38c52), after the config dump gave train_batch_size 32: CurrSamplesPerSec
+    # is the step's train_batch_size / seconds, so 25.0 samples/s is a 1.28 s step.
+    PerfOutput("deepspeed_throughput", "deepspeed 0.8-0.19", "deepspeed/utils/timer.py ThroughputTimer.stop; "
+               "runtime/config.py DeepSpeedConfig.print", (
+                   "[2024-05-01 10:00:00,001] [INFO] [config.py:1000:print] DeepSpeedEngine configuration:",
+                   "[2024-05-01 10:00:00,001] [INFO] [config.py:1004:print]   train_batch_size ............. 32",
+                   ("[2024-05-01 10:00:00,001] [INFO] [config.py:1004:print]   json = {\n"
+                    '    "train_batch_size": 32\n}'),
+                   ("[2024-05-01 10:00:09,300] [INFO] [timer.py:264:stop] epoch=0/micro_step=40/global_step=20, "
+                    "RunningAvgSamplesPerSec=24.8, CurrSamplesPerSec=25.0, MemAllocated=12.5GB, MaxMemAllocated=30.25GB")),
+               {"step": 20, "step_time_s": 1.28, "mem_allocated_bytes": int(12.5 * GIB),
+                "mem_peak_bytes": int(30.25 * GIB)}),
+    PerfOutput("deepspeed_throughput", "deepspeed 0.6.0-0.6.x", "deepspeed/utils/timer.py ThroughputTimer.stop "
+               "(4912e0ad7)", (("[2022-05-01 10:00:09,300] [INFO] [timer.py:190:stop] 0/40, SamplesPerSec=24.8, "
+                                "MemAllocated=12.5GB, MaxMemAllocated=30.25GB"),),
+               {"mem_allocated_bytes": int(12.5 * GIB), "mem_peak_bytes": int(30.25 * GIB)}),
+    # The pipeline engine (runtime/pipe/engine.py, 0.10.1+ names): at steps_per_print 10, its micro-step line
+    # (batch_input first) and global line inside the optimizer step, then train_batch's "steps:" line, then the
+    # sends and receives; every timer a total since the last print. The second interval is known (20 - 10).
+    PerfOutput("deepspeed_pipeline_timers", "deepspeed 0.10.1-0.19", "deepspeed/runtime/pipe/engine.py "
+               "_exec_optimizer_step, train_batch", tuple(
+                   line for step in (10, 20) for line in (
+                       _ds_line("[Rank 0] ", [("batch_input", 20.0), ("fwd_microstep", 1000.0),
+                                              ("bwd_microstep", 2000.0), ("bwd_inner_microstep", 1900.0),
+                                              ("bwd_allreduce_microstep", 100.0), ("step_microstep", 500.0)]),
+                       _ds_line("[Rank 0] ", [("fwd", 1000.0), ("bwd", 2000.0), ("bwd_inner", 1900.0),
+                                              ("bwd_allreduce", 100.0), ("step", 500.0)]),
+                       f"steps: {step} loss: 2.3456 iter time (s): 0.512 samples/sec: 31.250",
+                       _ds_line("[Rank 0] ", [("pipe_send_output", 300.0), ("pipe_send_grad", 200.0),
+                                              ("pipe_recv_input", 400.0), ("pipe_recv_grad", 100.0)]))),
+               {"step": 20, "step_time_s": 0.512, "loss": 2.3456, "fwd_s": 0.1, "bwd_s": 0.2, "optim_s": 0.05,
+                "data_s": 0.002, "comm_s": 0.01 + 0.1}),
+    # DeepSpeed's comms logger (utils/comms_logging.py log_all, 0.7.0+): f"{'Comm. Op': <20}…", the op's name
+    # alone, then f"{' ': <20}{convert_size(msg_size): <20}{count: <20}{total_lat: <20.2f}…" per message size.
+    PerfOutput("deepspeed_comms_logger", "deepspeed 0.7-0.19", "deepspeed/utils/comms_logging.py log_all", (
+        "{: <20}{: <20}{: <20}{: <20}{: <20}{: <20}{: <20}".format(
+            "Comm. Op", "Message Size", "Count", "Total Latency(ms)", "Avg Latency(ms)", "tput_avg (Gbps)",
+            "busbw_avg (Gbps)"),
+        "all_gather_into_tensor",
+        "{: <20}{: <20}{: <20}{: <20.2f}{: <20.2f}{: <20.2f}{: <20.2f}".format(" ", "64.0 MB", 200, 1600.0, 8.0,
+                                                                                 67.11, 62.91),
+        "reduce_scatter_tensor",
+        "{: <20}{: <20}{: <20}{: <20.2f}{: <20.2f}{: <20.2f}{: <20.2f}".format(" ", "128.0 MB", 100, 2500.0, 25.0,
+                                                                                 42.95, 40.27),
+        "{: <20}{: <20}{: <20}{: <20.2f}{: <20.2f}{: <20.2f}{: <20.2f}".format(" ", "2.0 KB", 10, 1.5, 0.15,
+                                                                                 0.11, 0.10)),
+        {}, kind="comm", comm={
+            "all_gather_into_tensor": {"count": 200, "bytes": 200 * 64 * (1 << 20), "total_s": 1.6},
+            "reduce_scatter_tensor": {"count": 110, "bytes": 100 * 128 * (1 << 20) + 10 * 2048, "total_s": 2.5015}}),
+]
+
+_MEG_ITER = (" iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time per iteration (ms): {:.1f} | "
+             "learning rate: {:.3E} | global batch size: {:5d} | lm loss: {:.6E} | loss scale: {:.1f} | "
+             "number of skipped iterations: {:3d} | number of nan iterations: {:3d} |")
+
+
+def _iteration(i: int, ms: float) -> str:
+    """megatron/training.py training_log's line (2021-2024 form)."""
+    return _MEG_ITER.format(i, 1000, i * 64, ms, 1.5e-4, 64, 2.5, 65536.0, 0, 0)
+
+
+def _rows(pairs: list[tuple[str, float, float]], max_only: bool) -> str:
+    """megatron/timers.py _get_global_min_max_time_string (77efcccb93+): ljust(48, '.') names."""
+    head = "max time across ranks (ms):" if max_only else "(min, max) time across ranks (ms):"
+    rows = ["\n    {}: {:.2f}".format((n + " ").ljust(48, "."), hi) if max_only else
+            "\n    {}: ({:.2f}, {:.2f})".format((n + " ").ljust(48, "."), lo, hi) for n, lo, hi in pairs]
+    return head + "".join(rows)
+
+
+NEW_TIMERS = [("forward-backward", 700.0, 720.0), ("forward-compute", 250.0, 260.0),
+              ("backward-compute", 400.0, 410.0), ("layernorm-grads-all-reduce", 0.02, 0.03),
+              ("embedding-grads-all-reduce", 0.03, 0.04), ("all-grads-sync", 150.0, 160.0),
+              ("params-all-gather", 40.0, 45.0), ("optimizer-inner-step", 30.0, 31.0), ("optimizer", 90.0, 95.0),
+              ("batch-generator", 2.0, 5.0)]
+NEW_EXPECT = {"step": 20, "step_time_s": 1.0, "fwd_s": 0.26, "bwd_s": 0.41, "optim_s": 0.095, "data_s": 0.005,
+              "comm_s": (0.03 + 0.04 + 160.0 + 45.0) / 1000}
+OLD_TIMERS = [("forward-compute", 250.0), ("backward-compute", 400.0), ("backward-params-all-reduce", 150.0),
+              ("backward-layernorm-all-reduce", 0.02), ("backward-embedding-all-reduce", 0.03),
+              ("backward-reduce-model-grads", 150.1), ("backward-gather-model-params", 40.0),
+              ("optimizer-inner-step", 30.0), ("optimizer", 90.0), ("batch-generator", 5.0)]
+
+PERF += [
+    PerfOutput("megatron_timers", "megatron 2020-2022-08", "megatron/training.py training_log; "
+               "megatron/global_vars.py _Timers.log ('time (ms)' + ' | {}: {:.2f}')",
+               (_iteration(10, 990.0), _ds_line("", [(n, ms) for n, ms in OLD_TIMERS]), _iteration(20, 1000.0),
+                _ds_line("", [(n, ms) for n, ms in OLD_TIMERS])),
+               {"step": 20, "step_time_s": 1.0, "fwd_s": 0.25, "bwd_s": 0.4, "optim_s": 0.09, "data_s": 0.005,
+                "comm_s": (150.1 + 40.0) / 1000}),
+    PerfOutput("megatron_timers", "megatron 2019-10", "megatron/training.py (73af129039) timers_to_log",
+               (_iteration(10, 990.0), _ds_line("", [("forward", 250.0), ("backward", 400.0), ("allreduce", 150.0),
+                                                     ("optimizer", 90.0), ("batch generator", 5.0)]),
+                _iteration(20, 1000.0), _ds_line("", [("forward", 250.0), ("backward", 400.0),
+                                                      ("allreduce", 150.0), ("optimizer", 90.0),
+                                                      ("batch generator", 5.0)])),
+               {"step": 20, "step_time_s": 1.0, "fwd_s": 0.25, "bwd_s": 0.4, "optim_s": 0.09, "data_s": 0.005,
+                "comm_s": 0.15}),
+    PerfOutput("megatron_timers", "megatron 2022-08-latest", "megatron/core/timers.py (megatron/timers.py "
+               "77efcccb93+) _get_global_min_max_time_string; megatron/training/training.py timers_to_log",
+               (_iteration(10, 990.0), _rows(NEW_TIMERS, False), _iteration(20, 1000.0), _rows(NEW_TIMERS, False)),
+               NEW_EXPECT, variant="minmax"),
+    PerfOutput("megatron_timers", "megatron 2022-08-latest", "megatron/core/timers.py _get_global_min_max_time_string "
+               "(log_option 'max')",
+               (_iteration(10, 990.0), _rows(NEW_TIMERS, True), _iteration(20, 1000.0), _rows(NEW_TIMERS, True)),
+               NEW_EXPECT, variant="max"),
+    PerfOutput("megatron_timers", "megatron 2022-08-latest", "megatron/core/timers.py _get_all_ranks_time_string "
+               "(log_option 'all')", tuple(
+                   rec for i in (10, 20) for rec in (
+                       _iteration(i, 990.0 if i == 10 else 1000.0),
+                       "times across ranks (ms):" + "".join(
+                           f"\n  {n}:" + "".join(f"\n     rank {r:2d}: {v:.2f}"
+                                                         for r, v in ((0, lo), (1, hi)))
+                           for n, lo, hi in NEW_TIMERS))),
+               NEW_EXPECT, variant="all"),
+]
