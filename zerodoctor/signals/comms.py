@@ -33,6 +33,8 @@ _verdict = partial(verdict, shown_by=(STEPS,), switch=COMM_TIMES)
 STAGE3_OWN = 0.2
 # A straggler that costs the others this share of the step explains their collective time: it is a wait.
 WAITING = 0.2
+# Collectives this share of the step or more dominate it: more than all the compute together.
+DOMINANT = 0.5
 
 SIGNALS = [
     _timed("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
@@ -59,6 +61,12 @@ SIGNALS = [
              f"trace), hidden (a trace shows less exposed), straggler (a straggler costs {WAITING:.0%} of the step "
              "or more: the collective time is a wait), minor (less), not_stage3",
              ("allgathers", "exposed_allgathers", "hidden", "straggler", "minor", "not_stage3")),
+    _verdict("comm.step_verdict",
+             f"what the collectives cost the step: named (they take {DOMINANT:.0%} of each step or more, per-op "
+             "timings name the one with the most time), unnamed (as much, no per-op timings), stage3_own (ZeRO-3's "
+             "parameter all-gathers, comm.stage3_verdict), straggler (a wait for a slow rank), host_only (DeepSpeed's "
+             "CPU accelerator: loopback copies, not a network), minor (less)",
+             ("named", "unnamed", "stage3_own", "straggler", "host_only", "minor")),
     _timed("comm.overlap_comm", "bool",
            "overlap_comm in effect (DeepSpeed's default: on under stage 3, off below; overlap_comm_valid)"),
     _timed("comm.persistence_threshold", "elements",
@@ -138,7 +146,24 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         if size and world and fold.per_op_s[top] > 0:
             out["comm.top_op_busbw_gbps"] = size / fold.per_op_s[top] * _bus_factor(top, world) / GB
     out["comm.stage3_verdict"], out["comm.allgather_step_fraction"] = _stage3(values, out)
+    out["comm.step_verdict"] = _step(values, out)
     return out
+
+
+def _step(values: dict[str, Any], out: dict[str, Any]) -> str | None:
+    """Whether collectives dominate the step, and what the run says about why; None without their share."""
+    shares = out.get("comm.fraction")
+    if shares is None:
+        return None
+    if shares.summary < DOMINANT:
+        return "minor"
+    if out.get("comm.stage3_verdict") in ("allgathers", "exposed_allgathers"):
+        return "stage3_own"
+    if (values.get("straggler.share") or 0.0) >= WAITING:
+        return "straggler"
+    if values.get("run.host_only"):
+        return "host_only"
+    return "named" if out.get("comm.top_op") else "unnamed"
 
 
 def _stage3(values: dict[str, Any], out: dict[str, Any]) -> tuple[str | None, float | None]:
