@@ -12,9 +12,9 @@ from tests.signals.test_offload_verdict import _findings, _offload
 STEP = {"step_time_s": 0.2, "fwd_s": 0.04, "bwd_s": 0.14, "optim_s": 0.02, "comm_s": 0.14}
 
 
-def _comm(op: str, seconds: float) -> list[dict[str, Any]]:
+def _comm(op: str, seconds: float, size: int = 3_000_000_000) -> list[dict[str, Any]]:
     return [{"v": 1, "t": 1100.0, "run": "o", "rank": r, "kind": "comm", "op": op, "step": 30, "count": 30,
-             "bytes": 3_000_000_000, "total_s": seconds} for r in (0, 1)]
+             "bytes": size, "total_s": seconds} for r in (0, 1)]
 
 
 def test_dominant_collectives_are_named_with_their_bus_bandwidth(tmp_path: Path) -> None:
@@ -23,6 +23,12 @@ def test_dominant_collectives_are_named_with_their_bus_bandwidth(tmp_path: Path)
     assert found["ZD303"].message == ("collectives take 70% of each step, all_reduce 100% of their time at 1 GB/s of "
                                       "bus bandwidth")
     assert [f.config_patch for f in found["ZD303"].fixes] == [{"zero_optimization": {"overlap_comm": True}}]
+
+
+def test_small_calls_are_called_latency_bound(tmp_path: Path) -> None:
+    found, _ = _findings(tmp_path, _offload(2), STEP, _comm("all_reduce", 3.0, size=30 * 20_000))
+    assert ("all_reduce 100% of their time in calls of 19.53 KiB on average: calls that small pay their latency, "
+            "not their bytes") in found["ZD303"].message
 
 
 def test_without_per_op_timings_the_comms_logger_is_named(tmp_path: Path) -> None:

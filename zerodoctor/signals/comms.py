@@ -35,6 +35,9 @@ STAGE3_OWN = 0.2
 WAITING = 0.2
 # Collectives this share of the step or more dominate it: more than all the compute together.
 DOMINANT = 0.5
+# Calls smaller than this pay their latency more than their bytes (NCCL's bus bandwidth flattens out from
+# some megabytes in nccl-tests' sweeps): such collectives are too many, not too slow.
+SMALL_CALL_BYTES = 1 << 20
 
 SIGNALS = [
     _timed("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
@@ -61,12 +64,14 @@ SIGNALS = [
              f"trace), hidden (a trace shows less exposed), straggler (a straggler costs {WAITING:.0%} of the step "
              "or more: the collective time is a wait), minor (less), not_stage3",
              ("allgathers", "exposed_allgathers", "hidden", "straggler", "minor", "not_stage3")),
+    _timed("comm.top_op_call_bytes", "bytes", "mean message size of one call of the collective with the most time"),
     _verdict("comm.step_verdict",
              f"what the collectives cost the step: named (they take {DOMINANT:.0%} of each step or more, per-op "
-             "timings name the one with the most time), unnamed (as much, no per-op timings), stage3_own (ZeRO-3's "
+             "timings name the one with the most time), small_calls (as much, in calls of less than "
+             f"{SMALL_CALL_BYTES >> 20} MiB on average), unnamed (as much, no per-op timings), stage3_own (ZeRO-3's "
              "parameter all-gathers, comm.stage3_verdict), straggler (a wait for a slow rank), host_only (DeepSpeed's "
              "CPU accelerator: loopback copies, not a network), minor (less)",
-             ("named", "unnamed", "stage3_own", "straggler", "host_only", "minor")),
+             ("named", "small_calls", "unnamed", "stage3_own", "straggler", "host_only", "minor")),
     _timed("comm.overlap_comm", "bool",
            "overlap_comm in effect (DeepSpeed's default: on under stage 3, off below; overlap_comm_valid)"),
     _timed("comm.persistence_threshold", "elements",
@@ -85,6 +90,7 @@ class Fold(runview.Fold):
     recent: list[list[Any]] = field(default_factory=list)  # the last WINDOW steps: step, comm share, comm s, compute s
     per_op_s: dict[str, float] = field(default_factory=dict)
     per_op_bytes: dict[str, float | None] = field(default_factory=dict)  # None once a call of the op came without
+    per_op_calls: dict[str, int] = field(default_factory=dict)
 
     def add_steps(self, block: Steps, view: RunView) -> None:
         steps, comm, total, *parts = StepWindow.tail(block, "step", "comm_s", "step_time_s",
@@ -98,6 +104,7 @@ class Fold(runview.Fold):
             self.per_op_s[op] = self.per_op_s.get(op, 0.0) + event["total_s"]
             known, size = self.per_op_bytes.get(op, 0.0), event.get("bytes")
             self.per_op_bytes[op] = known + size if known is not None and size is not None else None
+            self.per_op_calls[op] = self.per_op_calls.get(op, 0) + (event.get("count") or 0)
 
 
 def _compute_s(comm: float | None, *parts: float | None) -> float | None:
@@ -142,9 +149,12 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         total = sum(fold.per_op_s.values()) or 1.0
         out["comm.top_op_share"] = fold.per_op_s[top] / total
         out["comm.allgather_share"] = sum(s for op, s in fold.per_op_s.items() if "all_gather" in op) / total
-        size, world = fold.per_op_bytes.get(top), values.get("run.world_size")
-        if size and world and fold.per_op_s[top] > 0:
+        # the world size the run stated: a log of rank 0's lines alone says at least 1, which no factor can use
+        size, world = fold.per_op_bytes.get(top), values.get("run.world_size_stated")
+        if size and world and world > 1 and fold.per_op_s[top] > 0:
             out["comm.top_op_busbw_gbps"] = size / fold.per_op_s[top] * _bus_factor(top, world) / GB
+        if size and fold.per_op_calls.get(top):
+            out["comm.top_op_call_bytes"] = size / fold.per_op_calls[top]
     out["comm.stage3_verdict"], out["comm.allgather_step_fraction"] = _stage3(values, out)
     out["comm.step_verdict"] = _step(values, out)
     return out
@@ -163,7 +173,10 @@ def _step(values: dict[str, Any], out: dict[str, Any]) -> str | None:
         return "straggler"
     if values.get("run.host_only"):
         return "host_only"
-    return "named" if out.get("comm.top_op") else "unnamed"
+    if not out.get("comm.top_op"):
+        return "unnamed"
+    call = out.get("comm.top_op_call_bytes")
+    return "small_calls" if call is not None and call < SMALL_CALL_BYTES else "named"
 
 
 def _stage3(values: dict[str, Any], out: dict[str, Any]) -> tuple[str | None, float | None]:
