@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.corpus.score import score_corpus  # noqa: E402
+from tests.corpus.score import score_corpus
 
 
 def main() -> None:

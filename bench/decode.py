@@ -30,7 +30,7 @@ from zerodoctor.sources.batches import make_parser, read_batches
 from zerodoctor.sources.jsonl import JsonlParser
 
 sys.path.insert(0, str(Path(__file__).parent))
-from read import RANKS, write_mixed  # noqa: E402 - the same mixed log read.py measures
+from read import RANKS, write_mixed
 
 BLOCK = 2000  # lines per feed_lines call, as read_batches hands them over
 SAMPLE = 6000  # lines of each kind decoded per round: short rounds, many of them, find the machine's quiet moments

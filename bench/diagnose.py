@@ -5,8 +5,8 @@ rank), then for each size: the time to merely parse the lines with orjson (the f
 can beat); the time DuckDB takes for the numbers a power user would compute instead
 (``read_json`` of the file, the steps merged across ranks as the signals merge them, per-rank
 sums), in this process and as a fresh ``python -c`` process, start-up included (the yardstick
-``diagnose`` is held to, being timed the same way); and the wall time and peak RSS of ``zerodoctor diagnose --format json`` in a fresh
-process, and again with ``--jobs 1`` (no read-ahead processes: the in-process reader alone). Prints a
+``diagnose`` is held to, being timed the same way); and the wall time and peak RSS of ``zerodoctor diagnose --format
+json`` in a fresh process, and again with ``--jobs 1`` (no read-ahead processes: the in-process reader alone). Prints a
 table; targets: ≥ 300k events/s, ≤ 1.5× DuckDB's whole process, peak RSS at 10M ≤ 1.2× at 1M.
 
 With ``--pg URL`` (a PostgreSQL database the role may create schemas in), a second table: ``diagnose --db``

@@ -65,7 +65,8 @@ def main() -> None:
     print(f"{'module':<28}" + "".join(f"{h:>20}" for h in heads) + f"{'ratio':>8}")
     for module, us in per_step.items():
         ratio = us[0] / us[-1] if us[-1] else float("inf")
-        print(f"{module.removeprefix('zerodoctor.signals.'):<28}" + "".join(f"{u:>20.3f}" for u in us) + f"{ratio:>8.1f}")
+        name = module.removeprefix("zerodoctor.signals.")
+        print(f"{name:<28}" + "".join(f"{u:>20.3f}" for u in us) + f"{ratio:>8.1f}")
     total = per_step["all folds"][-1] * args.steps / 1e6
     print(f"\nall folds, block {args.blocks[-1]}: {total:.3f} s for {args.steps:,} steps (target ≤ "
           f"{2.5 * args.steps / 1e6:.3f} s)")

@@ -28,7 +28,7 @@ NAN_STEP = '{"v":1,"t":%.3f,"run":"%s","rank":0,"kind":"step","step":%d,"loss":N
 def writer(run_dir: Path, ranks: range, steps: int, steps_per_s: float, first_step: int) -> None:
     """Append ``steps`` step lines to each rank file; 0 steps/s means as fast as possible."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    outs = {r: open(run_dir / f"rank-{r}.jsonl", "a") for r in ranks}
+    outs = {r: open(run_dir / f"rank-{r}.jsonl", "a") for r in ranks}  # noqa: SIM115 - closed after the loop
     started = time.monotonic()
     chunk = 200 if steps_per_s == 0 else 1
     for base in range(first_step, first_step + steps, chunk):

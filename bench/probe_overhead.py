@@ -219,10 +219,10 @@ class _StubEngine:
     class module:  # noqa: N801 - the attribute the probe reads: training mode
         training = True
 
-    def forward(self, x):  # noqa: ANN001, ANN201
+    def forward(self, x):  # noqa: ANN001, ANN202
         return x
 
-    def backward(self, loss):  # noqa: ANN001, ANN201
+    def backward(self, loss):  # noqa: ANN001, ANN202
         return loss
 
     def step(self) -> None:

@@ -32,7 +32,8 @@ def write_unclaimed(path: Path, mb: int) -> None:
         while size < target:
             i += 1
             if i % 3:
-                line = (f"[2026-01-12 09:{i // 60 % 60:02d}:{i % 60:02d},{i % 1000:03d}] [INFO] [engine.py:{i % 900}:run] "
+                line = (f"[2026-01-12 09:{i // 60 % 60:02d}:{i % 60:02d},{i % 1000:03d}] [INFO] "
+                        f"[engine.py:{i % 900}:run] "
                         + " ".join(rng.choice(WORDS) for _ in range(10)) + "\n")
             else:
                 line = f" {i % 100:3d}%|████      | {i % 1000}/1000 [01:{i % 60:02d}<02:10,  3.21it/s]\n"
@@ -49,7 +50,8 @@ def write_dense(path: Path, mb: int) -> None:
             lines = [
                 "[2026-01-12 09:00:00,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
                 "Skipping step. Attempted loss scale: 65536, reducing to 32768\n" if step % 50 == 0 else "",
-                f"[2026-01-12 09:00:00,000] [INFO] [logging.py:107:log_dist] [Rank 0] step={step}, skipped={step // 50}, "
+                f"[2026-01-12 09:00:00,000] [INFO] [logging.py:107:log_dist] [Rank 0] step={step}, "
+                f"skipped={step // 50}, "
                 f"lr=[0.0001], mom=[(0.9, 0.999)]\n",
                 f"[2026-01-12 09:00:00,000] [INFO] [timer.py:264:stop] epoch=0/micro_step={step}/global_step={step}, "
                 f"RunningAvgSamplesPerSec=41.5, CurrSamplesPerSec=40.2, MemAllocated=12.5GB, MaxMemAllocated=30.25GB\n",
@@ -103,7 +105,8 @@ def main() -> None:
             base, _ = _rate(path, baseline)
             feed, _ = _rate(path, parser_only)
             stage, events = _rate(path, source_stage)
-            print(f"{name:<16} {path.stat().st_size / 1e6:>6.0f} {base:>11.0f} MB/s {feed:>7.0f} MB/s {stage:>8.0f} MB/s "
+            print(f"{name:<16} {path.stat().st_size / 1e6:>6.0f} {base:>11.0f} MB/s {feed:>7.0f} MB/s "
+                  f"{stage:>8.0f} MB/s "
                   f"{feed / base:>10.3f} {stage / base:>13.3f} {events:>9}")
 
 

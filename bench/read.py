@@ -8,7 +8,8 @@ file in chunks (the floor of any reader), ``orjson.loads`` of each line, msgspec
 line into a ``StepRecord`` (what ``read_batches`` makes, without its offsets, line numbers,
 quarantine and the schema's judgement of other kinds), the parser fed a line at a time (the
 way ``read_batches`` read until it took blocks, less its offsets and bookkeeping), and
-``read_batches`` itself. Best of ``--repeat`` wall times, taken in turn. Target: ≤ 1.6 s for 1M step lines through ``read_batches``.
+``read_batches`` itself. Best of ``--repeat`` wall times, taken in turn. Target: ≤ 1.6 s for 1M step lines through
+``read_batches``.
 
     python bench/read.py [--events 1000000] [--repeat 3] [--log FILE]
 """
@@ -28,7 +29,7 @@ from zerodoctor.events import StepRecord
 from zerodoctor.sources.batches import make_parser, read_batches
 
 sys.path.insert(0, str(Path(__file__).parent))
-from diagnose import RANKS, write_log  # noqa: E402 - the same step log diagnose's bench reads
+from diagnose import RANKS, write_log
 
 CHUNK = 1 << 20
 
@@ -112,7 +113,8 @@ def best_of(runs: tuple, path: Path, repeat: int) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=1_000_000, help="step events in the step-only log (the mixed: a quarter)")
+    ap.add_argument("--events", type=int, default=1_000_000,
+                    help="step events in the step-only log (the mixed: a quarter)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--log", type=Path, help="read this events JSONL instead of writing the three logs")
     args = ap.parse_args()

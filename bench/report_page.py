@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zerodoctor.pipeline import Pipeline, rules_from  # noqa: E402
-from zerodoctor.report.html import to_html  # noqa: E402
-from zerodoctor.report.model import Report  # noqa: E402
-from zerodoctor.sources.batches import Batch  # noqa: E402
-from zerodoctor.store import steps  # noqa: E402
-from zerodoctor.store.db import open_engine  # noqa: E402
+from zerodoctor.pipeline import Pipeline, rules_from
+from zerodoctor.report.html import to_html
+from zerodoctor.report.model import Report
+from zerodoctor.sources.batches import Batch
+from zerodoctor.store import steps
+from zerodoctor.store.db import open_engine
 
 LIMIT = 5_000_000
 RUN = "bench"

@@ -57,8 +57,9 @@ def specs(points: int) -> list[dict]:
         {"id": "loss", "title": "Loss and grad norm", "unit": "", "log": False, **step,
          "lines": [line("loss", "#1f77b4", 2, 0.3, 80), line("grad norm", "#ff7f0e", 1, 0.2, 20)]},
         {"id": "time", "title": "Step time", "unit": "s", "log": False, **step,
-         "lines": [line(n, c, b, 0.02, 10) for n, c, b in (("step", "#333333", 0.5), ("forward", "#2ca02c", 0.1),
-                                                             ("backward", "#1f77b4", 0.2), ("collectives", "#d62728", 0.15))]},
+         "lines": [line(n, c, b, 0.02, 10)
+                   for n, c, b in (("step", "#333333", 0.5), ("forward", "#2ca02c", 0.1),
+                                   ("backward", "#1f77b4", 0.2), ("collectives", "#d62728", 0.15))]},
         {"id": "memory", "title": "Memory", "unit": "bytes", "log": False, **step,
          "lines": [line("allocated", "#1f77b4", 4e10, 1e9, 200), line("reserved", "#ff7f0e", 6e10, 1e8, 300)],
          "vlines": [{"x": points, "label": "OOM ranks 0-63"}]},
@@ -77,7 +78,8 @@ def uplot_page(plots: list[dict], _libs: Path) -> str:
 
 
 def vega_page(plots: list[dict], libs: Path) -> str | None:
-    scripts = [next(libs.glob(f"{name}-*/package/build/{name}.min.js"), None) for name in ("vega", "vega-lite", "vega-embed")]
+    scripts = [next(libs.glob(f"{name}-*/package/build/{name}.min.js"), None)
+               for name in ("vega", "vega-lite", "vega-embed")]
     if None in scripts:
         return None
     charts = []
@@ -165,7 +167,8 @@ def main() -> None:
                   ("plotly.js", plotly_page, "full (hover, zoom, pan)"),
                   ("matplotlib SVG", svg_page, "none (static)"))
     with tempfile.TemporaryDirectory() as tmp, Browser(timeout_s=120) as browser:
-        print(f"{'library':<32}{'points':>7}{'page bytes':>12}{'x uPlot':>9}{'render ms':>11}{'x uPlot':>9}  interactivity")
+        print(f"{'library':<32}{'points':>7}{'page bytes':>12}{'x uPlot':>9}{'render ms':>11}{'x uPlot':>9}"
+              "  interactivity")
         for points in args.points:
             plots = specs(points)
             base_size = base_ms = None
@@ -186,7 +189,8 @@ def main() -> None:
                     times.append(rendered.value + extra_ms)
                 size, ms = len(page.encode()), statistics.median(times)
                 base_size, base_ms = base_size or size, base_ms or ms
-                print(f"{name:<32}{points:>7}{size:>12,}{size / base_size:>9.1f}{ms:>11.0f}{ms / base_ms:>9.1f}  {interaction}")
+                print(f"{name:<32}{points:>7}{size:>12,}{size / base_size:>9.1f}{ms:>11.0f}{ms / base_ms:>9.1f}"
+                      f"  {interaction}")
 
 
 if __name__ == "__main__":

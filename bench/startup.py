@@ -16,7 +16,8 @@ Below the commands, the floor the dependencies set: what importing typer, pydant
 (every command), and with SQLAlchemy (every command that opens a store: ``diagnose``, ``compare``,
 ``status``). What a command takes above its floor is zerodoctor's own.
 
-``--tree DIR`` times the zerodoctor of another checkout (``python -m zerodoctor`` run in DIR), e.g. a ``git worktree`` of an earlier commit, for before/after figures.
+``--tree DIR`` times the zerodoctor of another checkout (``python -m zerodoctor`` run in DIR), e.g. a ``git worktree``
+of an earlier commit, for before/after figures.
 """
 
 from __future__ import annotations

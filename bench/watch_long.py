@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from livejob import FILES, STEP, Watch, latency, start_writers  # noqa: E402
+from livejob import FILES, STEP, Watch, latency, start_writers
 
 RUN = "job"
 CHECKPOINTS = (4_000, 3_600 * 1, 32_000, 86_400, 3 * 86_400)

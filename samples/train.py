@@ -12,6 +12,7 @@ import importlib.util
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -104,7 +105,7 @@ class _AbortsInTeardown:
     a process group still alive at exit can do (pytorch/pytorch#179291). ``os.abort`` is bound now: by the time
     module globals are cleared, ``os`` may be gone."""
 
-    def __del__(self, abort=os.abort) -> None:
+    def __del__(self, abort: Callable[[], object] = os.abort) -> None:
         abort()
 
 

@@ -15,24 +15,27 @@ from urllib.parse import quote
 import msgspec
 import pytest
 
+from tests import extensions
+
 ROOT = Path(__file__).resolve().parents[1]
 # The PostgreSQL server the store tests also run on (``.ci/postgres`` starts one; CI always has it).
 PG_URL = os.environ.get("ZERODOCTOR_TEST_PG_URL")
 NO_PG = "no PostgreSQL server: set ZERODOCTOR_TEST_PG_URL (eval \"$(.ci/postgres DIR)\" starts one)"
 
 
-def parsed(batches) -> list[dict]:  # noqa: ANN001 - an iterable of sources.Batch
+def parsed(batches) -> list[dict]:
     """Every event the batches hold, steps as event dicts too (absent fields absent), in line order."""
     out: list[tuple[int, int, dict]] = []
     for b in batches:
         out += [(line, len(out) + i, e) for i, (line, e) in enumerate(zip(b.event_lines, b.events))]
-        steps = [*zip(b.step_lines, b.steps), *(pair for name, cols in b.columns.items() for pair in cols.records(name))]
+        steps = [*zip(b.step_lines, b.steps),
+                 *(pair for name, cols in b.columns.items() for pair in cols.records(name))]
         out += [(line, len(out) + i, {k: v for k, v in msgspec.to_builtins(s).items() if v is not None})
                 for i, (line, s) in enumerate(steps)]
     return [e for _, _, e in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
-def step_rows(conn) -> list[dict]:  # noqa: ANN001 - an SQLAlchemy Connection
+def step_rows(conn) -> list[dict]:
     """Every stored step as a dict, in the order stored: ``run`` (its name), ``rank``, ``step`` and each
     field the step had (store/steps.py's chunks decoded; what a store test checks)."""
     from sqlalchemy import select
@@ -76,13 +79,29 @@ def root() -> Path:
 SNAPSHOTS = ROOT / "tests" / "snapshots"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every DeepSpeed process a test starts builds its ops into this session's own directory (tests/extensions.py)."""
+    directory, made = extensions.private_directory()
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(directory)
+    config.stash[_EXTENSIONS] = (directory, made)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    directory, made = config.stash.get(_EXTENSIONS, (None, False))
+    if made:
+        extensions.remove(directory)
+
+
+_EXTENSIONS = pytest.StashKey[tuple]()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--snapshot-update", action="store_true",
                      help="rewrite tests/snapshots/ from what the code produces now (review the git diff)")
 
 
 @pytest.fixture
-def snapshot(request: pytest.FixtureRequest):  # noqa: ANN201
+def snapshot(request: pytest.FixtureRequest):
     """``snapshot(name, data)``: compare ``data`` with ``tests/snapshots/<name>.json``, like ruff's insta snapshots.
 
     A mismatch fails with the diff and leaves ``<name>.json.new`` beside it for review; pass
@@ -127,7 +146,7 @@ def pg_url(request) -> str:
     return _fresh_pg_schema(request)
 
 
-def _fresh_pg_schema(request) -> str:  # noqa: ANN001 - pytest's FixtureRequest
+def _fresh_pg_schema(request) -> str:
     if not PG_URL:
         pytest.skip(NO_PG)
     from sqlalchemy import create_engine
@@ -140,13 +159,13 @@ def _fresh_pg_schema(request) -> str:  # noqa: ANN001 - pytest's FixtureRequest
     return f"{PG_URL}{'&' if '?' in PG_URL else '?'}options={quote(f'-csearch_path={schema}')}"
 
 
-def _drop_schema(admin, schema: str) -> None:  # noqa: ANN001 - an SQLAlchemy Engine
+def _drop_schema(admin, schema: str) -> None:
     with admin.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
     admin.dispose()
 
 
-def ingested_series(tmp_path: Path, rows: list[dict], run: str):  # noqa: ANN201 - signals.plots.RunSeries
+def ingested_series(tmp_path: Path, rows: list[dict], run: str):
     """``rows`` written as each rank's ``rank-N.jsonl`` of one run directory, read the way ``diagnose`` reads
     them, and the plot series of ``run`` as its view keeps it."""
     from zerodoctor.pipeline import Pipeline, rules_from

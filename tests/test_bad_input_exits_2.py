@@ -28,6 +28,19 @@ def test_10000_level_nested_json_is_a_quarantined_line_not_a_crash(tmp_path):
         "path": "", "format": "jsonl", "events": 1, "quarantined": 1}
 
 
+def test_a_first_line_nested_past_the_decoders_depth_is_read_not_a_crash(tmp_path):
+    """Issue 34's round 4: a file whose first line nests 1,000+ deep exited 3 (format sniffing recursed), where the
+    same file in a run directory was quarantined; an event file starting so still has its later events read."""
+    deep = '{"kind": "step", "extra": ' + "[" * 3_000 + "]" * 3_000 + "}"
+    step = json.dumps({"v": 1, "t": 1.0, "run": "deep", "rank": 0, "kind": "step", "step": 1})
+    log = tmp_path / "deep.jsonl"
+    log.write_text(deep + "\n" + step + "\n")
+    proc = run_cli("diagnose", "--format", "json", "--fail-on", "never", str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["inputs"][0] | {"path": ""} == {
+        "path": "", "format": "jsonl", "events": 1, "quarantined": 1}
+
+
 def test_10000_level_nested_json_config_is_one_line_exit_2(tmp_path):
     config = tmp_path / "ds.json"
     config.write_text('{"train_batch_size": ' + "[" * 10_000 + "]" * 10_000 + "}")
@@ -44,7 +57,7 @@ def test_world_size_at_or_over_2_63_is_a_usage_error(tmp_path):
 
 
 @pytest.fixture
-def full_disk(tmp_path: Path):  # noqa: ANN201 - a Path
+def full_disk(tmp_path: Path):
     """A real filesystem with no space left: a 512 KiB tmpfs, filled up."""
     mount = tmp_path / "full"
     mount.mkdir()

@@ -63,7 +63,8 @@ class ReportOut(_Strict):
 
 def test_json_output_follows_the_findings_contract() -> None:
     # the probe's events of a fragmentation OOM recorded on an H200 capped at 6 GiB
-    out = diagnose_json(FIXTURES / "ZD201" / "fires.jsonl", ROOT / "samples" / "gpu-fragmentation-oom-h200" / "rank-0.jsonl")
+    out = diagnose_json(FIXTURES / "ZD201" / "fires.jsonl",
+                        ROOT / "samples" / "gpu-fragmentation-oom-h200" / "rank-0.jsonl")
     report = ReportOut.model_validate(out)
     assert {f.rule for f in report.findings} >= {"ZD201", "ZD401"}
     assert [i.events for i in report.inputs] == [352, 23]
@@ -88,7 +89,7 @@ def test_info_findings_do_not_fail_the_default_threshold() -> None:
     lambda tmp: tmp / "missing.jsonl",
     lambda tmp: (tmp / "empty-run").mkdir() or tmp / "empty-run",
 ])
-def test_unreadable_input_is_one_line_and_exit_2(tmp_path: Path, make) -> None:  # noqa: ANN001
+def test_unreadable_input_is_one_line_and_exit_2(tmp_path: Path, make) -> None:
     path = make(tmp_path)
     proc = run_cli("diagnose", str(path))
     assert proc.returncode == 2
@@ -100,7 +101,7 @@ def test_run_directory_reads_every_rank_file(tmp_path: Path) -> None:
     run.mkdir()
     lines = (FIXTURES / "ZD102" / "fires.jsonl").read_text().splitlines()
     for rank in (0, 1):
-        (run / f"rank-{rank}.jsonl").write_text("".join(l + "\n" for l in lines if f'"rank": {rank},' in l))
+        (run / f"rank-{rank}.jsonl").write_text("".join(line + "\n" for line in lines if f'"rank": {rank},' in line))
     out = diagnose_json(run)
     assert len(out["inputs"]) == 2
     assert [f["rule"] for f in out["findings"]] == ["ZD102"]

@@ -16,6 +16,7 @@ def test_fix_from_a_log_without_world_size_asks_for_it(tmp_path: Path) -> None:
     proc = run_cli("fix", str(config), "--from", str(log), "--unsafe", "-o", str(tmp_path / "out.json"))
     assert proc.returncode == 2 and "--world-size" in proc.stderr
     assert not (tmp_path / "out.json").exists()
-    done = run_cli("fix", str(config), "--from", str(log), "--unsafe", "--world-size", "8", "-o", str(tmp_path / "out.json"))
+    done = run_cli("fix", str(config), "--from", str(log), "--unsafe", "--world-size", "8",
+                   "-o", str(tmp_path / "out.json"))
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "out.json").read_text())["bf16"] == {"enabled": True}

@@ -32,7 +32,7 @@ def _start_job(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     return launcher, run_dir
 
 
-def _until(condition, what: str, timeout: float = 60.0) -> None:  # noqa: ANN001
+def _until(condition, what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pluggy
 import pytest
 
 from tests.conftest import ROOT
@@ -63,7 +64,8 @@ def test_the_hello_world_of_the_docs_runs(tmp_path: Path) -> None:
     assert len(code.splitlines()) < 30
     _install_fake_dist(tmp_path, "hello", "zerodoctor_hello", code)
     assert _zerodoctor("hello", "--name", "you", site=tmp_path).stdout == "hello, you\n"
-    listed = {p["name"]: p for p in json.loads(_zerodoctor("plugins", "list", "--format", "json", site=tmp_path).stdout)}
+    listed = {p["name"]: p
+              for p in json.loads(_zerodoctor("plugins", "list", "--format", "json", site=tmp_path).stdout)}
     assert listed["hello"]["hooks"] == ["register_commands", "register_signals"]
     rule_dir = tmp_path / "rules"
     rule_dir.mkdir()
@@ -105,7 +107,8 @@ def test_a_plugin_that_fails_to_import_is_reported_once_and_the_rest_works(tmp_p
     assert "ZD203" in proc.stdout
     warnings = [line for line in proc.stderr.splitlines() if "plugin 'broken'" in line]
     assert len(warnings) == 1 and "no module named cuda_magic" in warnings[0]
-    listed = {p["name"]: p for p in json.loads(_zerodoctor("plugins", "list", "--format", "json", site=tmp_path).stdout)}
+    listed = {p["name"]: p
+              for p in json.loads(_zerodoctor("plugins", "list", "--format", "json", site=tmp_path).stdout)}
     assert listed["broken"]["origin"].startswith("failed: ImportError")
 
 
@@ -116,11 +119,18 @@ def test_hook_tracing_is_switched_on_by_the_environment() -> None:
     assert "register_rules" in proc.stderr and "register_signals" in proc.stderr
 
 
-@pytest.mark.parametrize("name", [n for n in dir(hookspecs) if n.startswith("register_")])
+def _specs() -> dict[str, tuple[str, ...]]:
+    """Each hook pluggy knows from ``hookspecs``, with the argument names pluggy passes by name."""
+    manager = pluggy.PluginManager("zerodoctor")
+    manager.add_hookspecs(hookspecs)
+    return {name: caller.spec.argnames for name, caller in vars(manager.hook).items() if caller.spec}
+
+
+@pytest.mark.parametrize("name", sorted(_specs()))
 def test_every_hook_is_documented_with_its_real_arguments(name: str) -> None:
-    """The docs' table shows each hook called with exactly the arguments its spec takes (datasette's
+    """The docs' table shows each hook called with exactly the arguments its pluggy spec takes (datasette's
     test_docs reads ``spec.argnames`` the same way): a hook that gains an argument must gain it in the docs."""
-    argnames = getattr(hookspecs, name).__code__.co_varnames[:getattr(hookspecs, name).__code__.co_argcount]
+    argnames = _specs()[name]
     documented = re.findall(rf"`{name}\(([^)]*)\)", DOC)
     assert documented, f"{name} is not in docs/plugins.md"
     for args in documented:
@@ -156,7 +166,8 @@ def register_commands(app):
 
 def test_a_failing_signal_module_costs_only_its_own_signals(tmp_path: Path) -> None:
     _install_fake_dist(tmp_path, "boom", "zerodoctor_boom", BROKEN_PARTS)
-    proc = _zerodoctor("diagnose", "--format", "json", str(ROOT / "tests/fixtures/rules/ZD203/fires.jsonl"), site=tmp_path)
+    proc = _zerodoctor("diagnose", "--format", "json", str(ROOT / "tests/fixtures/rules/ZD203/fires.jsonl"),
+                       site=tmp_path)
     assert proc.returncode == 1  # ZD203 is an error finding: judged as usual
     assert "ZD203" in {f["rule"] for f in json.loads(proc.stdout)["findings"]}
     assert "signal module Exploding failed" in proc.stderr and "kaboom in a signal" in proc.stderr
@@ -167,6 +178,27 @@ def test_an_internal_error_is_one_line_and_exit_3_not_1(tmp_path: Path) -> None:
     proc = _zerodoctor("boom", site=tmp_path)
     assert proc.returncode == 3
     assert proc.stderr.strip().count("\n") == 0 and "internal error: RuntimeError: kaboom in a command" in proc.stderr
-    env_debug = subprocess.run([sys.executable, "-m", "zerodoctor", "boom"], capture_output=True, text=True, timeout=120,
+    env_debug = subprocess.run([sys.executable, "-m", "zerodoctor", "boom"], capture_output=True, text=True,
+                               timeout=120,
                                env={**os.environ, "PYTHONPATH": str(tmp_path), "ZERODOCTOR_DEBUG": "1"})
     assert "Traceback" in env_debug.stderr
+
+
+def test_a_parser_hook_gets_the_context_it_names_and_no_more(tmp_path: Path) -> None:
+    """``register_parsers`` implementations take the file's context by name, any subset of it (here ``path``
+    alone): the core passes it to the hook, it inspects no factory's signature."""
+    from zerodoctor import plugins
+    from zerodoctor.sources.batches import make_parser
+
+    class PathOnly:
+        @hookspecs.hookimpl
+        def register_parsers(self, path: Path | None) -> dict:
+            return {"path-only": lambda: ("a parser for", path)}
+
+    manager = plugins._state().manager
+    manager.register(PathOnly(), name="path-only")
+    try:
+        assert make_parser("path-only", "r", tmp_path / "x.log") == ("a parser for", tmp_path / "x.log")
+        assert make_parser("flight-recorder", "r", tmp_path / "rank-3").path == tmp_path / "rank-3"
+    finally:
+        manager.unregister(name="path-only")

@@ -101,7 +101,7 @@ def test_a_restarted_reader_starts_from_the_saved_state_and_reads_no_step_rows(t
     assert judged.world_size_stated == RANKS
 
 
-def _statements_of(pipeline: Pipeline, judge) -> list[str]:  # noqa: ANN001
+def _statements_of(pipeline: Pipeline, judge) -> list[str]:
     statements: list[str] = []
     listener = lambda *args: statements.append(args[2])  # noqa: E731 - (conn, cursor, statement, ...)
     event.listen(pipeline.engine, "before_cursor_execute", listener)
@@ -113,14 +113,21 @@ def _statements_of(pipeline: Pipeline, judge) -> list[str]:  # noqa: ANN001
 
 
 def test_an_upgrade_that_changed_one_signal_module_folds_only_that_module_again(tmp_path, pipeline, monkeypatch):
+    """A fold is kept across any edit of its module's code (a comment, a new signal) until its own ``VERSION``
+    is bumped; then it alone is folded again from the stored steps."""
+    from zerodoctor.signals import comms
+
     pipeline.ingest(fp16_run(tmp_path, 200))
     before = values_of(pipeline.view("r"), pipeline.modules)
-    monkeypatch.setattr("zerodoctor.signals.view.__version__", "99.0")  # a release that left every fold alone
+    edited = tmp_path / "comms.py"
+    edited.write_text(Path(comms.__file__).read_text() + "# a comment edit\n")
+    monkeypatch.setattr(comms, "__file__", str(edited))
+    monkeypatch.setattr("zerodoctor.__version__", "99.0")  # a release that left every fold alone
     kept = Pipeline(pipeline.engine, pipeline.rules)
     assert not [s for s in _statements_of(pipeline, lambda: kept.judge("r")) if "FROM step_chunks" in s]
 
+    monkeypatch.setattr(comms.Fold, "VERSION", comms.Fold.VERSION + 1)
     upgraded = Pipeline(pipeline.engine, pipeline.rules)
-    monkeypatch.setitem(upgraded.reads.fold_versions, "zerodoctor.signals.comms", "changed")
     statements = _statements_of(pipeline, lambda: upgraded.judge("r"))
     assert [s for s in statements if "FROM step_chunks" in s]  # the steps read again, for the changed fold
     assert values_of(upgraded.view("r"), upgraded.modules) == before

@@ -24,7 +24,7 @@ ISSUE_CONFIG = {
 
 
 @pytest.fixture(scope="session")
-def rules():  # noqa: ANN201 - list[Rule]
+def rules():
     return rules_from()
 
 

@@ -14,7 +14,7 @@ from tests.conftest import ROOT, run_cli
 DEFECTS = {"ZD101", "ZD601", "ZD602", "ZD603"}  # batch arithmetic, string numbers, offload_param, checkpointing
 
 
-def _rules_fired(config: dict, rules, world_size: int = 2, **facts) -> dict:  # noqa: ANN001
+def _rules_fired(config: dict, rules, world_size: int = 2, **facts) -> dict:
     found, _ = judge_config(config, rules, name="t", world_size=world_size, **facts)
     return {f.rule: f for f in found}
 
@@ -22,7 +22,7 @@ def _rules_fired(config: dict, rules, world_size: int = 2, **facts) -> dict:  # 
 def test_issue_config_at_two_ranks_shows_every_defect_and_deepspeed_agrees(issue_config: Path, rules) -> None:
     report = check(issue_config, rules, world_size=2)
     fired = {f.rule: f for f in report.findings}
-    assert DEFECTS <= set(fired)
+    assert set(fired) >= DEFECTS
     assert "128" in fired["ZD101"].message and "multiply to 64" in fired["ZD101"].message
     assert list(fired["ZD601"].evidence["config.string_numbers"]) == [
         "optimizer.params.lr", "optimizer.params.eps", "optimizer.params.weight_decay",
@@ -63,14 +63,16 @@ def test_typo_inside_a_section_deepspeed_validates_is_named_by_deepspeed(tmp_pat
     path.write_text(json.dumps({"train_batch_size": 8, "zero_optimization": {"stage": 2, "reduce_bucket_sise": 5e7}}))
     verdict = check(path, rules, world_size=1).deepspeed
     assert not verdict.accepted
-    assert "zero_optimization.reduce_bucket_sise" in verdict.error and "did you mean 'reduce_bucket_size'" in verdict.error
+    assert "zero_optimization.reduce_bucket_sise" in verdict.error
+    assert "did you mean 'reduce_bucket_size'" in verdict.error
 
 
 def test_auto_values_name_both_fillers_and_their_world_sizes(tmp_path: Path, rules) -> None:
     config = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
               "gradient_accumulation_steps": "auto", "sequence_parallel_size": 2}
     finding = _rules_fired(config, rules, world_size=8)["ZD611"]
-    assert "× 8 ranks" in finding.message and "× 4 data-parallel ranks, world / sequence_parallel_size 2" in finding.message
+    assert "× 8 ranks" in finding.message
+    assert "× 4 data-parallel ranks, world / sequence_parallel_size 2" in finding.message
     path = tmp_path / "auto.json"
     path.write_text(json.dumps(config))
     assert not check(path, rules, world_size=8).deepspeed.accepted  # as the message says: not without a filler
@@ -96,7 +98,8 @@ def test_what_deepspeed_rejects_is_found_before_it(tmp_path: Path, rules) -> Non
     report = check(path, rules)
     assert {"ZD604", "ZD605"} <= {f.rule for f in report.findings}
     assert not report.deepspeed.accepted
-    for alone in ({"fp16": {"enabled": True, "min_loss_scale": 0.5}}, {"fp16": {"enabled": True}, "bf16": {"enabled": True}}):
+    for alone in ({"fp16": {"enabled": True, "min_loss_scale": 0.5}},
+                  {"fp16": {"enabled": True}, "bf16": {"enabled": True}}):
         path.write_text(json.dumps({"train_batch_size": 8, **alone}))
         assert not check(path, rules).deepspeed.accepted, alone
 
@@ -148,11 +151,11 @@ def test_config_keys_cover_what_deepspeed_reads() -> None:
     read: set[str] = set()
 
     class Recording(dict):
-        def get(self, key, default=None):  # noqa: ANN001, ANN202
+        def get(self, key, default=None):
             read.add(key)
             return super().get(key, default)
 
-        def __contains__(self, key) -> bool:  # noqa: ANN001
+        def __contains__(self, key) -> bool:
             read.add(key)
             return super().__contains__(key)
 
@@ -177,3 +180,77 @@ def test_deepspeeds_rejection_is_counted_in_the_summary(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == (f"no findings in {path} at world size 1 (not given, and the batch values "
                                             "do not fix it: pass --world-size N), and DeepSpeed rejects it")
+
+
+def test_the_plan_prices_every_option_in_memory_and_time_and_marks_each_figure(tmp_path: Path) -> None:
+    """The issue's command: a 7B model on 8 GPUs of 80 GiB; nothing measured, so every step time is assumed."""
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True},
+                                "zero_optimization": {"stage": 2}}))
+    args = ("check", str(path), "--world-size", "8", "--params", "7e9", "--gpu-mem", "80GiB", "--no-deepspeed")
+    proc = run_cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("Model states per GPU and step time"))
+    assert lines[header + 1].split() == ["stage", "offload", "ZeRO", "paper", "fits", "step", "time"]
+    rows = lines[header + 2:header + 10]
+    assert [r.split()[:2] for r in rows] == [["0", "none"], ["1", "none"], ["1", "optimizer"], ["2", "none"],
+                                             ["2", "optimizer"], ["3", "none"], ["3", "optimizer"],
+                                             ["3", "optimizer+param"]]
+    assert all(" s assumed" in r for r in rows), rows
+    assert "CPU Adam 7.00 s" in rows[4] and "layer fetch" in rows[5]
+    assert "6 × parameters × 8,192 tokens per GPU (assumed)" in proc.stdout
+    pick = next(line for line in lines if line.startswith("Recommended:"))
+    assert pick.startswith("Recommended: ZeRO stage 1, offload none, the fastest option that fits (38.50 GB of 86 GB, ")
+    assert pick.endswith(" GB to spare; 2.87 s a step, assumed)")
+
+    data = json.loads(run_cli(*args, "--format", "json").stdout)
+    paper = [r for r in data["memory_plan"] if r["source"] == "zero-paper"]
+    assert len(paper) == 8 and all(r["step_time_mark"] == "assumed" and r["memory_mark"] == "nominal" for r in paper)
+    offload = next(r for r in paper if (r["stage"], r["offload"]) == (2, "optimizer"))
+    assert offload["parts"]["optimizer"] == {"seconds": pytest.approx(7.0), "mark": "assumed"}
+    assert offload["step_time_s"] == pytest.approx(sum(p["seconds"] for p in offload["parts"].values()))
+    assert (data["recommendation"]["stage"], data["recommendation"]["offload"]) == (1, "none")
+    assert data["recommendation"]["margin_bytes"] == int(0.7 * 80 * 2**30) - 38_500_000_000
+    assert data["recommendation"]["within_error_of"] is None  # stage 1 is the fastest as well as the simplest
+    assert data["step_time_inputs"]["utilisation"] == {"value": 0.4, "mark": "assumed", "source": ""}
+    assert data["calibrated_from"] is None
+
+
+def test_check_from_a_run_calibrates_the_step_times(tmp_path: Path) -> None:
+    """A real 2-rank ZeRO-3 run with both offloads (samples/offload-zero3): its forward + backward, CPU Adam's
+    rate and its collectives' bandwidth are measured; the layer fetch stays assumed."""
+    sample = ROOT / "samples/offload-zero3"
+    proc = run_cli("check", str(sample / "ds_config.json"), "--from", str(sample), "--no-deepspeed", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["calibrated_from"] == "offload-zero3"
+    assert data["params"] == 29_374_464  # --params from the run (its run_start)
+    inputs = data["step_time_inputs"]
+    assert {k: inputs[k]["mark"] for k in ("compute_s", "cpu_adam_params_per_s", "intra_node_bytes_per_s",
+                                           "layer_fetch_s")} == {
+        "compute_s": "measured", "cpu_adam_params_per_s": "measured", "intra_node_bytes_per_s": "measured",
+        "layer_fetch_s": "assumed"}
+    stage2 = next(r for r in data["memory_plan"] if (r["stage"], r["offload"]) == (2, "none"))
+    assert stage2["step_time_mark"] == "measured"  # compute and collectives measured, nothing else in it
+    assert "(measured, from offload-zero3)" in run_cli("check", str(sample / "ds_config.json"), "--from", str(sample),
+                                                       "--no-deepspeed").stdout
+
+
+def test_check_from_a_log_without_step_times_is_one_line_exit_2() -> None:
+    sample = ROOT / "samples/offload-zero3"
+    proc = run_cli("check", str(sample / "ds_config.json"), "--from", str(sample / "console.log"), "--no-deepspeed")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"zerodoctor: error: {sample / 'console.log'}: no step times to calibrate from")
+    assert len(proc.stderr.splitlines()) == 1
+    bad = run_cli("check", str(sample / "ds_config.json"), "--params", "1e9", "--gpu", "B200", "--no-deepspeed")
+    assert bad.returncode == 2 and bad.stderr.startswith("zerodoctor: error: --gpu 'B200': expected one of V100")
+
+
+def test_the_pick_on_the_offload_sample_rests_on_more_than_the_models_error() -> None:
+    """samples/offload-zero3 at 8 ranks, 7B, 80 GiB: stage 3 was picked for being 3% faster than stage 1 and 2
+    with a 2 ms fetch nobody sourced; at the fitted 4 ms it is slower, and stage 1 is the fastest and simplest."""
+    proc = run_cli("check", str(ROOT / "samples/offload-zero3/ds_config.json"), "--world-size", "8", "--params", "7e9",
+                   "--gpu-mem", "80GiB", "--no-deepspeed")
+    pick = next(line for line in proc.stdout.splitlines() if line.startswith("Recommended:"))
+    assert pick.startswith("Recommended: ZeRO stage 1, offload none, the fastest option that fits"), pick

@@ -27,7 +27,8 @@ def test_deepspeed_estimators_print_gib_labelled_gb() -> None:
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         estimate_zero2_model_states_mem_needs_all_cold(7_500_000_000, num_gpus_per_node=8)
-    per_gpu = [float(x) for x in re.findall(r"([\d.]+)GB \|\s*([\d.]+)GB \| offload_optimizer=none", printed.getvalue())[0]]
+    table = printed.getvalue()
+    per_gpu = [float(x) for x in re.findall(r"([\d.]+)GB \|\s*([\d.]+)GB \| offload_optimizer=none", table)[0]]
     assert per_gpu[1] == pytest.approx(rows[(2, "none")].model_states_bytes_per_gpu / 2**30, abs=0.01)
 
 
@@ -38,7 +39,7 @@ def test_deepspeed_estimators_print_gib_labelled_gb() -> None:
     (70_000_000_000, 16, "24GB", (3, "optimizer+param")),
     (1_000_000_000_000, 8, "24GB", None),
 ])
-def test_recommendation_is_the_fastest_option_that_fits(params: int, world: int, gpu: str, pick) -> None:  # noqa: ANN001
+def test_recommendation_is_the_fastest_option_that_fits(params: int, world: int, gpu: str, pick) -> None:
     rows = plan(params, world, parse_quantity(gpu, "gpu"), estimators=False)
     chosen = recommend(rows)
     assert (chosen.stage, chosen.offload) == pick if pick else chosen is None

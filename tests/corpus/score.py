@@ -105,15 +105,20 @@ def score_case(case: Path, rules=None) -> CaseResult:
 def group_of(name: str, expected: dict) -> str:
     """Which set a case belongs to, for scores that can be trusted: a held-out case was collected and its
     expectation written by someone who never read the rules nor ran the tool on it."""
-    if name.startswith("heldout9-"):  # collected 2026-12-04 (sixth), expectations written before the first run: scored once
+    # collected 2026-12-04 (sixth), expectations written before the first run: scored once
+    if name.startswith("heldout9-"):
         return "held-out 9"
-    if name.startswith("heldout8-"):  # collected 2026-12-04 (fifth), expectations written before the first run: scored once
+    # collected 2026-12-04 (fifth), expectations written before the first run: scored once
+    if name.startswith("heldout8-"):
         return "held-out 8"
-    if name.startswith("heldout7-"):  # collected 2026-12-04 (fourth), expectations written before the first run: scored once
+    # collected 2026-12-04 (fourth), expectations written before the first run: scored once
+    if name.startswith("heldout7-"):
         return "held-out 7"
-    if name.startswith("heldout6-"):  # collected 2026-12-04 (third), expectations written before the first run: scored once
+    # collected 2026-12-04 (third), expectations written before the first run: scored once
+    if name.startswith("heldout6-"):
         return "held-out 6"
-    if name.startswith("heldout5-"):  # collected 2026-12-04 (second), expectations written before the first run: scored once
+    # collected 2026-12-04 (second), expectations written before the first run: scored once
+    if name.startswith("heldout5-"):
         return "held-out 5"
     if name.startswith("heldout4-"):  # collected 2026-12-04, expectations written before the first run: scored once
         return "held-out 4"

@@ -44,14 +44,16 @@ def test_no_error_on_a_log_that_shows_no_fault(score) -> None:
 KNOWN_WRONG: dict[str, str] = {
     "ds-4367-progress-stops-epoch-end": "the log ends at the bar (1128/3384): a stall the thread reports, the excerpt "
                                         "cannot show (no later line, no timestamp); a paste cut mid-run looks the same",
-    "ds-examples-108-megatron-batch-size-none": "Megatron's `args.batch_size * dp * gas` with --batch-size unset raises "
-                                                "a TypeError about NoneType; reading it as a missing batch size would "
-                                                "take the source line of the failing frame, which the reader keeps not",
+    "ds-examples-108-megatron-batch-size-none": "Megatron's `args.batch_size * dp * gas` with --batch-size unset "
+                                                "raises a TypeError about NoneType; reading it as a missing batch size "
+                                                "would take the source line of the failing frame, which the reader "
+                                                "keeps not",
     "heldout3-ds-2890-inference-config-interleaved": "two ranks' tracebacks interleave inside the exception line "
                                                       "('pydantic.error_wrappers  File ...' / '.ValidationError: 3 "
                                                       "validation errors'): no exception is read whole",
-    "heldout3-genhpf-17-index-assert-wrapped-failed": "the excerpt ends on the kernel assertion itself, its 'failed.' "
-                                                      "on the next line, with no 'device-side assert triggered' after it",
+    "heldout3-genhpf-17-index-assert-wrapped-failed": "the excerpt ends on the kernel assertion itself, its "
+                                                      "'failed.' on the next line, with no 'device-side assert "
+                                                      "triggered' after it",
     "heldout3-ofa-108-fairseq-overflow-scale-to-1": "seven straight halvings 128 -> 1 in 14 s: ZD205 calls a collapse "
                                                     "only below 1 (an overflow with the loss not scaled up), and the "
                                                     "excerpt ends at 1.0",
@@ -67,7 +69,7 @@ KNOWN_WRONG: dict[str, str] = {
 }
 
 
-def _case_param(name: str):  # noqa: ANN202 - a pytest ParameterSet
+def _case_param(name: str):
     """A known-wrong case is a strict expected failure: once the code gets it right, the test fails until
     the case leaves ``KNOWN_WRONG`` (a fix must show)."""
     if name in KNOWN_WRONG:

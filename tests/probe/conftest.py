@@ -10,7 +10,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
+from tests.extensions import ensure_built
 
 TRAIN = ROOT / "samples" / "train.py"
 TEARDOWN_ABORT = "terminate called without an active exception"
@@ -36,6 +39,12 @@ class Recorded:
         return self.returncode == 0 or TEARDOWN_ABORT in self.console()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def deepspeed_ops() -> Path:
+    """DeepSpeed's CPU ops built into this session's own directory before the first real run's timeout starts."""
+    return ensure_built()
+
+
 def run_command(tmp: Path, name: str, config: dict, *train_args: str) -> list[str]:
     """``zerodoctor run -- torchrun (2 ranks) samples/train.py --config CONFIG ARGS``, the run in ``tmp/name``."""
     config_path = tmp / f"{name}.json"
@@ -53,6 +62,7 @@ def record_run(tmp: Path, name: str, config: dict, *train_args: str, env: dict |
                timeout: float = RUN_TIMEOUT_S) -> Recorded:
     """The run, re-taken (as ``samples/record.py`` does) while gloo aborts it in teardown after training finished:
     each test's run is the one it staged, not that abort (which ``test_crash_families`` stages on purpose)."""
+    ensure_built()
     for attempt in range(ATTEMPTS):
         if attempt:
             shutil.rmtree(tmp / name)

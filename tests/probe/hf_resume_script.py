@@ -46,7 +46,7 @@ class Crash(TrainerCallback):
     def __init__(self, at: int) -> None:
         self.at = at
 
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
+    def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == self.at and int(os.environ.get("RANK", "0")) == 1:
             bytearray(1 << 62)  # CPython's allocator refuses: MemoryError
 
@@ -54,11 +54,11 @@ class Crash(TrainerCallback):
 class FaultyTrainer(Trainer):
     """The ``--loss_mult`` fault in the user's own ``compute_loss``."""
 
-    def __init__(self, fault: Fault, **kwargs) -> None:  # noqa: ANN003
+    def __init__(self, fault: Fault, **kwargs) -> None:
         super().__init__(**kwargs)
         self.fault = fault
 
-    def compute_loss(self, model, inputs, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
+    def compute_loss(self, model, inputs, *args, **kwargs):
         loss = super().compute_loss(model, inputs, *args, **kwargs)
         fault = self.fault
         if (fault.loss_mult != 1.0 and self.state.global_step >= fault.loss_mult_from

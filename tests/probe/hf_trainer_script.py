@@ -1,4 +1,5 @@
-"""A tiny Hugging Face Trainer run with a DeepSpeed config and no zerodoctor code: the probe comes from `zerodoctor run`.
+"""A tiny Hugging Face Trainer run with a DeepSpeed config and no zerodoctor code: the probe comes from
+`zerodoctor run`.
 
 Token ids in, 6 optimizer steps of 2 micro-batches of 4 sequences of 32 tokens; HF fills the "auto" values.
 """
@@ -20,6 +21,8 @@ class Tokens(torch.utils.data.Dataset):
 model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2))
 ds = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
       "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}
-args = TrainingArguments(output_dir=sys.argv[1], max_steps=6, per_device_train_batch_size=4, gradient_accumulation_steps=2,
-                         deepspeed=ds, report_to=[], logging_steps=2, save_strategy="no", use_cpu=False, learning_rate=1e-3)
+args = TrainingArguments(output_dir=sys.argv[1], max_steps=6, per_device_train_batch_size=4,
+                         gradient_accumulation_steps=2,
+                         deepspeed=ds, report_to=[], logging_steps=2, save_strategy="no", use_cpu=False,
+                         learning_rate=1e-3)
 Trainer(model=model, args=args, train_dataset=Tokens()).train()

@@ -26,7 +26,8 @@ def bf16_run(tmp_path_factory):
 
 def claims(*paths) -> list[str]:
     """Findings at warning or error: what a healthy run must not get."""
-    report = diagnose_json(*paths, extra=("--input-format", "text")) if paths[0].suffix == ".log" else diagnose_json(*paths)
+    text = paths[0].suffix == ".log"
+    report = diagnose_json(*paths, extra=("--input-format", "text")) if text else diagnose_json(*paths)
     return [f"{f['rule']}: {f['message']}" for f in report["findings"] if f["severity"] in ("warning", "error")]
 
 

@@ -1,4 +1,5 @@
-"""The probe's phase and heartbeat, its collective wrapper's phase, and memory read without resetting the user's counters."""
+"""The probe's phase and heartbeat, its collective wrapper's phase, and memory read without resetting the user's
+counters."""
 
 from __future__ import annotations
 
@@ -113,7 +114,8 @@ def test_data_loader_time_is_the_data_phase_on_the_training_thread_and_batches_a
 def _recorded_allocator_stats():
     """memory_stats() as the H200 run recorded them, one dict per step (samples/gpu-capacity-oom-h200)."""
     steps = [e for e in _lines(ROOT / "samples" / "gpu-capacity-oom-h200" / "rank-0.jsonl") if e["kind"] == "step"]
-    return [{"allocated_bytes.all.current": s["mem_allocated_bytes"], "reserved_bytes.all.current": s["mem_reserved_bytes"],
+    return [{"allocated_bytes.all.current": s["mem_allocated_bytes"],
+             "reserved_bytes.all.current": s["mem_reserved_bytes"],
              "allocated_bytes.all.peak": max(x["mem_peak_bytes"] for x in steps[:i + 1]),
              "num_alloc_retries": s["alloc_retries"], "inactive_split_bytes.all.current": s["inactive_split_bytes"]}
             for i, s in enumerate(steps[:12])]
@@ -239,7 +241,8 @@ def test_per_op_totals_restart_from_zero_at_each_take():
     all_reduce(torch.ones(8))
     broadcast(torch.ones(2), 0)
     taken = clock.take_ops()
-    assert {op: (count, nbytes) for op, (count, nbytes, _) in taken.items()} == {"all_reduce": (2, 48), "broadcast": (1, 8)}
+    counted = {op: (count, nbytes) for op, (count, nbytes, _) in taken.items()}
+    assert counted == {"all_reduce": (2, 48), "broadcast": (1, 8)}
     assert clock.take_ops() == {}  # nothing called since: no op reported
     all_reduce(torch.ones(1))
     assert [(op, count, nbytes) for op, (count, nbytes, _) in clock.take_ops().items()] == [("all_reduce", 1, 4)]

@@ -107,3 +107,18 @@ def test_secrets_found_by_pattern_anywhere_in_argv_stay_out_of_meta_json(tmp_pat
                        "--hf_token <redacted> --epochs 3'")
     assert argv[5] == "postgresql://u:<redacted>@db.example:5432/zd?sslmode=require&password=<redacted>"
     assert argv[-len(KEPT):] == KEPT  # counts and names are no secrets
+
+
+def test_short_password_flags_and_authorization_headers_stay_out_of_meta_json(tmp_path):
+    """Issue 34's round 4: ``--pw X``, ``-p X`` and ``Authorization: Bearer X`` reached the run files and the store."""
+    command = [sys.executable, "-c", "pass", "--pw", "pw-11", "-p", "pw-12", "--pass=pw-13",
+               "-H", "Authorization: Bearer tok-14.abc", "Authorization=Basic dXNlcjpwdy0xNQ==",
+               "bash -c 'mkdir -p /tmp/kept && mysql --pw=pw-16 -e select'", "x-token Bearer tok-17"]
+    done = zd_run(tmp_path, "--", *command)
+    assert done.returncode == 0, done.stderr
+    written = (tmp_path / "r" / "meta.json").read_text()
+    for secret in ["pw-11", "pw-12", "pw-13", "tok-14", "dXNlcjpwdy0xNQ", "pw-16", "tok-17"]:
+        assert secret not in written, secret
+    argv = json.loads(written)["argv"]
+    assert "Authorization: Bearer <redacted>" in argv
+    assert "bash -c 'mkdir -p /tmp/kept && mysql --pw=<redacted> -e select'" in argv  # mkdir's -p is no password

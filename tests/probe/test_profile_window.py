@@ -34,7 +34,8 @@ def test_each_rank_writes_one_private_trace_of_the_asked_steps(profiled: Recorde
     assert profiled.finished_training(), profiled.stderr.decode()[-2000:]
     for rank in (0, 1):
         trace = profiled.run_dir / f"rank-{rank}.pt.trace.json.gz"
-        assert stat.S_IMODE(os.stat(trace).st_mode) == stat.S_IMODE(os.stat(profiled.run_dir / f"rank-{rank}.jsonl").st_mode)
+        rank_file = profiled.run_dir / f"rank-{rank}.jsonl"
+        assert stat.S_IMODE(os.stat(trace).st_mode) == stat.S_IMODE(os.stat(rank_file).st_mode)
     report = diagnose_json(profiled.run_dir)
     traces = [i for i in report["inputs"] if i["format"] == "chrome-trace"]
     assert [i["path"].rsplit("/", 1)[1] for i in traces] == ["rank-0.pt.trace.json.gz", "rank-1.pt.trace.json.gz"]

@@ -58,7 +58,8 @@ def test_a_stalled_writer_never_blocks_training_and_counts_what_it_dropped(tmp_p
     training.start()
     training.join(timeout=30)
     assert not training.is_alive(), "emit waited on the stalled writer"
-    assert _writer_blocked_in_write(writer, reader, pipe_bytes, BOUND), "the writer got unstuck, or the queue is past its bound"
+    assert _writer_blocked_in_write(writer, reader, pipe_bytes, BOUND), \
+        "the writer got unstuck, or the queue is past its bound"
     assert writer.dropped == 300
 
     received = bytearray()

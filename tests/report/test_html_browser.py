@@ -113,7 +113,8 @@ TIMELINE_PROBE = """(() => {
   const colours = {compute: [31, 119, 180], communication: [214, 39, 40], idle: [158, 158, 158]}, count = {};
   for (const k in colours) count[k] = 0;
   for (let i = 0; i < d.length; i += 4)
-    for (const k in colours) if (d[i] === colours[k][0] && d[i + 1] === colours[k][1] && d[i + 2] === colours[k][2]) count[k]++;
+    for (const k in colours) if (d[i] === colours[k][0] && d[i + 1] === colours[k][1] && d[i + 2] === colours[k][2])
+    count[k]++;
   return JSON.stringify({label: el.getAttribute('aria-label'), wide: el.classList.contains('wide'),
                          width: c.width, count});
 })()"""

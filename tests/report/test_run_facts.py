@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 
 from tests.conftest import ROOT, run_cli
 from zerodoctor.messages.units import format_seconds

@@ -5,15 +5,16 @@ characters (an OSC 0 set the terminal's title, ``ESC[2J`` cleared it); the only 
 from __future__ import annotations
 
 import json
-import os
 import re
+import unicodedata
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
 
-HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x9b31m\r\x08"  # OSC 0 (title), clear screen, C1 CSI, CR, backspace
+# OSC 0 (title), clear screen, C1 CSI, CR, backspace, a right-to-left override and a left-to-right isolate
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x9b31m\r\x08\u202e\u2066"
 OUR_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # SGR: what Rich writes for colour and bold, nothing else
 
 
@@ -32,7 +33,11 @@ def _hostile_run(runs: Path) -> Path:
 
 def _controls(text: str) -> list[str]:
     """Control characters left once our colour sequences are taken out (newline and tab are text)."""
-    return [c for c in OUR_COLOUR.sub("", text) if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0]
+    return [c for c in OUR_COLOUR.sub("", text)
+            if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0 or unicodedata.bidirectional(c) in _BIDI]
+
+
+_BIDI = {"LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI", "LRM", "RLM", "ALM"}
 
 
 @pytest.fixture
@@ -67,3 +72,28 @@ def test_plain_keeps_newline_tab_and_text_and_escape_also_escapes_markup() -> No
 
     assert plain(f"a\tb\nc{HOSTILE}d é 训练") == "a\tb\nc]0;pwned[2J31md é 训练"
     assert escape("[bold]x\x1b[2J") == "\\[bold]x[2J"
+
+
+def test_a_library_record_with_a_traceback_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34's round 4: a PostgreSQL outage printed SQLAlchemy's 20-line 'Error closing cursor' traceback; the
+    record is the one SQLAlchemy's engine logs (engine/base.py, exc_info=True), its error a real failed connect."""
+    import logging
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import OperationalError
+
+    from zerodoctor.report.terminal import PlainFormatter
+
+    monkeypatch.delenv("ZERODOCTOR_DEBUG", raising=False)
+    try:
+        create_engine("postgresql+psycopg://u:p@127.0.0.1:1/none").connect()
+    except OperationalError:
+        import sys
+
+        exc_info = sys.exc_info()
+    record = logging.getLogger("sqlalchemy.engine.Engine").makeRecord(
+        "sqlalchemy.engine.Engine", logging.ERROR, __file__, 1, "Error closing cursor", None, exc_info)
+    line = PlainFormatter("zerodoctor: %(message)s").format(record)
+    assert line.startswith("zerodoctor: Error closing cursor (OperationalError: ") and "\n" not in line, line
+    monkeypatch.setenv("ZERODOCTOR_DEBUG", "1")
+    assert "Traceback" in PlainFormatter("zerodoctor: %(message)s").format(record)

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from tests.conftest import ROOT, run_cli
-from zerodoctor.report.units import evidence_items, label, quantity
+from zerodoctor.report.units import evidence_items, quantity
 
 SCREEN = 24  # lines of a default terminal
 
@@ -115,6 +115,6 @@ def test_every_evidence_label_stands_alone() -> None:
     (the signal after the one it leaned on, in the catalogue) named nothing. A label leans on no other signal."""
     from zerodoctor import signals
 
-    leaning = {name: label(name, signal.doc) for name, signal in signals.catalog().items()
-               if name not in _SELF_CONTAINED and _LEANS.search(label(name, signal.doc))}
+    leaning = {name: signal.label for name, signal in signals.catalog().items()
+               if name not in _SELF_CONTAINED and _LEANS.search(signal.label)}
     assert leaning == {}

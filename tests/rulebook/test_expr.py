@@ -9,8 +9,8 @@ from zerodoctor.rulebook.expr import FUNCTIONS, Condition, ExprError, MissingSig
 KNOWN = {"run.precision", "run.zero_stage", "fp16.overflow_rate"}
 
 
-def _resolve(values: dict):  # noqa: ANN202
-    def resolve(name: str):  # noqa: ANN202
+def _resolve(values: dict):
+    def resolve(name: str):
         if values.get(name) is None:
             raise MissingSignal(name)
         return values[name]
@@ -52,7 +52,7 @@ def test_forbidden_constructs_and_unknown_names_are_refused_with_their_code() ->
 def test_evaluating_does_not_widen_the_function_whitelist() -> None:
     before = dict(FUNCTIONS)
     Condition("run.zero_stage == 3", KNOWN).evaluate(_resolve({"run.zero_stage": 3}))
-    assert FUNCTIONS == before  # simpleeval adds list/dict/… to the dict it is handed
+    assert before == FUNCTIONS  # simpleeval adds list/dict/… to the dict it is handed
 
 
 def test_arithmetic_on_a_value_the_run_lacks_is_a_missing_signal_not_a_crash() -> None:

@@ -11,7 +11,8 @@ from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.pipeline import rules_from
 
 RULES = rules_from()
-INPUTS = (sorted((ROOT / "tests/fixtures/logs").glob("*.log")) + sorted((ROOT / "tests/fixtures/rules").glob("*/*.jsonl"))
+INPUTS = (sorted((ROOT / "tests/fixtures/logs").glob("*.log"))
+          + sorted((ROOT / "tests/fixtures/rules").glob("*/*.jsonl"))
           + sorted((ROOT / "tests/fixtures/rules").glob("*/*.log")))
 
 

@@ -92,4 +92,5 @@ def test_deeply_nested_yaml_is_one_error_not_a_crash(tmp_path):
 def test_fifo_named_like_a_rule_file_is_refused_not_opened(tmp_path):
     rules = _rules(tmp_path)
     os.mkfifo(rules / NAME)
-    assert _errors(rules, timeout=30) == [f"{rules / NAME}:0: RL100: {rules / NAME}: not a regular file (a FIFO), not read"]
+    assert _errors(rules, timeout=30) == [
+        f"{rules / NAME}:0: RL100: {rules / NAME}: not a regular file (a FIFO), not read"]

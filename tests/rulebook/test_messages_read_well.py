@@ -89,7 +89,7 @@ def _combinations(names: list[str], guaranteed: set[str]) -> list[dict[str, Any]
     return [{n: v for n, v in zip(names, combo) if v is not _MISSING} for combo in combos]
 
 
-def _resolver(values: dict[str, Any]):  # noqa: ANN202
+def _resolver(values: dict[str, Any]):
     def resolve(name: str) -> Any:
         if name not in values:
             raise MissingSignal(name)
@@ -150,7 +150,7 @@ def test_the_check_catches_a_hole() -> None:
     assert not _SCARS.search("the weights are empty (torch.Size([0]) / tensor([]))") and _SCARS.search("size ([0] )")
 
 
-def test_a_log_holding_only_the_min_scale_exception_reads_whole(tmp_path) -> None:  # noqa: ANN001
+def test_a_log_holding_only_the_min_scale_exception_reads_whole(tmp_path) -> None:
     """Issue 11's case: ZD201 on the exception alone printed "n/a overflows (n/a after …), scale now n/a; n/a"."""
     from tests.conftest import ROOT
     from zerodoctor.pipeline.diagnose import diagnose

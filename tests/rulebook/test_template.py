@@ -17,7 +17,7 @@ VALUES = {"run.world_size": 8, "fp16.overflow_rate": 0.25, "memory.oom_requested
 def _render(text: str, values: dict | None = None) -> str:
     values = VALUES if values is None else values
 
-    def resolve(name: str):  # noqa: ANN202
+    def resolve(name: str):
         if values.get(name) is None:
             raise MissingSignal(name)
         return values[name]
@@ -106,7 +106,7 @@ def test_each_words_every_record_with_its_phrase_and_leaves_out_what_a_record_la
     stuck = Template("{when.stuck:each:where}", {"when.stuck"}, {"where": where})
     records = [{"rank": 1, "op": "all_reduce", "seq": 50, "for_s": 80.6}, {"rank": 0, "op": None, "seq": 3, "for_s": 2}]
 
-    def resolve(name: str):  # noqa: ANN202
+    def resolve(name: str):
         return {"when.stuck": records}[name]
     assert stuck.render(resolve) == "rank 1 in all_reduce late (81 s); rank 0 (2 s)"
     records[:] = [records[0]]

@@ -33,7 +33,7 @@ def history(seed: int, n: int) -> tuple[dict[str, list], list[dict]]:
                                              "bwd_s", "optim_s", "mem_allocated_bytes", "alloc_retries")}
     beats, step, t, scale, burst = [], 0, 1000.0, 4096.0, 0.0
 
-    def maybe(value, p_none):  # noqa: ANN001, ANN202 - a field some steps lack
+    def maybe(value, p_none):
         return None if rng.random() < p_none else value
 
     for i in range(n):

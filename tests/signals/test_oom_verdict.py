@@ -20,7 +20,8 @@ RULES = rules_from()
 
 CAPACITY_HINT = (" If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  "
                  "See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF")
-EXPANDABLE_HINT = (" If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+EXPANDABLE_HINT = (" If reserved but unallocated memory is large try setting "
+                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
                    " to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/"
                    "stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
 
@@ -73,7 +74,8 @@ CASES = [
     ("samples/gpu-fragmentation-oom-h200 (recorded on an H200 capped at 6 GiB)",
      "CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which 132.55 GiB is "
      "free. Including non-PyTorch memory, this process has 7.25 GiB memory in use. 6.00 GiB allowed; Of the allocated "
-     "memory 5.14 GiB is allocated by PyTorch, and 856.94 MiB is reserved by PyTorch but unallocated." + EXPANDABLE_HINT,
+     "memory 5.14 GiB is allocated by PyTorch, and 856.94 MiB is reserved by PyTorch but unallocated."
+     + EXPANDABLE_HINT,
      0.1395, "ZD401", ("of 6.00 GiB", "fragmentation, not capacity")),
     # stranded + free hold this one request and no second: expandable_segments is said not to help, not offered
     ("https://github.com/awslabs/keys_values/issues/92",

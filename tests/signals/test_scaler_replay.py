@@ -40,13 +40,13 @@ def _overflows_to_min(config: dict, overflow: list[bool], reported: list[float |
     return numerics._ScalerReplay(numerics.read_fp16(config)[0], fold.replay).overflows_to_min()
 
 
-def _real_overflows_until_abort(scaler) -> int:  # noqa: ANN001
+def _real_overflows_until_abort(scaler) -> int:
     n = 0
     while True:
         n += 1
         try:
             scaler.update_scale(True)
-        except Exception as exc:  # DeepSpeed raises a bare Exception at the minimum scale
+        except Exception as exc:  # noqa: BLE001 - DeepSpeed raises a bare Exception at the minimum scale
             assert "already at minimum" in str(exc)
             return n
 
@@ -76,7 +76,7 @@ def test_forecast_matches_deepspeed(seed: int) -> None:
     assert _overflows_to_min(config, overflow, reported, fp16["min_loss_scale"]) == _real_overflows_until_abort(real)
 
 
-def _real_overflows_within(scaler, limit: int) -> int | None:  # noqa: ANN001
+def _real_overflows_within(scaler, limit: int) -> int | None:
     """Overflows until DeepSpeed raises at the minimum scale; None when ``limit`` of them never get there."""
     for n in range(1, limit + 1):
         try:

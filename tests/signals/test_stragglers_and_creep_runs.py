@@ -1,4 +1,5 @@
-"""Real 2-rank DeepSpeed runs on CPU: a slow data loader on one rank (ZeRO-2 and ZeRO-3), a per-step host leak, a healthy run.
+"""Real 2-rank DeepSpeed runs on CPU: a slow data loader on one rank (ZeRO-2 and ZeRO-3), a per-step host leak,
+a healthy run.
 
 Each is recorded once under ``zerodoctor run`` and judged after the fact by ``diagnose``.
 """

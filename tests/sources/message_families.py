@@ -681,14 +681,16 @@ KERNEL_OOM = [
 
 # NCCL's own WARN line for a CUDA call that failed: src/include/checks.h CUDACHECK "Cuda failure '%s'" (runtime API,
 # 2.3.5+), src/include/cudawrap.h CUCHECK "Cuda failure %d '%s'" (driver API, 2.19.1+); debug.cc's prefix
-# "\n%s:%d:%d [%d] %s:%d NCCL WARN " (host:pid:tid [device] file:line), "(%s)" the function before "NCCL WARN" in 2.30.7+
+# "\n%s:%d:%d [%d] %s:%d NCCL WARN " (host:pid:tid [device] file:line), "(%s)" the function before "NCCL WARN" in
+# 2.30.7+
 NCCL_WARN = "node01:48213:48290 [3] "
 NCCL_CUDA = [
     Message("illegal_memory_access", "ZD903", "nccl 2.3.5-latest", "nccl src/include/checks.h, src/debug.cc",
             (f"\n{NCCL_WARN}enqueue.cc:1541 NCCL WARN Cuda failure 'an illegal memory access was encountered'",),
             variant="CUDACHECK"),
     Message("illegal_memory_access", "ZD903", "nccl 2.19.1-2.30.4", "nccl src/include/cudawrap.h, src/debug.cc",
-            (f"\n{NCCL_WARN}include/alloc.h:125 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'",),
+            (f"\n{NCCL_WARN}include/alloc.h:125 NCCL WARN Cuda failure 700 "
+             "'an illegal memory access was encountered'",),
             variant="CUCHECK"),
     Message("illegal_memory_access", "ZD903", "nccl 2.30.7-latest", "nccl src/include/cudawrap.h, src/debug.cc",
             (f"{NCCL_WARN}include/alloc.h:115 (ncclCuMemHostFree) NCCL WARN Cuda failure 700 'an illegal memory "
@@ -811,9 +813,9 @@ COLLECTIVE_MISMATCH = [
     # rank's is its length decoded (7 = GATHER), sequence number 0
     Message("collective_mismatch", "ZD708", "torch 2.x-2.13", "c10d ProcessGroupWrapper.cpp",
             (MISMATCH + f"Rank 2 is running collective: {fingerprint(32, 'ALLREDUCE', '')}, but Rank 3 is running "
-             f"collective: {fingerprint(0, 'GATHER')}." + differ("\t Sequence number: 32vs 0", "  Op type: ALLREDUCEvs GATHER",
-                                                                   "  Tensor Tensor dtypes: Floatvs ",
-                                                                   f"  Tensor Tensor devices: {CUDA_OPTIONS}vs "),),
+             f"collective: {fingerprint(0, 'GATHER')}."
+             + differ("\t Sequence number: 32vs 0", "  Op type: ALLREDUCEvs GATHER", "  Tensor Tensor dtypes: Floatvs ",
+                      f"  Tensor Tensor devices: {CUDA_OPTIONS}vs "),),
             ALL_REDUCE, "length"),
     Message("collective_mismatch", "ZD708", "torch 2.x-2.13", "c10d ProcessGroupWrapper.cpp",
             (MISMATCH + f"Rank 1 is running collective: {fingerprint(16150, 'ALLREDUCE', '344502304', 'Half')}, but "
@@ -828,6 +830,41 @@ COLLECTIVE_MISMATCH = [
              f"TensorShape=[4096], TensorDtypes=Float, TensorDeviceTypes={CUDA_OPTIONS}",), ALL_REDUCE),
 ]
 
+# --- CUDA OOM without an exception type: C10_CUDA_CHECK's cudaErrorMemoryAllocation as C++ prints it ------------
+# A CUDA call outside the caching allocator that runs out of memory (a stream or an event, cuBLAS's workspace, a
+# kernel launch) fails through c10_cuda_check_implementation (c10/cuda/CUDAException.cpp): "CUDA error: " and
+# cudaGetErrorString(cudaErrorMemoryAllocation), "out of memory". Raised in a C++ thread (ProcessGroupNCCL's
+# watchdog) or by libtorch without Python, it reaches the log as std::terminate's "terminate called after throwing
+# an instance of '<type>'" and "  what():  <what()>": c10::Error's what() is the message, then "\n" and the
+# backtrace c10::Error(SourceLocation, …) records, "Exception raised from <function> at <file>:<line> (most recent
+# call first):" (c10/util/Exception.cpp compute_what, c10/util/Logging.cpp). TORCH_CHECK threw c10::Error in 2.0-2.1;
+# latest throws c10::AcceleratorError. No Python type precedes the message.
+OOM_ERROR = "out of memory"
+
+
+def _terminate(cpp_type: str, versions: str, where: str) -> str:
+    """std::terminate's report of the C10_CUDA_CHECK error, what() with its backtrace's head line."""
+    message = cuda_check(versions, OOM_ERROR, "cudaErrorMemoryAllocation").split(": ", 1)[1]  # ends in "\n"
+    return (f"terminate called after throwing an instance of '{cpp_type}'\n  what():  {message}\n"
+            f"Exception raised from c10_cuda_check_implementation at {where} (most recent call first):")
+
+
+CUDA_OOM_UNTYPED = [
+    Message("cuda_oom", "ZD901", "torch 2.0-2.1", C10_CUDA + "; c10/util/Exception.cpp",
+            (_terminate("c10::Error", "torch 2.0-2.1", "../c10/cuda/CUDAException.cpp:44"),), variant="terminate"),
+    Message("cuda_oom", "ZD901", "torch latest", C10_CUDA + "; c10/util/Exception.cpp",
+            (_terminate("c10::AcceleratorError", "torch latest", "/pytorch/c10/cuda/CUDAException.cpp:42"),),
+            variant="terminate"),
+    # the watchdog finds it first on a rank that is in a collective (ProcessGroupNCCL.cpp, 2.1), as for ZD903 above
+    Message("cuda_oom", "ZD901", "torch 2.1 watchdog", "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp",
+            ("[E ProcessGroupNCCL.cpp:916] [Rank 3] NCCL watchdog thread terminated with exception: CUDA error: "
+             f"{OOM_ERROR}{ASYNC_2_0}{DSA}",
+             "terminate called after throwing an instance of 'std::runtime_error'\n  what():  [Rank 3] NCCL watchdog "
+             f"thread terminated with exception: CUDA error: {OOM_ERROR}{ASYNC_2_0}{DSA}")),
+]
+
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
-                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB, *NCCL_ASYNC,
-                           *DATALOADER_SHM, *TEXT_AS_NUMBER, *COLLECTIVE_MISMATCH]
+                           *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB,
+                           *NCCL_ASYNC,
+                           *DATALOADER_SHM, *TEXT_AS_NUMBER, *COLLECTIVE_MISMATCH, *CUDA_OOM_UNTYPED]

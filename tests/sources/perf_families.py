@@ -26,7 +26,8 @@ class PerfOutput:
     expect: dict[str, Any]
     kind: str = "step"
     variant: str = ""
-    comm: dict[str, dict[str, Any]] = field(default_factory=dict)
+    comm: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind "comm": per op
+    data: dict[str, Any] = field(default_factory=dict)  # kind "log": the event's data
 
 
 def _ds_line(prefix: str, pairs: list[tuple[str, float]]) -> str:
@@ -103,7 +104,8 @@ PERF: list[PerfOutput] = [
                    ("[2024-05-01 10:00:00,001] [INFO] [config.py:1004:print]   json = {\n"
                     '    "train_batch_size": 32\n}'),
                    ("[2024-05-01 10:00:09,300] [INFO] [timer.py:264:stop] epoch=0/micro_step=40/global_step=20, "
-                    "RunningAvgSamplesPerSec=24.8, CurrSamplesPerSec=25.0, MemAllocated=12.5GB, MaxMemAllocated=30.25GB")),
+                    "RunningAvgSamplesPerSec=24.8, CurrSamplesPerSec=25.0, MemAllocated=12.5GB, "
+                    "MaxMemAllocated=30.25GB")),
                {"step": 20, "step_time_s": 1.28, "mem_allocated_bytes": int(12.5 * GIB),
                 "mem_peak_bytes": int(30.25 * GIB)}),
     PerfOutput("deepspeed_throughput", "deepspeed 0.6.0-0.6.x", "deepspeed/utils/timer.py ThroughputTimer.stop "
@@ -208,3 +210,26 @@ PERF += [
                            for n, lo, hi in NEW_TIMERS))),
                NEW_EXPECT, variant="all"),
 ]
+
+_LINE_FMT = "{:<70}  {:<8}"  # profiling/flops_profiler/profiler.py print_model_profile's line_fmt
+PERF.append(PerfOutput(
+    "deepspeed_flops_profiler", "deepspeed 0.10-0.19", "deepspeed/profiling/flops_profiler/profiler.py "
+    "print_model_profile, number_to_string ('{:g} {units}')", (
+        "\n-------------------------- DeepSpeed Flops Profiler --------------------------",
+        "Profile Summary at step 10:",
+        ("Notations:\ndata parallel size (dp_size), model parallel size(mp_size),\n"
+         "number of parameters (params), number of multiply-accumulate operations(MACs),\n"
+         "number of floating-point operations (flops), floating-point operations per second (FLOPS),\n"
+         "fwd latency (forward propagation latency), bwd latency (backward propagation latency),\n"
+         "step (weights update latency), iter latency (sum of fwd, bwd and step latency)\n"),
+        *(_LINE_FMT.format(name, value) for name, value in (
+            ("world size: ", 8), ("data parallel size: ", 8), ("model parallel size: ", 1),
+            ("batch size per GPU: ", 4), ("params per GPU: ", "1.3 B"),
+            ("params of model = params per GPU * mp_size: ", "1.3 B"), ("fwd MACs per GPU: ", "10.65 TMACs"),
+            ("fwd flops per GPU: ", "21.3 T"), ("fwd flops of model = fwd flops per GPU * mp_size: ", "21.3 T"),
+            ("fwd latency: ", "250.5 ms"), ("fwd FLOPS per GPU = fwd flops per GPU / fwd latency: ", "85.03 TFLOPS"),
+            ("bwd latency: ", "510.2 ms"), ("step latency: ", "1.2 s"), ("iter latency: ", "1.96 s"))),
+        "------------------------------------------------------------------------------"),
+    {}, kind="log", data={"params": 1_300_000_000, "params_per_gpu": 1_300_000_000, "fwd_flops": 21_300_000_000_000,
+                          "fwd_latency_s": 0.2505, "bwd_latency_s": 0.5102, "step_latency_s": 1.2,
+                          "iter_latency_s": 1.96}))

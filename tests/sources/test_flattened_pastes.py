@@ -34,9 +34,10 @@ def rules():
 
 
 @pytest.mark.parametrize(("message", "wrapping"),
-                         [pytest.param(m, w, id=f"{m.id}-{w}") for m in NCCL_ASYNC for w in WRAPPINGS if _applies(m, w)])
+                         [pytest.param(m, w, id=f"{m.id}-{w}")
+                          for m in NCCL_ASYNC for w in WRAPPINGS if _applies(m, w)])
 def test_a_flattened_watchdog_error_is_an_nccl_error_not_a_timeout(tmp_path: Path, rules, message: Message,
-                                                                   wrapping: str) -> None:  # noqa: ANN001
+                                                                   wrapping: str) -> None:
     log = tmp_path / "console.log"
     log.write_text("\n".join([*PREAMBLE, flattened(WRAPPINGS[wrapping](message))]) + "\n", encoding="utf-8")
     report = diagnose([log], rules=rules, input_format="text")

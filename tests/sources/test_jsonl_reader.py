@@ -48,7 +48,8 @@ def _read(path: Path, **kw):
 @pytest.mark.parametrize(("line", "reason"), BAD_LINES, ids=[r for _, r in BAD_LINES])
 def test_bad_line_is_quarantined_with_its_reason_and_reading_goes_on(tmp_path: Path, line: bytes, reason: str) -> None:
     path = tmp_path / "rank-0.jsonl"
-    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + line + b"\n" + json.dumps({**GOOD, "step": 9}).encode() + b"\n")
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + line + b"\n"
+                     + json.dumps({**GOOD, "step": 9}).encode() + b"\n")
     events, rejected, _ = _read(path)
     assert [e["step"] for e in events] == [1, 9]
     assert len(rejected) == 1

@@ -125,7 +125,7 @@ _LINES = st.lists(st.one_of(
 ), max_size=30)
 
 
-def _steps(batch) -> list[tuple[int, object]]:  # noqa: ANN001 - a sealed sources.Batch
+def _steps(batch) -> list[tuple[int, object]]:
     """A sealed batch's steps as (line, record), in line order."""
     return sorted((pair for name, cols in batch.columns.items() for pair in cols.records(name)), key=lambda p: p[0])
 
@@ -186,7 +186,7 @@ def test_lines_msgspec_refuses_among_steps_cost_only_themselves(tmp_path: Path) 
 
 
 class _BrokenBatchPath(JsonlParser):
-    def feed_lines(self, lines: list[bytes]):  # noqa: ANN201 - a plugin's bug
+    def feed_lines(self, lines: list[bytes]):
         raise RuntimeError("bug")
 
 

@@ -134,27 +134,32 @@ def _applies(m: Message, wrapping: str) -> bool:
 
 MID_LINE_CUT = "the cut takes the words that name the family"
 # The words are left but "ValueError: " is gone: a bare sentence is no exception, and a configuration's refusal is
-# not among the families a line may show on its own (sources/fatal.py, _LINE_FAMILIES).
+# not among the families a line may show on its own (a family without keywords, messages/crashes.py).
 NO_EXCEPTION_TYPE = "the cut takes the exception's type: the sentence left is read as no error"
 # Known limits, each a strict expected failure (a fix shows as a failure to update): where the wrapping cuts
 # the very words a family is named by. A log that starts mid-line keeps its first line's tail only; for these
 # one-line messages the 30 characters cut hold the family's name ("CUDA error: an i" of "illegal memory
 # access"), and matching on what is left (message tails other text ends with too) would trade precision away.
-NO_FRAMES = "no frame is left to say DeepSpeed raised it, and the same words raised in the user's code are no config fault"
+WRAP_CUTS_SCALES = ("every overflow line is cut inside 'Attempted lo' / 'ss scale': the scales that make a collapse "
+                    "are lost")
+NO_FRAMES = ("no frame is left to say DeepSpeed raised it, and the same words raised in the user's code are "
+             "no config fault")
 KNOWN_LIMITS: dict[str, str] = {
     **{f"text_used_as_number-deepspeed_0.3-0.19_python_3.6+-{v}-{w}": f"{why}: {NO_FRAMES}"
        for v in ("gradient_clipping", "steps_per_print")
        for w, why in (("timestamp_level", "a logger is handed the message, not the stack"),
                       ("mid_line", "the log starts after the traceback"),
-                      ("wrap80", "the wrap cuts DeepSpeed's frame line, its site-packages path longer than 80 columns"))},
+                      ("wrap80", "the wrap cuts DeepSpeed's frame line, its site-packages path longer than "
+                                 "80 columns"))},
     "host_oom_kill-deepspeed_0.3.12-0.5.7-rich": "rich wraps 'died with <Signals.SIGKILL:' / '9>.': the number is read "
-                                                 "line by line, and the exception is the launcher's, named by no family",
+                                                 "line by line, and the exception is the launcher's, "
+                                                 "named by no family",
     "collective_timeout-torch_2.4-latest-watchdog_stuck-wrap80": "the wrap cuts 'watchdog got stuck' itself",
     **{f"illegal_memory_access-nccl_{v}-wrap80": "the wrap cuts the family's words ('an illeg' / 'al memory access'): "
                                                  "a line that kills without a traceback is read alone"
        for v in ("2.3.5-latest-CUDACHECK", "2.19.1-2.30.4-CUCHECK", "2.30.7-latest-CUCHECK")},
-    "deepspeed_fp16_collapse-deepspeed_0.3.12-0.19_FP16_Optimizer-no_zero-wrap80": "every overflow line is cut inside 'Attempted lo' / 'ss scale': the scales that make a collapse are lost",
-    "deepspeed_fp16_collapse-deepspeed_0.3.12-0.5.3_ZeRO-2-wrap80": "every overflow line is cut inside 'Attempted lo' / 'ss scale': the scales that make a collapse are lost",
+    "deepspeed_fp16_collapse-deepspeed_0.3.12-0.19_FP16_Optimizer-no_zero-wrap80": WRAP_CUTS_SCALES,
+    "deepspeed_fp16_collapse-deepspeed_0.3.12-0.5.3_ZeRO-2-wrap80": WRAP_CUTS_SCALES,
     "collective_timeout-torch_1.8-2.0_blocking_wait-blocking_wait-mid_line": MID_LINE_CUT,
     "cuda_error-torch_1.0-1.10_THC-cublas-mid_line": MID_LINE_CUT,
     "cuda_error-torch_1.0-1.8-no_kernel_image-mid_line": MID_LINE_CUT,
@@ -192,7 +197,7 @@ KNOWN_LIMITS: dict[str, str] = {
 }
 
 
-def _case(m: Message, wrapping: str):  # noqa: ANN202 - a pytest ParameterSet
+def _case(m: Message, wrapping: str):
     case_id = f"{m.id}-{wrapping}"
     marks = [pytest.mark.xfail(reason=KNOWN_LIMITS[case_id], strict=True)] if case_id in KNOWN_LIMITS else []
     return pytest.param(m, wrapping, id=case_id, marks=marks)
@@ -206,7 +211,7 @@ def rules():
     return rules_from()
 
 
-def _claimed(path: Path, rules) -> set[str]:  # noqa: ANN001 - a list of rulebook rules
+def _claimed(path: Path, rules) -> set[str]:
     report = diagnose([path], rules=rules, input_format="text")
     return {f.rule for f in report.findings if f.severity in CLAIMS}
 
@@ -217,13 +222,13 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 
 @pytest.mark.parametrize(("message", "wrapping"), CASES)
-def test_the_family_rule_fires(tmp_path: Path, rules, message: Message, wrapping: str) -> None:  # noqa: ANN001
+def test_the_family_rule_fires(tmp_path: Path, rules, message: Message, wrapping: str) -> None:
     before = cut(PREAMBLE, TERMINAL_WIDTH[wrapping]) if wrapping in TERMINAL_WIDTH else PREAMBLE
     block = WRAPPINGS[wrapping](message)
     claimed = _claimed(_write(tmp_path / "console.log", block if wrapping == "mid_line" else [*before, *block]), rules)
     assert message.rule in claimed, f"{message.source} ({message.versions}): expected {message.rule}, got {claimed}"
 
 
-def test_the_launcher_lines_alone_claim_nothing(tmp_path: Path, rules) -> None:  # noqa: ANN001
+def test_the_launcher_lines_alone_claim_nothing(tmp_path: Path, rules) -> None:
     """The rule a test sees comes from the message, not from the lines put before it."""
     assert _claimed(_write(tmp_path / "console.log", PREAMBLE), rules) == set()

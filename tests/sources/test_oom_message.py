@@ -32,7 +32,8 @@ def test_a_2_4_message_in_bytes_from_the_probe_and_from_the_log(tmp_path: Path) 
 
 @pytest.mark.parametrize("size", ["20.00 MB", "1.50 GiB", "512.00 KiB", "2.00 GB"])
 def test_probe_and_log_agree_on_every_unit(tmp_path: Path, size: str) -> None:
-    message = f"CUDA out of memory. Tried to allocate {size}. GPU 0 has a total capacity of 79.25 GiB of which 1 MiB is free"
+    message = (f"CUDA out of memory. Tried to allocate {size}. GPU 0 has a total capacity of 79.25 GiB "
+               "of which 1 MiB is free")
     assert oom_fields(RuntimeError(message))["requested_bytes"] == _from_log(tmp_path, message)["requested_bytes"]
 
 

@@ -76,9 +76,16 @@ def test_the_output_becomes_events(tmp_path: Path, output: PerfOutput, wrapping:
         for op, want in output.comm.items():
             assert all(_close(got[op][k], v) for k, v in want.items()), f"{op}: {got[op]} != {want}"
         return
+    if output.kind == "log":
+        (profile,) = [e for e in events if e.get("what") == "flops_profile"]
+        read = profile["data"]
+        wrong = {k: (read.get(k), v) for k, v in output.data.items() if not _close(read.get(k), v)}
+        assert not wrong, f"{output.source}: (read, expected) {wrong}"
+        return
     steps = [e for e in events if e["kind"] == "step"]
     assert steps, f"{output.source} ({output.versions}): no step"
-    step = next((s for s in steps if s["step"] == output.expect["step"]), None) if "step" in output.expect else steps[-1]
+    step = (next((s for s in steps if s["step"] == output.expect["step"]), None) if "step" in output.expect
+            else steps[-1])
     assert step is not None, f"no step {output.expect['step']} among {[s['step'] for s in steps]}"
     wrong = {k: (step.get(k), v) for k, v in output.expect.items() if not _close(step.get(k), v)}
     assert not wrong, f"{output.source} ({output.versions}): (read, expected) {wrong}"

@@ -43,9 +43,31 @@ BIGCODE_28 = """\
 """
 # https://github.com/NVIDIA/nccl/issues/743 (Megatron-LM 2021-2022: the single timer line, then iteration 30's)
 NCCL_743 = """\
-time (ms) | forward-compute: 58.16 | backward-compute: 42.66 | backward-params-all-reduce: 21.43 | backward-layernorm-all-reduce: 0.02 | backward-embedding-all-reduce: 0.03 | backward-reduce-model-grads: 21.52 | backward-gather-model-params: 0.00 | optimizer-copy-to-main-grad: 5.67 | optimizer-unscale-and-check-inf: 3.74 | optimizer-clip-main-grad: 1.15 | optimizer-count-zeros: 0.00 | optimizer-inner-step: 46.00 | optimizer-copy-main-to-model-params: 0.83 | optimizer: 57.50 | batch-generator: 5.24
-[Rank 0] (after 20 iterations) memory (MB) | allocated: 6245.033203125 | max allocated: 6245.0361328125 | reserved: 6554.0 | max reserved: 6554.0
- iteration       30/ 1000000 | consumed samples:          120 | elapsed time per iteration (ms): 123.4 | learning rate: 1.111E-07 | global batch size:     4 | lm loss: 1.012573E+01 | sop loss: 6.911852E-01 | loss scale: 16384.0 | number of skipped iterations:   1 | number of nan iterations:   0 |
+time (ms) | forward-compute: 58.16 | backward-compute: 42.66 | backward-params-all-reduce: 21.43 |
+backward-layernorm-all-reduce: 0.02 | backward-embedding-all-reduce: 0.03 | backward-reduce-model-grads: 21.52 |
+backward-gather-model-params: 0.00 | optimizer-copy-to-main-grad: 5.67 | optimizer-unscale-and-check-inf: 3.74 | optimizer-clip-main-grad: 1.15 | optimizer-count-zeros: 0.00 | optimizer-inner-step: 46.00 | optimizer-copy-main-to-model-params: 0.83 | optimizer: 57.50 | batch-generator: 5.24
+[Rank 0] (after 20 iterations) memory (MB) | allocated: 6245.033203125 | max allocated: 6245.0361328125 | reserved:
+6554.0 | max reserved: 6554.0
+ iteration       30/ 1000000 | consumed samples:          120 | elapsed time per iteration (ms): 123.4 | learning rate:
+ 1.111E-07 | global batch size:     4 | lm loss: 1.012573E+01 | sop loss: 6.911852E-01 | loss scale: 16384.0 | number of
+ skipped iterations:   1 | number of nan iterations:   0 |
+"""
+
+
+# https://github.com/lucidrains/DALLE-pytorch/pull/302 (DeepSpeed 0.4's flops profiler: "params per gpu", "fwd flops
+# per GPU = 2 * fwd MACs per GPU"; the excerpt's Notations lines are left out, its rows are whole)
+DALLE_302 = """\
+-------------------------- DeepSpeed Flops Profiler --------------------------
+Profile Summary at step 10:
+world size:                                                   1
+data parallel size:                                           1
+model paralel size:                                           1
+batch size per GPU:                                           80
+params per gpu:                                               336.23 M
+params of model = params per GPU * mp_size:                   336.23 M
+fwd MACs per GPU:                                             3139.93 G
+fwd flops per GPU = 2 * fwd MACs per GPU:                     6279.86 G
+fwd flops of model = fwd flops per GPU * mp_size:             6279.86 G
 """
 
 
@@ -131,3 +153,10 @@ def test_comms_logger_table() -> None:
     assert sum(e["bytes"] for e in comm) == (146 * 2048 + 24 * 6144 + int(6.31 * 1024) + 24 * 8192
                                              + 24 * 2 * (1 << 20))
     assert sum(e["total_s"] for e in comm) == pytest.approx((0.19 + 11.12 + 1.84 + 0.12 + 1.85 + 2.05) / 1000)
+
+
+def test_flops_profiler_summary_of_0_4(tmp_path: Path) -> None:
+    """DALLE-pytorch#302: the old row names, the summary cut before its latencies, ended by the file's end."""
+    (profile,) = [e for e in events_of(_pasted(tmp_path, DALLE_302)) if e.get("what") == "flops_profile"]
+    assert profile["step"] == 10
+    assert profile["data"] == {"params_per_gpu": 336_230_000, "params": 336_230_000, "fwd_flops": 6_279_860_000_000}

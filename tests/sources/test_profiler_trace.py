@@ -213,7 +213,8 @@ def test_broken_json_is_one_reason_naming_where_and_no_crash(tmp_path: Path) -> 
 
 def test_an_events_file_that_mentions_a_trace_is_still_an_events_file(tmp_path: Path) -> None:
     lines = tmp_path / "rank-0.jsonl"
-    lines.write_text('{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "log", "message": "m", "data": {"traceEvents": 1}}\n')
+    lines.write_text('{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "log", "message": "m", '
+                     '"data": {"traceEvents": 1}}\n')
     assert detect_format(lines) == "jsonl"
 
 

@@ -1,4 +1,5 @@
-"""Every input gets an answer: compressed and BOM-marked logs are read, anything else that is no log says so (exit 2)."""
+"""Every input gets an answer: compressed and BOM-marked logs are read, anything else that is no log says so
+(exit 2)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ from zerodoctor.store.schema import events, files, quarantine
 
 def _write_log(path: Path) -> None:
     """Steps of 3 ranks with, among them, every kind of line a range edge could cut badly."""
-    lines = [json.dumps({"v": 1, "t": 0.0, "run": "r", "rank": r, "kind": "run_start", "world_size": 3}) for r in range(3)]
+    lines = [json.dumps({"v": 1, "t": 0.0, "run": "r", "rank": r, "kind": "run_start", "world_size": 3})
+             for r in range(3)]
     for n in range(1, 1201):
         for r in range(3):
             lines.append(json.dumps({"v": 1, "t": n + r / 10, "run": "r", "rank": r, "kind": "step", "step": n,
@@ -97,7 +98,7 @@ def test_a_failing_worker_hands_over_to_the_in_process_reader(tmp_path, small_ra
     calls = []
     real = readahead.Pool.submit
 
-    def flaky(self, path, fmt, identity, start, end, batch_lines):  # noqa: ANN001, ANN202
+    def flaky(self, path, fmt, identity, start, end, batch_lines):
         calls.append(start)
         if len(calls) == 5:  # the fifth range: as if its file had been replaced
             identity = (-1, -1)
@@ -165,7 +166,7 @@ def test_a_killed_worker_breaks_the_pool_and_every_file_is_still_read(tmp_path, 
     other.write_bytes(path.read_bytes())
     real = readahead._parse_range
 
-    def killed_on_the_third(*args):  # noqa: ANN002, ANN202 - runs in the worker
+    def killed_on_the_third(*args):
         if args[3] > 2 * (16 << 10):
             os.kill(os.getpid(), signal.SIGKILL)
         return real(*args)
@@ -183,7 +184,7 @@ def test_a_pool_that_refuses_work_leaves_the_file_to_the_in_process_reader(tmp_p
     _write_log(path)
     in_process = _stored(path, tmp_path / "plain.db", jobs=1)
 
-    def broken(self, *args):  # noqa: ANN001, ANN002, ANN202
+    def broken(self, *args):
         raise readahead.BrokenProcessPool("a worker was killed")
 
     monkeypatch.setattr(readahead.Pool, "submit", broken)

@@ -97,7 +97,8 @@ def test_timers_progress_throughput_and_memory_lines() -> None:
     step = kind(events, "step")
     assert len(step) == 10 and step[-1]["step"] == 10
     last = step[-1]
-    assert (last["fwd_s"], last["bwd_s"], last["comm_s"], last["optim_s"]) == pytest.approx((0.031, 0.062, 0.022, 0.009))
+    got = (last["fwd_s"], last["bwd_s"], last["comm_s"], last["optim_s"])
+    assert got == pytest.approx((0.031, 0.062, 0.022, 0.009))
     assert last["step_time_s"] == pytest.approx(0.102)
     assert last["mem_peak_bytes"] == int(30.25 * GIB) and last["alloc_retries"] == 3
     assert sum(bool(s["overflow"]) for s in step) == 2  # skipped=2 spread into the unseen steps
@@ -132,7 +133,8 @@ def test_config_dump_and_comms_table() -> None:
 ])
 def test_oom_every_generation(name: str, expected: tuple) -> None:
     (oom,) = kind(parse(name), "oom")
-    got = tuple(oom.get(k) for k in ("device", "requested_bytes", "capacity_bytes", "allocated_bytes", "reserved_bytes"))
+    got = tuple(oom.get(k)
+                for k in ("device", "requested_bytes", "capacity_bytes", "allocated_bytes", "reserved_bytes"))
     assert got == pytest.approx(expected, abs=2)
 
 

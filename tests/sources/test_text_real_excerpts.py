@@ -99,7 +99,8 @@ def test_a_crash_signature_is_reported_once_per_rank_with_its_numbers() -> None:
     found = [e for e in events(CORPUS / "glm-136-resume-world-size" / "console.log") if e.get("what") == "crash"]
     assert [e["data"] for e in found] == [{"signature": "resumed_on_other_world_size", "saved_world_size": 256,
                                            "world_size": 2}]
-    rich = [e for e in events(CORPUS / "ds-2006-aio-short-swap-interleaved" / "console.log") if e.get("what") == "crash"]
+    rich = [e for e in events(CORPUS / "ds-2006-aio-short-swap-interleaved" / "console.log")
+            if e.get("what") == "crash"]
     assert [e["data"] for e in rich] == [{"signature": "aio_short_read", "buffer_bytes": 16777216,
                                           "file_bytes": 8388608}]
 

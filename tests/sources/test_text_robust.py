@@ -12,7 +12,8 @@ from zerodoctor.sources.lines import MAX_LINE_BYTES
 from zerodoctor.sources.text import MAX_INTERVAL
 from tests.conftest import parsed
 
-PROGRESS = "[2026-01-12 09:00:{s:02d},007] [INFO] [logging.py:107:log_dist] [Rank 0] step={n}, skipped={k}, lr=[0.0001]\n"
+PROGRESS = ("[2026-01-12 09:00:{s:02d},007] [INFO] [logging.py:107:log_dist] [Rank 0] step={n}, skipped={k}, "
+            "lr=[0.0001]\n")
 
 # Fragments of every dialect's messages, so random lines reach the dialects, not just the prefilter.
 FRAGMENTS = [
@@ -32,9 +33,11 @@ FRAGMENTS = [
     "Not enough buffers ", " for swapping ", "Using /x as PyTorch extensions root...", "Loading extension module",
     "wait (torch/utils/file_baton.py:42)", "failed (exitcode: -9) local_rank: ", "exits with return code = -9",
     " allowed; ", "Timeout(ms)=", "Gradient accumulation steps:0 has to be greater than 0",
-    "requires you to pass at least one of training or evaluation dataloaders", "- ds a=1 vs hf b (calculated)=2", "{", "}", "[", "]", "│", "0", "65536", "-1", "1e309", "nan",
+    "requires you to pass at least one of training or evaluation dataloaders", "- ds a=1 vs hf b (calculated)=2",
+    "{", "}", "[", "]", "│", "0", "65536", "-1", "1e309", "nan",
     # numbers a resumed run or a garbled line prints: neither may invent steps without bound
-    "step=0, skipped=0, lr=[", "step=200010, skipped=150, lr=[", "9" * 25, "18446744073709551616", "9223372036854775807",
+    "step=0, skipped=0, lr=[", "step=200010, skipped=150, lr=[", "9" * 25, "18446744073709551616",
+    "9223372036854775807",
     "step=" + "9" * 25 + ", skipped=0, lr=[",
 ]
 lines = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=20)), max_size=12).map("".join)
@@ -103,7 +106,8 @@ def test_a_garbled_step_number_neither_crashes_nor_invents_unbounded_steps(tmp_p
     path.write_text(PROGRESS.format(s=0, n=0, k=0) + PROGRESS.format(s=1, n=10, k=0)
                     + PROGRESS.format(s=2, n="9" * 25, k=0) + PROGRESS.format(s=3, n=10**15, k=0))
     steps, rejected = _read(path)
-    assert [(r.line, r.reason) for r in rejected] == [(3, f"step number {'9' * 25} is past {2**63 - 1}: a garbled line")]
+    assert [(r.line, r.reason) for r in rejected] == [
+        (3, f"step number {'9' * 25} is past {2**63 - 1}: a garbled line")]
     assert len(steps) == 10 + MAX_INTERVAL + 1 and steps[-1]["step"] == 10**15
 
 

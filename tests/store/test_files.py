@@ -35,7 +35,7 @@ def on_nfs(tmp_path: Path, monkeypatch):
     nodes._on_network_filesystem.cache_clear()
 
 
-def register_on(node: str, monkeypatch, engine, path: Path) -> dict:  # noqa: ANN001 - an Engine
+def register_on(node: str, monkeypatch, engine, path: Path) -> dict:
     monkeypatch.setenv(nodes.NODE_ENV, node)
     with engine.begin() as conn:
         return stored_files.register(conn, path, "jsonl")

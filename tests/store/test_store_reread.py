@@ -25,7 +25,7 @@ def ingest_file(engine, path: Path) -> dict:
     return row
 
 
-def steps_of(db) -> list[int]:  # noqa: ANN001 - a URL
+def steps_of(db) -> list[int]:
     return sorted(step for _, _, step in stored_steps(db))
 
 

@@ -13,7 +13,7 @@ from zerodoctor.store.db import open_engine
 from zerodoctor.store.schema import runs
 
 
-def count_runs(conn) -> int:  # noqa: ANN001 - an SQLAlchemy Connection
+def count_runs(conn) -> int:
     return conn.execute(select(func.count()).select_from(runs)).scalar()
 
 
@@ -51,15 +51,14 @@ def test_a_write_transaction_holds_the_write_lock_from_its_start(tmp_path):
     after another connection committed; the writer's own transactions begin with the lock instead."""
     engine = open_engine(tmp_path / "store.db")
     try:
-        with engine.connect() as first:
-            with first.begin():
-                count_runs(first)
-                assert first.connection.dbapi_connection.in_transaction
-                assert first.exec_driver_sql("PRAGMA main.journal_mode").scalar() == "wal"
-                other = sqlite3.connect(tmp_path / "store.db", timeout=0)
-                with pytest.raises(sqlite3.OperationalError, match="locked"):
-                    other.execute("INSERT INTO runs (name) VALUES ('meanwhile')")
-                other.close()
-                first.execute(runs.insert().values(name="mine"))
+        with engine.connect() as first, first.begin():
+            count_runs(first)
+            assert first.connection.dbapi_connection.in_transaction
+            assert first.exec_driver_sql("PRAGMA main.journal_mode").scalar() == "wal"
+            other = sqlite3.connect(tmp_path / "store.db", timeout=0)
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("INSERT INTO runs (name) VALUES ('meanwhile')")
+            other.close()
+            first.execute(runs.insert().values(name="mine"))
     finally:
         engine.dispose()

@@ -30,7 +30,7 @@ def engine(store_url: str):
     engine.dispose()
 
 
-def ingest_file(engine, path: Path, pipeline: Pipeline | None = None) -> dict:  # noqa: ANN001 - an Engine
+def ingest_file(engine, path: Path, pipeline: Pipeline | None = None) -> dict:
     """``diagnose --db`` on one file: its stored row after the read."""
     (row,) = (pipeline or Pipeline(engine, rules=[])).ingest([(path, "jsonl")])
     return row
@@ -122,7 +122,7 @@ def test_line_the_store_refuses_is_quarantined_alone_with_its_raw_bytes(tmp_path
     assert "INSERT" not in reason and "\n" not in reason  # the database's own line, not SQLAlchemy's dump
 
 
-def store_before_migrations(store_url: str):  # noqa: ANN201 - an Engine on the store, at the baseline schema
+def store_before_migrations(store_url: str):
     """The tables as zerodoctor made them before it had migrations, on an empty store."""
     old = create_engine(store_url)
     with old.begin() as conn:
@@ -156,7 +156,8 @@ def test_store_made_by_the_schema_before_migrations_is_upgraded_in_place(tmp_pat
         ingestor = Ingestor()
         with engine.begin() as conn:
             run_id = ingestor.run_id(conn, "old-run")
-            step = {"v": 1, "t": 2.0, "run": "old-run", "rank": 0, "kind": "step", "step": 2, "mem_peak_bytes": 80 * GIB}
+            step = {"v": 1, "t": 2.0, "run": "old-run", "rank": 0, "kind": "step", "step": 2,
+                    "mem_peak_bytes": 80 * GIB}
             ingestor.add(conn, 1, Batch.of([step], end=2**40, last_line=2))
         with engine.connect() as conn:
             assert run_id == 1

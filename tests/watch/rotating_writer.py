@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.watch.conftest import step_line  # noqa: E402
+from tests.watch.conftest import step_line
 
 
 def rotate(path: Path) -> None:
@@ -26,14 +26,14 @@ def rotate(path: Path) -> None:
 def main(path: Path, first: int, lines: int, every: int, seconds: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    out = open(path, "a")
+    out = open(path, "a")  # noqa: SIM115 - closed and reopened at each rotation
     for step in range(first, lines + 1):
         out.write(step_line("rot", 0, step))
         out.flush()
         if step % every == 0 and step < lines:
             out.close()
             rotate(path)
-            out = open(path, "a")
+            out = open(path, "a")  # noqa: SIM115 - the new file after the rotation
         ahead = started + seconds * step / lines - time.monotonic()
         if ahead > 0:
             time.sleep(ahead)

@@ -42,7 +42,8 @@ def test_a_store_made_by_a_newer_zerodoctor_is_one_line_exit_2(tmp_path: Path) -
 
 def test_status_of_a_run_whose_events_carry_no_date_is_shown(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    _write(runs / "far" / "rank-0.jsonl", [_start("far", config={"train_batch_size": 8}), {**_step("far", 1), "t": 1e18}])
+    _write(runs / "far" / "rank-0.jsonl",
+           [_start("far", config={"train_batch_size": 8}), {**_step("far", 1), "t": 1e18}])
     assert run_cli("watch", "--once", str(runs)).returncode == 0
     shown = run_cli("status", "--db", str(runs / "zerodoctor.db"))
     assert shown.returncode == 0, shown.stderr  # before: exit 3, the C library's time_t overflowed

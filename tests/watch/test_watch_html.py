@@ -167,3 +167,18 @@ def _write_min_scale_run(run_dir: Path, name: str) -> None:
              {"v": 1, "t": 1001.0, "run": name, "rank": 0, "kind": "step", "step": 1, "loss": 1.0, "samples": 8,
               "micro_batches": 1}]
     (run_dir / "rank-0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+@pytest.mark.parametrize("kept", ['{"stale-run-x": {"findings": 2, "worst": "ZD201"}, "stale-run-y": [1]}', "[1, 2]",
+                                  '{"stale-run-x": {"findings": "two", "updated": "yesterday"}}', "{not json"])
+def test_an_index_json_of_another_shape_never_stops_the_index(tmp_path: Path, kept: str) -> None:
+    """Issue 34's round 4: a corrupt index.json stopped index.html forever; its entries of other shapes are left out."""
+    runs, out = tmp_path / "runs", tmp_path / "html"
+    _write_min_scale_run(runs / "r", "fresh")
+    out.mkdir()
+    (out / "index.json").write_text(kept)
+    proc = start_watch(str(runs), "--once", "--html", str(out))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    index = (out / "index.html").read_text()
+    assert "fresh" in index and "ZD605" in index and "stale-run" not in index

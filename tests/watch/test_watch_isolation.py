@@ -96,7 +96,7 @@ def poisoned_fold(monkeypatch: pytest.MonkeyPatch) -> None:
     """The numerics fold fails on the run named "poison" (a bug, or a value nothing validated)."""
     fold_steps = numerics.Fold.add_steps
 
-    def add_steps(self, block, view):  # noqa: ANN001, ANN202
+    def add_steps(self, block, view):
         if view.name == "poison":
             raise RuntimeError("boom in the fold")
         return fold_steps(self, block, view)
@@ -145,7 +145,7 @@ def test_a_run_whose_judgement_fails_is_set_aside_and_shown_in_status(
         tmp_path: Path, make_watcher, monkeypatch: pytest.MonkeyPatch) -> None:
     evaluate = rule_engine.evaluate
 
-    def failing(rules, values, name, ranks):  # noqa: ANN001, ANN202
+    def failing(rules, values, name, ranks):
         if name == "poison":
             raise ZeroDivisionError("boom in a rule")
         return evaluate(rules, values, name, ranks)

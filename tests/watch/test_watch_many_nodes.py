@@ -122,6 +122,11 @@ def test_two_nodes_console_logs_at_the_same_local_path_are_each_read_once(tmp_pa
         offset for _, _, _, offset in sorted(stored)]
     (run,) = status_json(pg_url)["runs"]
     assert run["run"] == "job" and len(run["files"]) == 2
+    assert sorted(f["node"] for f in run["files"]) == sorted(node.id for node in nodes)
+    # status's text names each node's file of the one path apart (it printed two identical lines)
+    shown = run_cli("status", "--db", pg_url, timeout=60).stdout.splitlines()
+    files = [line for line in shown if "console.log" in line]
+    assert len(files) == 2 and len(set(files)) == 2 and all(f"on node {n.id}" in "".join(files) for n in nodes)
 
 
 def _holds_a_lock(pg_url: str, pid: int) -> bool:
@@ -315,7 +320,7 @@ def cut_lock_session(pg_url: str, pid: int) -> list:
         engine.dispose()
 
 
-def _session_holding(pg_url: str, run_dir, name: str):  # noqa: ANN001, ANN202 - a Path; an SQLAlchemy Connection
+def _session_holding(pg_url: str, run_dir, name: str):
     """A server session named ``name`` holding ``run_dir``'s lock, as a watcher's does."""
     from zerodoctor.watch.lock import lock_key
 
@@ -332,7 +337,8 @@ def test_a_dead_watchers_lock_still_held_by_its_session_is_waited_for(tmp_path, 
     append(runs / "r" / "rank-0.jsonl", "r", 0, range(1, 20))
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid of this host no process has any more
-    engine, conn = _session_holding(pg_url, runs / "r", f"zerodoctor watch pid {gone.pid} on {socket.gethostname()}"[:63])
+    holder = f"zerodoctor watch pid {gone.pid} on {socket.gethostname()}"[:63]
+    engine, conn = _session_holding(pg_url, runs / "r", holder)
     threading.Timer(1.5, conn.invalidate).start()  # its socket closes: the server drops the lock
     try:
         started = time.monotonic()
@@ -347,7 +353,8 @@ def test_a_dead_watchers_lock_still_held_by_its_session_is_waited_for(tmp_path, 
 def test_a_live_watchers_lock_is_not_waited_for(tmp_path, pg_url):
     runs = tmp_path / "runs"
     append(runs / "r" / "rank-0.jsonl", "r", 0, range(1, 20))
-    engine, conn = _session_holding(pg_url, runs / "r", f"zerodoctor watch pid {os.getpid()} on {socket.gethostname()}"[:63])
+    holder = f"zerodoctor watch pid {os.getpid()} on {socket.gethostname()}"[:63]
+    engine, conn = _session_holding(pg_url, runs / "r", holder)
     try:
         once = run_cli("watch", "--once", "-q", "--db", pg_url, str(runs), timeout=60)
         assert once.returncode == 2 and f"pid {os.getpid()}" in once.stderr, once.stderr

@@ -263,7 +263,7 @@ def test_line_the_store_refuses_is_quarantined_once_alone_and_the_tail_goes_on(t
     append(log, "r", 0, range(1, 6))
     store = chunked_steps.store
 
-    def refuse_step_3(conn, run_id, file_id, cols):  # noqa: ANN001, ANN202
+    def refuse_step_3(conn, run_id, file_id, cols):
         if 3 in cols.values["step"]:
             raise ValueError("value out of range for the store")
         return store(conn, run_id, file_id, cols)

@@ -7,7 +7,7 @@ from tests.watch.conftest import append, step_line, stored_steps
 from zerodoctor.watch import daemon
 
 
-def _pass(watcher) -> None:  # noqa: ANN001
+def _pass(watcher) -> None:
     watcher.discover()
     while watcher.ingest():
         pass

@@ -13,13 +13,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.watch.conftest import step_line  # noqa: E402
+from tests.watch.conftest import step_line
 
 
 def main(run_dir: Path, n_files: int, n_lines: int, seconds: float, first_rank: int) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     ranks = range(first_rank, first_rank + n_files)
-    outs = [open(run_dir / f"rank-{r}.jsonl", "a", buffering=1 << 16) for r in ranks]
+    # closed after the loop
+    outs = [open(run_dir / f"rank-{r}.jsonl", "a", buffering=1 << 16) for r in ranks]  # noqa: SIM115
     started = time.monotonic()
     for step in range(1, n_lines + 1):
         for rank, out in zip(ranks, outs):

@@ -111,11 +111,13 @@ def _root(
 def diagnose(
     paths: List[Path] = typer.Argument(..., help="Run directories (runs/<id>/), events JSONL files or console logs; "
                                        "'-' reads a log from standard input."),
-    db: Optional[str] = typer.Option(None, help="Store to use (SQLAlchemy URL or SQLite path); default: a scratch file."),
+    db: Optional[str] = typer.Option(None, help="Store to use (SQLAlchemy URL or SQLite path); "
+                                     "default: a scratch file."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
     fmt: Format = typer.Option(Format.text, "--format", help="Output format (html: one self-contained page with plots; "
                                "concise: one line per finding; github: GitHub Actions annotations)."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                          help="Write the report to this file instead of stdout."),
     select: Optional[str] = typer.Option(None, "--select", help="Report only these rules: comma-separated codes or "
                                          "prefixes (ZD2,ZD401); default: [tool.zerodoctor] select, else all."),
     ignore: Optional[str] = typer.Option(None, "--ignore", help="Do not report these rules: codes or prefixes, "
@@ -199,11 +201,13 @@ def _emit(text: str, output: Optional[Path]) -> None:
 
 @app.command()
 def compare(
-    run_a: Path = typer.Argument(..., help="The run that went well: a run directory, an events JSONL or a console log."),
+    run_a: Path = typer.Argument(..., help="The run that went well: a run directory, an events JSONL or "
+                                 "a console log."),
     run_b: Path = typer.Argument(..., help="The run to explain, in any of the same forms."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
     fmt: Page = typer.Option(Page.text, "--format", help="Output format (html: one self-contained page with plots)."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the comparison to this file instead of stdout."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                          help="Write the comparison to this file instead of stdout."),
 ) -> None:
     """What differs between two runs: config, per-step numbers side by side, rules that fire in one only."""
     from zerodoctor.pipeline.diagnose import diagnose as run_diagnosis
@@ -310,7 +314,8 @@ def _fix_and_resume(command: list[str], runs_dir: Path, name: Optional[str], pol
 @app.command()
 def watch(
     dirs: List[Path] = typer.Argument(..., help="Directories of runs (runs/) or run directories to tail."),
-    db: Optional[str] = typer.Option(None, help="Store (SQLAlchemy URL or SQLite path); default: <first DIR>/zerodoctor.db."),
+    db: Optional[str] = typer.Option(None, help="Store (SQLAlchemy URL or SQLite path); "
+                                     "default: <first DIR>/zerodoctor.db."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
     once: bool = typer.Option(False, "--once", help="Ingest what is there, print new findings and exit (cron, CI)."),
     poll: bool = typer.Option(False, "--poll", help="Poll instead of inotify (network filesystems; keep --db local)."),
@@ -353,7 +358,8 @@ def watch(
     def announce(finding, config: dict, change: str | None) -> None:  # noqa: ANN001 - a rulebook Finding
         said = finding_block(finding, config, wrap_width(console)) if full else finding_line(finding.to_json())
         if change is not None:  # said before, with other numbers or severity: say what it was
-            said = f"[bold]changed[/] [dim]({escape(change)})[/]\n{said}" if full else f"{said} [dim]({escape(change)})[/]"
+            said = (f"[bold]changed[/] [dim]({escape(change)})[/]\n{said}" if full
+                    else f"{said} [dim]({escape(change)})[/]")
         console.print(said)
 
     engine = open_engine(url)
@@ -441,7 +447,8 @@ def ack(
 
 @app.command()
 def status(
-    db: Optional[str] = typer.Option(None, help="Store to read (SQLAlchemy URL or SQLite path); default: runs/zerodoctor.db."),
+    db: Optional[str] = typer.Option(None, help="Store to read (SQLAlchemy URL or SQLite path); "
+                                     "default: runs/zerodoctor.db."),
     fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
 ) -> None:
     """Per run and file: events stored, lines quarantined, byte offset, findings, time of the last event."""
@@ -512,26 +519,48 @@ def check(
         None, "--world-size", min=1, max=MAX_RANKS, show_default=False,
         help="Ranks the job will run on (data x sequence parallel); default: what train_batch_size / "
              "(micro-batch x grad-accum) gives, else 1."),
-    params: Optional[str] = typer.Option(None, "--params", help="Model parameters, e.g. 7e9 or 7B: enables the memory plan."),
-    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory of one GPU, e.g. 80GiB or 80GB: picks a ZeRO option."),
+    params: Optional[str] = typer.Option(
+        None, "--params", help="Model parameters, e.g. 7e9 or 7B: enables the plan of memory and step time."),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem",
+                                          help="Memory of one GPU, e.g. 80GiB or 80GB: picks a ZeRO option."),
+    seq_len: Optional[int] = typer.Option(
+        None, "--seq-len", min=1, max=MAX_RANKS,
+        help="Tokens per sample, for the step times (default: 2048, assumed)."),
+    gpu: Optional[str] = typer.Option(
+        None, "--gpu", help="GPU kind for the step times' nominal FLOPS and links: V100, A100, H100, H200 or "
+                            "TITAN-RTX (default: A100, assumed)."),
+    gpus_per_node: Optional[int] = typer.Option(
+        None, "--gpus-per-node", min=1, max=MAX_RANKS, help="GPUs in one node (default: 8, assumed)."),
+    inter_node: Optional[str] = typer.Option(
+        None, "--inter-node", help="Network out of one node: hdr, ndr, dgx-a100, dgx-h100, p3dn, p4d, 100gbe, or "
+                                   "bytes per second such as 50GB (default: dgx-a100, assumed)."),
+    source: Optional[List[Path]] = typer.Option(
+        None, "--from", help="Run directory or log whose measured step times calibrate the plan (repeatable)."),
     fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.error, help="Exit 1 when a finding is at or above this severity."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
     use_deepspeed: bool = typer.Option(True, "--deepspeed/--no-deepspeed",
-                                       help="Also run DeepSpeed's own config parser and memory estimators, if installed."),
+                                       help="Also run DeepSpeed's own config parser and memory estimators, "
+                                       "if installed."),
     fix: bool = typer.Option(False, "--fix", help="Apply the findings' safe fixes (see 'zerodoctor fix')."),
     unsafe: bool = typer.Option(False, "--unsafe", help="With --fix: apply unsafe fixes too (batch, lr, precision)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="With --fix: write the patched config here."),
     in_place: bool = typer.Option(False, "--in-place", help="With --fix: overwrite CONFIG itself."),
 ) -> None:
-    """Find config mistakes before launch and plan model-state memory per ZeRO stage."""
+    """Find config mistakes before launch and plan memory and step time per ZeRO stage and offload."""
     from zerodoctor.config.static import ConfigError, check as run_check
+    from zerodoctor.deepspeed.stepinputs import Hardware
+    from zerodoctor.deepspeed.steptime import NODE_LINKS
 
     loaded = _load_rules(rules)
+    run, run_name = _measured_run(source, loaded) if source else (None, None)
+    link = inter_node if inter_node is None or inter_node.lower() in NODE_LINKS else _link_rate(inter_node)
+    hardware = Hardware(seq_len=seq_len, gpu=gpu, gpus_per_node=gpus_per_node, inter_node=link)
     try:
         report = run_check(config, loaded, world_size=world_size, params=_quantity(params, "--params"),
-                           gpu_mem=_quantity(gpu_mem, "--gpu-mem"), use_deepspeed=use_deepspeed)
-    except ConfigError as exc:
+                           gpu_mem=_quantity(gpu_mem, "--gpu-mem"), use_deepspeed=use_deepspeed,
+                           hardware=hardware, run=run, run_name=run_name)
+    except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
     if fmt.value == "json":
         from zerodoctor.report.check import to_json
@@ -547,6 +576,34 @@ def check(
         _fix_config(config, report.findings, report.world_size if use_deepspeed else None, unsafe=unsafe, output=output,
                     in_place=in_place, err=fmt.value == "json")
     _exit_on(report.findings, fail_on, rejected=report.deepspeed is not None and not report.deepspeed.accepted)
+
+
+def _link_rate(text: str) -> int:
+    from zerodoctor.config.memory_plan import parse_quantity
+    from zerodoctor.deepspeed.steptime import NODE_LINKS
+
+    try:
+        return parse_quantity(text, "--inter-node")
+    except ValueError:
+        raise fail(f"--inter-node {text!r}: expected one of {', '.join(NODE_LINKS)}, or bytes per second out of "
+                   "one node such as 50GB") from None
+
+
+def _measured_run(paths: List[Path], rules: list) -> tuple[dict, str]:
+    """The signals of the run in ``paths`` whose step times ``check --from`` calibrates with, and its name."""
+    from zerodoctor.pipeline import InputError
+    from zerodoctor.pipeline.diagnose import diagnose as run_diagnosis
+
+    try:
+        report = run_diagnosis(paths, rules=rules)
+    except (InputError, OSError) as exc:
+        raise fail(str(exc)) from None
+    timed = [(name, facts) for name, facts in report.facts.items() if facts.get("run.step_s")]
+    if not timed:
+        raise fail(f"{', '.join(map(str, paths))}: no step times to calibrate from (a DeepSpeed log shows them "
+                   "with wall_clock_breakdown or steps_per_print; a run under 'zerodoctor run' always has them)")
+    name, facts = max(timed, key=lambda t: len(t[1]))  # the run that showed the most
+    return facts, name
 
 
 @app.command("fix")
@@ -638,7 +695,7 @@ def main() -> None:
 
         readable(typer.main.get_command(app)).main(args=_optional_values(sys.argv[1:]), prog_name="zerodoctor",
                                                    standalone_mode=True)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence; the traceback is one switch away
+    except Exception as exc:
         from zerodoctor.store.db import describe
 
         if (problem := _environment_problem(exc)) and not os.environ.get("ZERODOCTOR_DEBUG"):

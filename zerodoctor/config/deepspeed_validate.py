@@ -39,7 +39,8 @@ class Verdict:
 
     def sentence(self, what: str = "the config") -> str:
         """``DeepSpeed 0.19.8 accepts the config at world size 4`` (or rejects it, with the error)."""
-        head = f"DeepSpeed {self.version} {'accepts' if self.accepted else 'rejects'} {what} at world size {self.world_size}"
+        verb = "accepts" if self.accepted else "rejects"
+        head = f"DeepSpeed {self.version} {verb} {what} at world size {self.world_size}"
         return head if self.accepted else f"{head}: {self.error or ''}"
 
 

@@ -1,4 +1,5 @@
-"""Config check: a DeepSpeed config file → the findings of the static rules, DeepSpeed's verdict, a memory plan.
+"""Config check: a DeepSpeed config file → the findings of the static rules, DeepSpeed's verdict, a plan of
+memory and step time per ZeRO option.
 
 ``check`` reuses the pipeline rather than a second rules engine: the config becomes one
 ``run_start`` event, as the probe records it at launch (with the world size, parameter
@@ -18,8 +19,10 @@ from zerodoctor.deepspeed import config_file as deepspeed_config
 from zerodoctor.config import deepspeed_validate
 from zerodoctor.config.deepspeed_validate import Verdict
 from zerodoctor.config.memory_plan import PlanRow, plan, recommend
+from zerodoctor.deepspeed.stepinputs import Hardware, calibrate, inputs_for
 from zerodoctor.deepspeed.config_file import ConfigSyntaxError
 from zerodoctor.deepspeed.defaults import BATCH_KEYS
+from zerodoctor.deepspeed.steptime import Inputs
 from zerodoctor.rulebook.engine import judge_view
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.rulebook.loader import Rule
@@ -44,6 +47,8 @@ class CheckReport:
     deepspeed_skipped: bool = False
     memory_plan: list[PlanRow] = field(default_factory=list)
     recommendation: PlanRow | None = None
+    timing: Inputs | None = None  # what the plan's step times were priced on, each input marked
+    calibrated_from: str | None = None  # the run or log ``--from`` named, when it calibrated them
 
 
 def load_config(path: Path) -> dict[str, Any]:
@@ -80,8 +85,14 @@ def judge_config(config: dict[str, Any], rules: list[Rule], *, name: str, world_
 
 
 def check(path: Path, rules: list[Rule], *, world_size: int | None = None, params: int | None = None,
-          gpu_mem: int | None = None, use_deepspeed: bool = True) -> CheckReport:
-    """``world_size`` None: the one the config's three batch values imply, else 1 (the report says which)."""
+          gpu_mem: int | None = None, use_deepspeed: bool = True, hardware: Hardware | None = None,
+          run: dict[str, Any] | None = None, run_name: str | None = None) -> CheckReport:
+    """``world_size`` None: the one the config's three batch values imply, else 1 (the report says which).
+
+    ``run``: the signals of a run that calibrate the step times (``deepspeed.stepinputs.calibrate``), named
+    ``run_name``; it also gives the parameter count when ``params`` is None. A bad --gpu or --inter-node is a
+    ValueError."""
+    params = params or (int(run["run.params"]) if run and run.get("run.params") else None)
     config = load_config(path)
     world_size, source = (world_size, "given") if world_size else implied_world_size(config)
     report = CheckReport(str(path), world_size, config, source, params, gpu_mem)
@@ -91,7 +102,10 @@ def check(path: Path, rules: list[Rule], *, world_size: int | None = None, param
         report.deepspeed = deepspeed_validate.validate(config, world_size)
     report.deepspeed_skipped = not use_deepspeed
     if params:
-        report.memory_plan = plan(params, world_size, gpu_mem, estimators=use_deepspeed)
+        report.timing = inputs_for(config, params, world_size, hardware or Hardware())
+        if run:
+            report.timing, report.calibrated_from = calibrate(report.timing, run), run_name
+        report.memory_plan = plan(params, world_size, gpu_mem, estimators=use_deepspeed, timing=report.timing)
         report.recommendation = recommend(report.memory_plan) if gpu_mem else None
     return report
 

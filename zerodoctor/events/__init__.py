@@ -65,7 +65,8 @@ class Step(_Envelope):
     step: Int64 = Field(description="optimizer step number (counts skipped steps too)")
     micro_batches: Int64 | None = Field(None, description="backward calls since the previous optimizer step")
     samples: Int64 | None = Field(None, description="samples fed to the model since the previous optimizer step")
-    tokens: Int64 | None = Field(None, description="token ids fed since the previous optimizer step (integer inputs only)")
+    tokens: Int64 | None = Field(None, description="token ids fed since the previous optimizer step "
+                                 "(integer inputs only)")
     loss: float | None = Field(None, description="loss of the last micro-batch (NaN/Infinity allowed)")
     lr: float | None = Field(None, description="learning rate of the first param group")
     loss_scale: float | None = Field(None, description="fp16 loss scale used for this step")
@@ -76,7 +77,8 @@ class Step(_Envelope):
     bwd_s: float | None = Field(None, description="time in backward, summed over micro-batches")
     optim_s: float | None = Field(None, description="time in the optimizer step")
     comm_s: float | None = Field(None, description="time in collectives during this step")
-    data_s: float | None = Field(None, description="time in DataLoader iteration (on the training thread) during this step")
+    data_s: float | None = Field(None, description="time in DataLoader iteration (on the training thread) "
+                                 "during this step")
     mem_allocated_bytes: Int64 | None = Field(None, description="torch.cuda.memory_allocated() after the step")
     mem_reserved_bytes: Int64 | None = Field(None, description="torch.cuda.memory_reserved() after the step")
     mem_peak_bytes: Int64 | None = Field(
@@ -126,7 +128,8 @@ class Oom(_Envelope):
     free_bytes: Int64 | None = Field(None, description="free device memory at failure")
     allocated_bytes: Int64 | None = Field(None, description="memory allocated by PyTorch at failure")
     reserved_bytes: Int64 | None = Field(None, description="memory reserved by the caching allocator at failure")
-    allowed_bytes: Int64 | None = Field(None, description="the process's cap (set_per_process_memory_fraction), when one is set")
+    allowed_bytes: Int64 | None = Field(None, description="the process's cap (set_per_process_memory_fraction), "
+                                        "when one is set")
     alloc_retries: Int64 | None = Field(None, description="num_alloc_retries at failure")
     inactive_split_bytes: Int64 | None = Field(None, description="inactive split bytes at failure")
     alloc_conf: str | None = Field(None, description="PYTORCH_CUDA_ALLOC_CONF in effect")
@@ -208,7 +211,8 @@ class Trace(_Envelope):
     compute_s: float | None = Field(
         None, description="time some compute runs (kernels, or innermost operators on the host), overlaps once")
     comm_s: float | None = Field(None, description="time some collective runs")
-    exposed_comm_s: float | None = Field(None, description="time a collective runs while no compute does, on any stream")
+    exposed_comm_s: float | None = Field(None, description="time a collective runs while no compute does, "
+                                         "on any stream")
     copy_s: float | None = Field(None, description="time a memcpy/memset runs on the device")
     idle_s: float | None = Field(None, description="time nothing runs on the measured timeline")
     idle_dataloader_s: float | None = Field(None, description="idle time while the host is in the DataLoader")
@@ -250,14 +254,16 @@ def _as_typed_dict(model: type[BaseModel]) -> type:
 
 def _annotation(field: FieldInfo) -> Any:
     """The field's type with its constraints: pydantic moves a top-level ``Annotated``'s into ``metadata``."""
-    return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    constrained = (field.annotation, *field.metadata)
+    return Annotated[constrained] if field.metadata else field.annotation
 
 
 Event = dict[str, Any]
 """A validated event: the envelope and the fields present on the line."""
 
 EVENT_ADAPTER: TypeAdapter = TypeAdapter(
-    Annotated[Union[tuple(_as_typed_dict(m) for m in MODELS)], Field(discriminator="kind")]  # type: ignore[misc]
+    Annotated[Union[tuple(_as_typed_dict(m) for m in MODELS)],  # type: ignore[misc, arg-type]
+              Field(discriminator="kind")]
 )
 
 
@@ -338,4 +344,5 @@ def _tagged_struct(model: type[_Envelope]) -> type:
 # first. ``trace`` is read from profiler traces, never a line, and its TypedDicts have no twin here:
 # pydantic judges it, as every line msgspec refuses.
 TAGGED_KINDS = tuple(m for m in MODELS if m not in (Step, Trace))
-EventLine = Union[(StepRecord, *(_tagged_struct(m) for m in TAGGED_KINDS))]  # type: ignore[misc]
+_LINE_TYPES = (StepRecord, *(_tagged_struct(m) for m in TAGGED_KINDS))
+EventLine = Union[_LINE_TYPES]  # type: ignore[valid-type]

@@ -222,7 +222,8 @@ class Columns:
             values[name] = (np.full(n, np.frombuffer(raw, dtype=dtype)[0]) if key.endswith("=")
                             else np.frombuffer(raw, dtype=dtype))
             mask = blob.get(name + "?")
-            valid[name] = None if mask is None else np.unpackbits(np.frombuffer(mask, dtype=np.uint8), count=n).astype(bool)
+            valid[name] = (None if mask is None
+                           else np.unpackbits(np.frombuffer(mask, dtype=np.uint8), count=n).astype(bool))
         return cls(n, values, valid)
 
 

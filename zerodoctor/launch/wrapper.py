@@ -148,7 +148,8 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
             "zerodoctor": __version__, "started": time.time()}
     _write_json(run_dir / "meta.json", meta)
     lock = threading.Lock()
-    console = os.open(run_dir / "console.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, file_mode(run_dir))
+    console = os.open(run_dir / "console.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                      file_mode(run_dir))
     with os.fdopen(console, "ab") as log:
         tees = [_Tee(sys.stdout.fileno(), log, lock), _Tee(sys.stderr.fileno(), log, lock)]
         try:
@@ -209,7 +210,8 @@ def finish_run_dir(run_dir: Path, run_id: str, returncode: int) -> None:
         return
     first = min(starts, key=lambda e: e.get("rank", 0))
     if first.get("config") and not (run_dir / CONFIG_COPY).exists():
-        _write_json(run_dir / CONFIG_COPY, redact_config(first["config"]))  # a rank file from an older probe is not redacted
+        # a rank file from an older probe is not redacted
+        _write_json(run_dir / CONFIG_COPY, redact_config(first["config"]))
     world = first.get("world_size") or 0
     if len(starts) < world:
         print(f"zerodoctor: only {len(starts)} of {world} ranks wrote events to {run_dir}; on several nodes "

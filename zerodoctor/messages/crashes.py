@@ -9,7 +9,9 @@ the kernel's OOM killer (``Out of memory: Killed process N (name)``; cgroup v2 `
 ``Detected N oom-kill event(s)``), glibc's and CPython's fatal-signal lines. A family is ``root`` when it is
 a cause, not a consequence: once one rank hits an illegal memory access the others see NCCL errors and
 SIGABRTs, and the root names the run's fault. Families are tried in the order below, so the most specific
-wins; ``classify`` answers ``None`` for a message no family knows (the caller names it "unknown").
+wins; ``classify`` answers ``None`` for a message no family knows (the caller names it "unknown"). Each
+family is one record, the fatal dialect's prefilter and line families derived from it: adding a family is
+one record plus its tests (docs/families.md).
 """
 
 from __future__ import annotations
@@ -20,20 +22,39 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Family:
+    """One kind of fault, as every library that reports it words it: the one record every reader derives from.
+
+    ``keywords`` are the words the text prefilter (``sources/text.py``) finds a line by that shows the family
+    alone, with no exception around it (a killer's, a signal's, a kernel assertion's own line); the fatal
+    dialect's prefilter is their union, and it reads a line alone for these families only. A family without
+    keywords shows only in an exception's message, found by the exception's type. A keyword starts with a
+    capital or a symbol where it can: each common first letter slows every line's prefilter. ``alone``: words
+    that name the family on such a line only, never inside a message (a shell's bare "Killed").
+    """
+
     name: str
     pattern: re.Pattern
     root: bool  # a cause in its own right (True) or what other ranks see after one died (False)
+    keywords: tuple[bytes, ...] = ()
+    alone: re.Pattern | None = None
+
+    @property
+    def line(self) -> bool:
+        """A line may show it on its own (sources/fatal.py reports such a line once per rank)."""
+        return bool(self.keywords)
 
 
-def _family(name: str, pattern: str, *, root: bool = True) -> Family:
-    return Family(name, re.compile(pattern), root)
+def _family(name: str, pattern: str, *, root: bool = True, keywords: tuple[bytes, ...] = (),
+            alone: str | None = None) -> Family:
+    return Family(name, re.compile(pattern), root, keywords, re.compile(alone) if alone else None)
 
 
 # Not a fault of the run: the user or the scheduler stopped it, or torchrun reports a child's failure
 # (its own traceback names no cause; the child's does).
 NOT_A_FAULT = re.compile(r"^(?:KeyboardInterrupt|SystemExit|torch\.distributed\.elastic\.multiprocessing\.errors\."
                          r"ChildFailedError|ChildFailedError|subprocess\.CalledProcessError|CalledProcessError|"
-                         # torchrun told to stop (SIGTERM/SIGINT/SIGHUP/SIGQUIT: scancel, Ctrl-C), elastic/multiprocessing/api.py
+                         # torchrun told to stop (SIGTERM/SIGINT/SIGHUP/SIGQUIT: scancel, Ctrl-C),
+                         # elastic/multiprocessing/api.py
                          r"(?:torch\.distributed\.elastic\.multiprocessing\.api\.)?SignalException)\b")
 
 # What NCCL returned when a call failed, as ProcessGroupNCCL reports it: "NCCL error: " + ncclGetErrorWithVersion
@@ -45,21 +66,31 @@ NCCL_RESULT = (r"NCCL error:? |\bnccl(?:InternalError|UnhandledCudaError|SystemE
 
 FAMILIES: tuple[Family, ...] = (
     _family("illegal_memory_access",
-            r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|illegal instruction was encountered"
-            r"|misaligned address"),
+            r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress"
+            r"|illegal instruction was encountered|misaligned address",
+            keywords=(b"CUDA error", b"THCudaCheck", b"IllegalAddress", b"Cuda failure")),
     _family("device_side_assert",
-            r"device-side assert(?:ion)?s? triggered|cudaErrorAssert|\.cu(?:h)?:\d+: [^\n]{0,300}Assertion [^\n]{1,300} failed"),
+            r"device-side assert(?:ion)?s? triggered|cudaErrorAssert"
+            r"|\.cu(?:h)?:\d+: [^\n]{0,300}Assertion [^\n]{1,300} failed",
+            keywords=(b"CUDA error", b"Assertion")),
     _family("device_mismatch",
             r"Expected all tensors to be on the same device|Expected object of device type \w+ but got device type"
-            r"|is on (?:CPU|cpu), but expected (?:it|them) to be on GPU|Expected tensor for argument #\d+ '\w+' to have "
+            r"|is on (?:CPU|cpu), but expected (?:it|them) to be on GPU"
+            r"|Expected tensor for argument #\d+ '\w+' to have "
             r"the same device|Input type \([\w.]+\) and weight type \([\w.]+\) should be the same"
             r"|indices should be either on cpu or on the same device|is not on the expected device"),
-    _family("cuda_oom", r"CUDA out of memory\.|OutOfMemoryError: CUDA|CUDA error: out of memory"),
+    # the caching allocator's "CUDA out of memory. Tried to allocate …" (its numbers are sources/torch.py's), and
+    # C10_CUDA_CHECK's "CUDA error: out of memory" (cudaErrorMemoryAllocation: a CUDA call outside the allocator),
+    # which a C++ thread or libtorch prints with no Python type before it ("  what():  CUDA error: out of memory",
+    # c10/cuda/CUDAException.cpp, c10/util/Exception.cpp): a line may show it alone
+    _family("cuda_oom", r"CUDA out of memory\.|OutOfMemoryError: CUDA|CUDA error: out of memory",
+            keywords=(b"CUDA error",)),
     _family("host_alloc_failed",
             r"(?:^|\b)MemoryError\b|std::bad_alloc|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
             r"|\[Errno 12\] Cannot allocate memory|Unable to allocate [\d.]+ [KMGT]i?B for an array"
             r"|posix_memalign\([^)]*\) == 0\. 12 vs 0"
-            r"|memory allocation of \d+ bytes failed"),  # Rust's global allocator (tokenizers, safetensors)
+            r"|memory allocation of \d+ bytes failed",  # Rust's global allocator (tokenizers, safetensors)
+            keywords=(b"::bad_alloc", b"DefaultCPUAllocator", b"bytes failed")),
     # the kernel's and the scheduler's own words; Ray's list of *possible* causes of a dead actor ("killed by
     # SIGKILL by OOM killer due to high memory usage" among others) is no evidence (ZD405's doc)
     _family("host_oom_kill",
@@ -69,13 +100,22 @@ FAMILIES: tuple[Family, ...] = (
             # CONSTRAINT_NONE/CPUSET/MEMORY_POLICY/MEMCG; matched from "=" on, so a line begun after "oom-kill:" counts
             r"|=CONSTRAINT_[A-Z_]+,nodemask="
             # torch/csrc/DataLoader.cpp: "DataLoader worker (pid {}) is killed by signal: {}. ", strsignal(SIGKILL)
-            r"|DataLoader worker \(pid \d+\) is killed by signal: Killed"),
+            r"|DataLoader worker \(pid \d+\) is killed by signal: Killed",
+            keywords=(b"Killed", b"Detected ", b"Memory cgroup", b"Out of memory", b"=CONSTRAINT_"),
+            # A process SIGKILLed, in a shell's words: the bare "Killed" (an interactive shell, dash), or bash's report
+            # of a foreground job in a script (jobs.c notify_of_job_status: "%s: line %d: ", then pretty_print_job's
+            # "%5ld" pid and the signal's description), the name the shell's or the script's ("/bin/bash", "bash",
+            # "train.sh"), anywhere in the line (a timestamp or a rank prefix before it).
+            alone=r"^\s*Killed\b|\S+: line \d+: +\d+ Killed\b"),
     # op_builder/async_io.py: DeepSpeed's NVMe op needs libaio (headers to build, the .so to load)
-    _family("async_io_unavailable", r"Unable to (?:pre-compile|JIT load) (?:the )?async_io|libaio\.so[\w.]*: cannot open"),
-    _family("nvcc_arch_unsupported", r"nvcc fatal\s*: Unsupported gpu architecture"),
+    _family("async_io_unavailable",
+            r"Unable to (?:pre-compile|JIT load) (?:the )?async_io|libaio\.so[\w.]*: cannot open"),
+    _family("nvcc_arch_unsupported", r"nvcc fatal\s*: Unsupported gpu architecture",
+            keywords=(b"Unsupported gpu",)),
     _family("missing_shared_library",
             r"lib[\w.+-]*\.so[\w.]*: cannot open shared object file|undefined symbol: \w|cannot open shared object file"
-            r"|Could not load library lib\w+|DLL load failed"),
+            r"|Could not load library lib\w+|DLL load failed",
+            keywords=(b": undefined symbol", b": cannot open shared")),
     # runtime/config_utils.py DeepSpeedConfigModel (extra="forbid") and its sections, pydantic v1 and v2 alike:
     # "N validation error(s) for DeepSpeedZeroConfig" then the keys ("extra fields not permitted" /
     # "Extra inputs are not permitted"): DeepSpeed refused the config before any step
@@ -93,7 +133,8 @@ FAMILIES: tuple[Family, ...] = (
     # must be divisible by the number of generations used for evaluation (N)." 0.27+ (none before 0.15). Matched
     # from ") must be" on: the sentence's head differs in every version, its tail does not
     _family("trl_generations_indivisible",
-            r"\) must be (?:evenly )?divisible by (?:the number of generations|num_generations \(|the global batch size \()"),
+            r"\) must be (?:evenly )?divisible by "
+            r"(?:the number of generations|num_generations \(|the global batch size \()"),
     # CPython's words for an operator its operands' types do not have: Objects/object.c do_richcompare "'%s' not
     # supported between instances of '%.100s' and '%.100s'" (3.6+), Objects/abstract.c binop_type_error
     # "unsupported operand type(s) for %.100s: '%.100s' and '%.100s'", unicodeobject.c "can only concatenate str
@@ -113,12 +154,16 @@ FAMILIES: tuple[Family, ...] = (
     # that takes the sentence's start (signals/mismatch.py reads the rest)
     _family("collective_mismatch",
             r"Detected mismatch between collectives on ranks"
-            r"|is running (?:inconsistent )?collective: CollectiveFingerPrint\("),
+            r"|is running (?:inconsistent )?collective: CollectiveFingerPrint\(",
+            keywords=(b"Detected ", b"CollectiveFingerPrint(")),
     _family("missing_module", r"ModuleNotFoundError: No module named|ImportError: No module named"
             r"|ImportError: cannot import name|No module named '[\w.]+'"),
     _family("nonfinite_loss",
             r"Loss became infinite or NaN|(?i:(?<![a-z])loss\b['\"\]]?(?:\s+is)?\s*[:=]?\s*['\"]?(?:nan|[-+]?inf)\b)"
-            r"|(?i:\bnan loss\b|non-finite loss|loss is not finite)"),
+            r"|(?i:\bnan loss\b|non-finite loss|loss is not finite)",
+            # a NaN loss in a progress line, found through "=nan" / ": nan" / "] nan" and not a lower-case "nan"
+            keywords=(b"=nan", b"= nan", b": nan", b"] nan", b"loss nan", b"Loss nan", b"loss inf", b"Loss inf",
+                      b"NaN")),
     # DeepSpeed's own cuBLAS/rocBLAS GEMM wrappers (csrc/transformer/cublas_wrappers.cu, the training kernels, 0.2.0+;
     # inference_cublas_wrappers.h 0.7.3+; inference v2 blas_utils.h 0.12+) print a failed status to stderr and go on:
     # "!!!! kernel execution error.\n" (0.2.0-0.3.0), then "!!!! kernel execution error. (m: %d, n: %d, k: %d,
@@ -129,7 +174,9 @@ FAMILIES: tuple[Family, ...] = (
             r"|CUDA driver version is insufficient|unspecified launch failure|uncorrectable ECC error"
             r"|CUDA error: [a-z]|cudaError\w+|CUDA-capable device\(s\) is/are busy or unavailable"
             r"|Found no NVIDIA driver|nvcc fatal\s*:|cublas runtime error|cuda runtime error \(\d+\)"
-            r"|!!!! kernel execution error\."),
+            r"|!!!! kernel execution error\.",
+            keywords=(b"CUDA error", b"CUBLAS_STATUS", b"CUDNN_STATUS", b"THCudaCheck", b"Cuda failure",
+                      b"!!!! kernel execution error")),
     # torch/csrc/DataLoader.cpp: a DataLoader worker's SIGBUS handler ("ERROR: Unexpected bus error encountered in
     # worker. This might be caused by insufficient shared memory (shm).") and the main process finding the worker
     # dead ("DataLoader worker (pid N) is killed by signal: Bus error. It is possible that dataloader's workers are
@@ -137,7 +184,8 @@ FAMILIES: tuple[Family, ...] = (
     # same words, the hint added for SIGBUS alone, so the head "is killed by signal: Bus error" says it where a
     # terminal cut the hint off). Before native_crash: its "Bus error" is a full /dev/shm, not a compiled extension's.
     _family("dataloader_shm", r"Unexpected bus error encountered in worker|insufficient shared memory \(shm\)"
-            r"|workers are out of shared memory|DataLoader worker \(pid [\d, ]+\) is killed by signal: Bus error"),
+            r"|workers are out of shared memory|DataLoader worker \(pid [\d, ]+\) is killed by signal: Bus error",
+            keywords=(b"Bus error", b"Unexpected bus error", b"insufficient shared memory")),
     # A native crash is a cause (the others' NCCL errors and timeouts follow it); SIGABRT is most often an effect
     # (NCCL's watchdog, c10::Error thrown in a destructor) and is read apart, below. A signal's bare name is prose
     # (Ray lists "killed by SIGSEGV or other unexpected errors" among possible causes): only the words of the
@@ -145,7 +193,9 @@ FAMILIES: tuple[Family, ...] = (
     _family("native_crash",
             r"Segmentation fault|\(SIGSEGV\)|SIGSEGV received|received signal SIGSEGV|Bus error|\(SIGBUS\)"
             r"|Floating[ -]point exception|\(SIGFPE\)|Illegal instruction|\(SIGILL\)"
-            r"|Fatal Python error: (?:Segmentation|Bus|Floating|Illegal)"),
+            r"|Fatal Python error: (?:Segmentation|Bus|Floating|Illegal)",
+            keywords=(b"Segmentation fault", b"Fatal Python error", b"SIG", b"Bus error",
+                      b"Floating point exception")),
     _family("collective_timeout",
             r"Watchdog caught collective operation timeout|timed out in blocking wait|watchdog got stuck"
             # WorkNCCL::handleException's epitaph for any failed work: a timeout unless the NCCL result it announces
@@ -155,12 +205,15 @@ FAMILIES: tuple[Family, ...] = (
             r"|DistStoreError: .{0,80}[Tt]imed out|wait timeout after \d+ ?ms"
             r"|Timed out initializing process group in store based barrier", root=False),
     _family("nccl_error",
-            r"NCCL error in: |nccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage|InvalidArgument|RemoteError)"
+            r"NCCL error in: "
+            r"|nccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage|InvalidArgument|RemoteError)"
             r"|unhandled (?:system|cuda) error, NCCL version|NCCL communicator was aborted|DistBackendError"
-            r"|Connection (?:reset|closed) by (?:peer|remote)", root=False),
+            r"|Connection (?:reset|closed) by (?:peer|remote)", root=False,
+            keywords=(b"NCCL error",)),
     _family("process_aborted",
             r"\(SIGABRT\)|SIGABRT received|received signal SIGABRT|Aborted \(core dumped\)|Fatal Python error: Aborted"
-            r"|terminate called (?:without|after)", root=False),
+            r"|terminate called (?:without|after)", root=False,
+            keywords=(b"SIG", b"(core dumped)", b"Fatal Python error")),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
 # A traceback's frame as Python prints it: the probe's events and a console log's both keep frames in this form.

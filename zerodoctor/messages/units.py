@@ -46,7 +46,8 @@ def format_large(value: float) -> str:
 
 
 def format_seconds(seconds: float) -> str:
-    """A duration in the unit that keeps it short: ``42.6 ms``, ``12.5 s``, ``80.9 s``, ``3.2 min``, ``1.5 h`` (µs below 1 ms)."""
+    """A duration in the unit that keeps it short: ``42.6 ms``, ``12.5 s``, ``80.9 s``, ``3.2 min``, ``1.5 h``
+    (µs below 1 ms)."""
     size = abs(seconds)
     if size < 1e-3:
         return f"{seconds * 1e6:.3g} µs" if seconds else "0 s"
@@ -68,7 +69,8 @@ def plural(word: str, count: float) -> str:
 
 
 def format_count(count: float, word: str) -> str:
-    """``count`` whole things: ``1 step``, ``992 steps``, ``12,480 steps``; a fraction of one is ``less than 1 step``."""
+    """``count`` whole things: ``1 step``, ``992 steps``, ``12,480 steps``; a fraction of one is
+    ``less than 1 step``."""
     if isinstance(count, float) and not count.is_integer():
         if 0 < abs(count) < 1:
             return f"less than 1 {word}"

@@ -224,7 +224,7 @@ class Pipeline:
             yield
         except SQLAlchemyError:
             raise  # the store failing: the caller rolls back and reads the lines again
-        except Exception as exc:  # noqa: BLE001 - one run's bad values or a bug must not stop every run
+        except Exception as exc:
             why = f"{type(exc).__name__}: {exc}"[:500]
             log.error("run %s set aside: its view failed (%s); it is not judged, its events are stored, every "
                       "other run goes on", name, why, exc_info=bool(os.environ.get("ZERODOCTOR_DEBUG")))

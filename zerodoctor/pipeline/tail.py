@@ -234,7 +234,8 @@ class FileTail:
         identity = _identity(handle)
         if identity == self.identity and self.fingerprint is None and self.offset:
             self._sign(conn, handle)  # a row stored before fingerprints were: this file is taken as the one read
-        elif identity == self.identity and self.fingerprint is not None and self._fingerprint(handle) != self.fingerprint:
+        elif (identity == self.identity and self.fingerprint is not None
+              and self._fingerprint(handle) != self.fingerprint):
             log.warning("%s: a new file with the old one's inode (its first bytes differ from those read); "
                         "reading it from the start", self.name)
             self._reset(conn, identity)

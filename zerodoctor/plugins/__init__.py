@@ -53,7 +53,7 @@ def _state() -> _State:
         try:
             pm.register(ep.load(), name=ep.name)
             origins[ep.name] = dist
-        except Exception as exc:  # a broken plugin must not take the CLI down
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the CLI down
             failures.append(PluginInfo(ep.name, f"failed: {type(exc).__name__}: {exc}", ()))
             print(f"zerodoctor: warning: plugin '{ep.name}' ({dist}) failed to load and is skipped: "
                   f"{type(exc).__name__}: {exc}", file=sys.stderr)
@@ -68,14 +68,14 @@ def hook() -> Any:
     return _state().manager.hook
 
 
-def collected(results: list) -> list:
+def collected(results: list[list[Any] | None]) -> list[Any]:
     """Flatten per-plugin list results, built-ins (registered first, called last by pluggy) first."""
     return [item for result in reversed(results) if result for item in result]
 
 
-def merged(results: list[dict]) -> dict:
+def merged(results: list[dict[str, Any] | None]) -> dict[str, Any]:
     """Merge per-plugin dict results; a later plugin may add keys but not replace the core's."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for result in reversed(results):
         for key, value in (result or {}).items():
             out.setdefault(key, value)

@@ -244,7 +244,8 @@ class EngineProbe:
         self.writer.emit("fix_check", step=self.engine.global_steps, expected=expected, observed=observed,
                          in_effect=ok)
         if not ok:
-            self.not_in_effect = (f"zerodoctor: fix not in effect after the resume: the patched config sets {expected}, "
+            self.not_in_effect = (f"zerodoctor: fix not in effect after the resume: the patched config sets "
+                                  f"{expected}, "
                                   f"the engine runs with {observed}; stopping this attempt")
 
     def flush_comm(self, now: float | None = None) -> None:

@@ -156,7 +156,7 @@ def watch_data_loader(phase: RankPhase) -> None:
     original = cls.__next__
     perf = time.perf_counter
 
-    def __next__(self: Any) -> Any:
+    def __next__(self: Any) -> Any:  # noqa: N807 - it stands in for the method it wraps
         if phase.thread != threading.get_ident():
             return original(self)
         start = perf()

@@ -6,8 +6,11 @@ Secrets are found by pattern, wherever they sit in an argument: the value of a f
 ``NAME=value`` or a URL query parameter whose name contains token, key, secret, password,
 passphrase, auth or credential (also inside a ``bash -c '…'`` string); the password of a URL
 (``scheme://user:pw@host``); and values that look like a known token (``ghp_…``, ``hf_…``,
-``sk-…``) under any name. A number is kept where only a token or key names it
-(``--max_new_tokens 128`` is no credential), and redacted under the other names (``--password 1234``).
+``sk-…``) under any name; the credentials of an HTTP ``Authorization`` header (``-H 'Authorization: Bearer X'``)
+and a ``Bearer X`` anywhere; and the short password flags of the database and network clients whose names say
+no word above (``-p X`` of mysql and sshpass, ``--pw``, ``--pwd``, ``--pass``), on the command line itself. A
+number is kept where only a token or key names it (``--max_new_tokens 128`` is no credential), and redacted under
+the other names (``--password 1234``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ _VALUE = r"""('[^']*'|"[^"]*"|[^\s&;'"]+)"""
 _INNER_ASSIGNMENT = re.compile(rf"(?<![\w.-])((?=[A-Za-z_])[\w.-]*{_WORD}[\w.-]*)(=)" + _VALUE, re.IGNORECASE)
 _INNER_FLAG = re.compile(rf"(?<![\w-])(--?(?=[A-Za-z])[\w.-]*{_WORD}[\w.-]*)(=|\s+(?!-))" + _VALUE,
                          re.IGNORECASE)  # a next flag is no value
+# RFC 9110's Authorization credentials: a scheme and its token, or the token alone; a Bearer token anywhere.
+_AUTHORIZATION = re.compile(r"(\bAuthorization\s*[:=]\s*(?:(?:Bearer|Basic|Token|Digest)\s+)?)(\S+)", re.IGNORECASE)
+_BEARER = re.compile(r"(\bBearer\s+)([A-Za-z0-9._~+/-]+=*)")
+# Password flags whose names hold no word of _WORD; ``-p`` only as an argument of its own (``mkdir -p`` in a script
+# is no password), so inside a script only the long ones.
+_PASSWORD_FLAGS = frozenset({"-p", "--pw", "--pwd", "--pass", "--passwd"})
+_INNER_PASSWORD_FLAG = re.compile(r"(?<![\w-])(--(?:pw|pwd|pass|passwd))(=|\s+(?!-))" + _VALUE)
 _URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)([^\s/@]+)(@)")
 # Known token formats: GitHub, Hugging Face, OpenAI, Slack, AWS access key ids, GitLab.
 _TOKEN = re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{30,}|hf_[A-Za-z0-9]{30,}|sk-[\w-]{20,}"
@@ -39,6 +49,10 @@ _TOKEN = re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{30,}|hf_[A-Z
 
 def secret_name(name: str) -> bool:
     return bool(_SECRET.search(name))
+
+
+def _secret_flag(flag: str) -> bool:
+    return secret_name(flag) or flag in _PASSWORD_FLAGS
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -53,7 +67,7 @@ def redact_argv(argv: list[str]) -> list[str]:
         secret_next = None
         if arg.startswith("-"):
             flag, eq, value = arg.partition("=")
-            if secret_name(flag):
+            if _secret_flag(flag):
                 if eq:
                     arg = f"{flag}={_redacted(value, flag)}"
                 else:
@@ -78,9 +92,13 @@ def redact_config(value: Any, key: str = "") -> Any:
 def scrub(text: str) -> str:
     """``text`` with the secrets inside it replaced: known token formats, a URL's password, and the value of
     each secret-shaped ``NAME=value`` or ``--flag value`` in it (a shell script passed as one argument)."""
+    if "uth" in text or "earer" in text:  # before NAME=value, which would take the scheme for the secret
+        text = _AUTHORIZATION.sub(lambda m: m[1] + REDACTED, text)
+        text = _BEARER.sub(lambda m: m[1] + REDACTED, text)
     if "=" in text or "-" in text:
         text = _INNER_ASSIGNMENT.sub(_inner, text)
         text = _INNER_FLAG.sub(_inner, text)
+        text = _INNER_PASSWORD_FLAG.sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", text)
     if "://" in text:
         text = _URL_PASSWORD.sub(lambda m: m[1] + REDACTED + m[3], text)
     return _TOKEN.sub(REDACTED, text)

@@ -13,8 +13,8 @@ schedule kept (each group's lr and base scaled by patched ÷ configured lr), whi
 lower lr would step with there. On the first
 step after the load the probe compares what the engine runs with from then on (the lr after the
 step, once a scheduler had its say) against them: an lr above the patched one (a scheduler that
-sets the lr itself from its own settings, say) or other loss scaling stops the attempt, since training on would spend the restart
-on the fault it was meant to cure.
+sets the lr itself from its own settings, say) or other loss scaling stops the attempt, since training on would spend
+the restart on the fault it was meant to cure.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Report, check: a ``CheckReport`` → text for people (findings, DeepSpeed's verdict, memory plan) or JSON."""
+"""Report, check: a ``CheckReport`` → text for people (findings, DeepSpeed's verdict, the plan of memory and step
+time per ZeRO option) or JSON."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 from rich.console import Console
 
 from zerodoctor import __version__
-from zerodoctor.config.memory_plan import ASSUMPTION
+from zerodoctor.config.memory_plan import ASSUMPTION, PlanRow, within_error
 from zerodoctor.config.static import CheckReport
+from zerodoctor.deepspeed.steptime import Inputs, StepTime
+from zerodoctor.signals.memory import HEADROOM
 from zerodoctor.report.terminal import escape, wrap_width
 from zerodoctor.report.text import finding_block
 
@@ -28,9 +31,37 @@ def to_json(report: CheckReport) -> dict[str, Any]:
         "unevaluated": [u.to_json() for u in report.unevaluated],
         "deepspeed": report.deepspeed.to_json() if report.deepspeed else None,
         "memory_plan": [r.to_json() for r in report.memory_plan],
-        "recommendation": report.recommendation.to_json() if report.recommendation else None,
+        "recommendation": _pick_json(report) if report.recommendation else None,
         "assumption": ASSUMPTION if report.recommendation or report.gpu_mem_bytes else None,
+        "step_time_inputs": _inputs_json(report.timing) if report.timing else None,
+        "calibrated_from": report.calibrated_from,
     }
+
+
+def margin_bytes(report: CheckReport, row: PlanRow) -> int | None:
+    """GPU memory an option leaves unused under the headroom: how far it is from not fitting."""
+    return int(HEADROOM * report.gpu_mem_bytes - row.model_states_bytes_per_gpu) if report.gpu_mem_bytes else None
+
+
+def _pick_json(report: CheckReport) -> dict[str, Any]:
+    pick = report.recommendation
+    assert pick is not None
+    near = within_error(report.memory_plan, pick)
+    rival = {"stage": near[0].stage, "offload": near[0].offload, "step_time_s": near[0].step.total.value,
+             "model_error": near[1]} if near and near[0].step else None
+    return {**pick.to_json(), "margin_bytes": margin_bytes(report, pick), "within_error_of": rival}
+
+
+def _inputs_json(timing: Inputs) -> dict[str, Any]:
+    """Each rate the step times were priced on, with its mark and source."""
+    figures = {"tokens_per_gpu": timing.tokens_per_gpu, "layers": timing.layers, "peak_flops": timing.peak_flops,
+               "utilisation": timing.mfu, "intra_node_bytes_per_s": timing.intra_bw,
+               "inter_node_bytes_per_s": timing.inter_bw, "pcie_bytes_per_s": timing.pcie_bw,
+               "host_bytes_per_s": timing.host_bw,
+               "cpu_adam_params_per_s": timing.cpu_adam, "layer_fetch_s": timing.layer_fetch_s}
+    if timing.compute_s is not None:
+        figures["compute_s"] = timing.compute_s
+    return {name: {"value": f.value, "mark": f.mark, "source": f.source} for name, f in figures.items()}
 
 
 def render(report: CheckReport, console: Console) -> None:
@@ -72,26 +103,93 @@ def _plan(report: CheckReport, console: Console) -> None:
     for row in report.memory_plan:
         by_source.setdefault((row.stage, row.offload), {})[row.source] = row
     has_ds = any(r.source == "deepspeed-estimator" for r in report.memory_plan)
-    console.print(f"Model states per GPU, {report.params:.3g} parameters on {report.world_size} GPUs "
-                  "(GB = 10^9 bytes; mixed-precision Adam, K = 12):")
+    timed = any(r.step for r in report.memory_plan)
+    console.print(f"Model states per GPU{' and step time' if timed else ''}, {report.params:.3g} parameters on "
+                  f"{report.world_size} GPUs (GB = 10^9 bytes; mixed-precision Adam, K = 12):")
     console.print(f"  {'stage':<6}{'offload':<17}{'ZeRO paper':>11}" + (f"{'DeepSpeed est.':>16}" if has_ds else "")
-                  + ("   fits" if report.gpu_mem_bytes else ""))
+                  + ("   fits" if report.gpu_mem_bytes else "") + ("   step time" if timed else ""))
     for (stage, offload), rows in by_source.items():
         paper, ds = rows.get("zero-paper"), rows.get("deepspeed-estimator")
         line = f"  {stage:<6}{offload:<17}{paper.model_states_bytes_per_gpu / 1e9:>8.2f} GB"
         if has_ds:
             line += f"{ds.model_states_bytes_per_gpu / 1e9:>13.2f} GB" if ds else " " * 16
         if paper.fits is not None:
-            line += "   yes" if paper.fits else "   no"
+            line += "   yes" if paper.fits else "   no "
+        if paper.step:
+            line += f"  {_step_cell(paper.step)}"
         console.print(line)
     if has_ds:
         console.print("  [dim]DeepSpeed's estimators print these /2^30 and call it GB; ZeRO-3 rows leave out the "
                       "largest layer (4 bytes per parameter of it), which a config does not tell[/]")
+    if report.timing:
+        console.print(f"  [dim]{escape(inputs_line(report.timing, report.calibrated_from))}[/]")
     if report.gpu_mem_bytes:
         pick = report.recommendation
         console.print(f"  assumption: {ASSUMPTION}")
         if pick:
-            console.print(f"[bold]Recommended:[/] ZeRO stage {pick.stage}, offload {pick.offload} "
-                          f"({pick.model_states_bytes_per_gpu / 1e9:.2f} GB of {report.gpu_mem_bytes / 1e9:.0f} GB)")
+            console.print(pick_line(report, pick))
         else:
             console.print("[bold red]No ZeRO option fits:[/] add GPUs or offload to NVMe")
+
+
+def pick_line(report: CheckReport, pick: PlanRow) -> str:
+    """The Recommended line: the option, its memory and margin, its step time, and, when a faster option is
+    within the model's error of it, both named and why the simpler stands."""
+    spare = margin_bytes(report, pick) or 0
+    time = f"; {_seconds(pick.step.total.value)} a step, {pick.step.total.mark}" if pick.step else ""
+    near = within_error(report.memory_plan, pick)
+    how = ("the first option that fits, simplest first" if not pick.step
+           else "the simpler option that fits" if near else "the fastest option that fits")
+    line = (f"[bold]Recommended:[/] ZeRO stage {pick.stage}, offload {pick.offload}, {how} "
+            f"({pick.model_states_bytes_per_gpu / 1e9:.2f} GB of {(report.gpu_mem_bytes or 0) / 1e9:.0f} GB, "
+            f"{spare / 1e9:.2f} GB to spare{time})")
+    if near and near[0].step:
+        rival, error = near
+        both = ((_option(pick, pick.offload != rival.offload), _option(rival, pick.offload != rival.offload))
+                if pick.stage != rival.stage else (f"offload {pick.offload}", f"offload {rival.offload}"))
+        line += (f": {both[0]} and {both[1]} are within the model's error ({error:.0%}; "
+                 f"{_seconds(near[0].step.total.value)} a step); {both[0]} is simpler")
+    return line
+
+
+def _option(row: PlanRow, offload: bool) -> str:
+    return f"stage {row.stage}" + (f" with offload {row.offload}" if offload else "")
+
+
+_PARTS = (("comm", "collectives"), ("fetch", "layer fetch"), ("pcie", "PCIe"), ("optimizer", "CPU Adam"))
+
+
+def _step_cell(step: StepTime) -> str:
+    """``10.03 s assumed  CPU Adam 7.00 s, PCIe 0.16 s``: the step, its mark, and what it holds beside compute."""
+    extra = ", ".join(f"{word} {_seconds(getattr(step, part).value)}" for part, word in _PARTS
+                      if getattr(step, part).value >= 0.005)
+    return f"{_seconds(step.total.value):>9} {step.total.mark:<9}" + (f" {extra}" if extra else "")
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value >= 0.1 else f"{value * 1000:.0f} ms"
+
+
+def inputs_line(timing: Inputs, calibrated_from: str | None) -> str:
+    """Where the step times come from, each input with its mark, and what would replace the assumed ones."""
+    if timing.compute_s is not None:
+        compute = f"forward + backward {_seconds(timing.compute_s.value)} a step ({timing.compute_s.mark}"
+        compute += f", from {calibrated_from})" if calibrated_from else ")"
+    else:
+        compute = (f"compute 6 × parameters × {timing.tokens_per_gpu.value:,.0f} tokens per GPU "
+                   f"({timing.tokens_per_gpu.mark}) at {timing.peak_flops.value / 1e12:.0f} TFLOPS "
+                   f"({timing.peak_flops.mark}) × {timing.mfu.value:.0%} ({timing.mfu.mark})")
+    links = (f"links {timing.intra_bw.value / 1e9:.3g} GB/s in a node ({timing.intra_bw.mark}), "
+             f"{timing.inter_bw.value / 1e9:.3g} GB/s out of it ({timing.inter_bw.mark}), "
+             f"PCIe {timing.pcie_bw.value / 1e9:.3g} GB/s a GPU ({timing.pcie_bw.mark}), "
+             f"{timing.host_bw.value / 1e9:.3g} GB/s a host ({timing.host_bw.mark})")
+    adam = f"CPU Adam {timing.cpu_adam.value:.2g} parameters/s a node ({timing.cpu_adam.mark})"
+    fetch = f"ZeRO-3 {_seconds(timing.layer_fetch_s.value)} per layer gather × {timing.layers.value:.0f} layers"
+    text = f"step time: {compute}; {links}; {adam}; {fetch} ({worst_mark(timing)})"
+    if not calibrated_from:
+        text += "; --seq-len, --gpu, --gpus-per-node, --inter-node or --from RUN_OR_LOG replace what is assumed"
+    return text
+
+
+def worst_mark(timing: Inputs) -> str:
+    return "assumed" if "assumed" in (timing.layers.mark, timing.layer_fetch_s.mark) else "nominal"

@@ -42,7 +42,8 @@ def lines(c: Comparison) -> list[str]:
     out += ["", f"[bold]config[/]: {len(c.config)} key(s) differ" if c.config else "[bold]config[/]: the same"]
     if c.config:
         out.append(f"  {'key':<{width}}{'A':>16}  {'B':>16}")
-        out += [f"  {mescape(k):<{width}}{mescape(_value(va)):>16}  {mescape(_value(vb)):>16}" for k, va, vb in c.config]
+        out += [f"  {mescape(k):<{width}}{mescape(_value(va)):>16}  {mescape(_value(vb)):>16}"
+                for k, va, vb in c.config]
     out += ["", "[bold]per step[/] (mean over the run's steps)", f"  {'':<{width}}{'A':>16}  {'B':>16}"]
     for label, unit, va, vb in c.numbers:
         out.append(f"  {label:<{width}}{_num(va, unit):>16}  {_num(vb, unit):>16}")

@@ -31,12 +31,15 @@ CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#222}
 h1{font-size:20px;margin:4px 0}h2{font-size:18px;margin:28px 0 6px;border-bottom:1px solid #ddd}
 h3{font-size:15px;margin:0 0 4px}.verdict{font-size:16px;padding:8px 12px;border-radius:6px;margin:6px 0}
-.sev-error{background:#fde8e8;border-left:5px solid #c62828}.sev-warning{background:#fff4e0;border-left:5px solid #ef6c00}
+.sev-error{background:#fde8e8;border-left:5px solid #c62828}.sev-warning{background:#fff4e0;border-left:5px solid
+#ef6c00}
 .sev-info{background:#e8f0fe;border-left:5px solid #1565c0}.sev-ok{background:#e8f5e9;border-left:5px solid #2e7d32}
 .finding{padding:8px 12px;margin:10px 0;border-radius:6px}.meta{color:#555;font-size:13px}
-pre.diff{background:#f7f7f7;padding:6px 10px;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12.5px;margin:4px 0 8px}
+pre.diff{background:#f7f7f7;padding:6px 10px;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12.5px;margin:4px 0
+8px}
 .add{color:#1b5e20}.del{color:#b71c1c}.hunk{color:#6a1b9a}.plots{display:grid;grid-template-columns:1fr 1fr;gap:12px}
-.plot{min-width:0}.plot.wide{grid-column:1/-1}.plot-note{color:#7a4b00;font-size:12px;margin:2px 8px}.note{color:#666;font-style:italic}table{border-collapse:collapse}
+.plot{min-width:0}.plot.wide{grid-column:1/-1}.plot-note{color:#7a4b00;font-size:12px;margin:2px
+8px}.note{color:#666;font-style:italic}table{border-collapse:collapse}
 td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 @media (max-width:900px){.plots{grid-template-columns:1fr}}
 """
@@ -143,7 +146,8 @@ def unevaluated_html(unevaluated: list[Unevaluated]) -> str:
         return ""
     rows = "".join(f"<tr><td>{escape(u.rule)}</td><td>{escape(', '.join(u.missing))}</td>"
                    f"<td>{escape(u.hint or '')}</td></tr>" for u in unevaluated)
-    return (f"<details><summary>{format_count(len(unevaluated), 'rule')} not judged (a signal they need is missing)</summary>"
+    return (f"<details><summary>{format_count(len(unevaluated), 'rule')} not judged "
+            "(a signal they need is missing)</summary>"
             f"<table><tr><th>rule</th><th>needs</th><th>to see it</th></tr>{rows}</table></details>")
 
 

@@ -74,11 +74,7 @@ class LivePages:
         self.directory, self.series, self.every_s = directory, series, every_s
         directory.mkdir(parents=True, exist_ok=True)
         self.runs: dict[str, _Run] = {}
-        try:
-            shown = json.loads((directory / "index.json").read_text())
-        except (OSError, ValueError):
-            shown = {}
-        for name, entry in shown.items():
+        for name, entry in _kept_index(directory / "index.json").items():
             self.runs[name] = _Run(every_s=every_s, shown=entry)
 
     def judged(self, judgement: Judgement) -> None:
@@ -130,3 +126,25 @@ class LivePages:
         script = live_name(page)
         write_atomically(self.directory / script, live_script(body, runs))
         write_atomically(self.directory / page, document(title, body, runs, live=script))
+
+
+def _kept_index(path: Path) -> dict[str, dict]:
+    """What an earlier watch's index showed, run by run: an entry of another shape (a hand edit, a disk fault, an
+    older writer) is left out, so the index is written again with the runs judged from now on, never stopped by it."""
+    try:
+        shown = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(shown, dict):
+        return {}
+    return {name: entry for name, entry in shown.items() if _entry_shape(entry)}
+
+
+def _entry_shape(entry: object) -> bool:
+    if not isinstance(entry, dict) or not isinstance(entry.get("findings", 0), int):
+        return False
+    if not isinstance(entry.get("updated"), (int, float, type(None))):
+        return False
+    top = entry.get("worst")
+    return top is None or isinstance(top, dict) and all(isinstance(top.get(k), str)
+                                                         for k in ("severity", "rule", "name", "message"))

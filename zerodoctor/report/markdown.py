@@ -28,7 +28,8 @@ def to_markdown(report: Report, *, explain: bool = False) -> str:
         out += [not_judged_line(report), ""]
     elif report.unevaluated:
         out += ["## Not judged", ""]
-        out += [f"- {u.rule} (run `{u.run}`): needs {', '.join(u.missing)}" + (f" — to see it: {u.hint}" if u.hint else "")
+        out += [f"- {u.rule} (run `{u.run}`): needs {', '.join(u.missing)}"
+                + (f" — to see it: {u.hint}" if u.hint else "")
                 for u in report.unevaluated]
         out.append("")
     if report.rejected:

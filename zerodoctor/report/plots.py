@@ -24,7 +24,8 @@ SIGNIFICANT = 4  # digits kept per number: a plot has a few hundred pixels, the 
 # (grad norm beside loss) gets the right-hand axis, so neither flattens the other
 STEP_PLOTS = (
     ("scale", "Loss scale (fp16)", "", True, [("loss_scale", "loss scale", "#1f77b4", "left")]),
-    ("loss", "Loss and gradient norm", "", False, [("loss", "loss", "#1f77b4", "left"), ("grad_norm", "grad norm", "#ff7f0e", "right")]),
+    ("loss", "Loss and gradient norm", "", False,
+     [("loss", "loss", "#1f77b4", "left"), ("grad_norm", "grad norm", "#ff7f0e", "right")]),
     ("time", "Step time and where it goes", "s", False, [
         ("step_time_s", "step", "#333333", "left"), ("fwd_s", "forward", "#2ca02c", "left"),
         ("bwd_s", "backward", "#1f77b4", "left"), ("optim_s", "optimizer", "#9467bd", "left"),

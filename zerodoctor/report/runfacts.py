@@ -11,9 +11,12 @@ from typing import Any
 
 from zerodoctor.messages.units import format_count, format_seconds, plural
 
-# The signals the line reads: what a report keeps of each run's values
+# The signals the line reads, then those `check --from` calibrates its step times with: what a report keeps of
+# each run's values
 FACTS = ("run.world_size_stated", "run.ranks_seen", "run.zero_stage", "run.precision", "run.first_step",
-         "run.last_step", "run.step_s", "batch.effective_batch", "comm.fraction")
+         "run.last_step", "run.step_s", "batch.effective_batch", "comm.fraction",
+         "run.world_size", "run.params", "comm.step_s", "comm.compute_s", "offload.optimizer", "offload.param",
+         "offload.optimizer_fraction")
 
 
 def facts_of(values: dict[str, Any]) -> dict[str, Any]:

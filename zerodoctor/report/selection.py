@@ -95,7 +95,8 @@ def _validated(section: Any, path: Path) -> dict[str, tuple[str, ...]]:
     if not isinstance(section, dict):
         raise SelectionError(f"{path}: zerodoctor's settings must be a table")
     if unknown := set(section) - set(KEYS):
-        raise SelectionError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (zerodoctor reads {', '.join(KEYS)})")
+        raise SelectionError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} "
+                             f"(zerodoctor reads {', '.join(KEYS)})")
     out = {}
     for key, value in section.items():
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

@@ -19,8 +19,8 @@ def to_json(statuses: list[RunStatus]) -> dict[str, Any]:
     """The "Status" contract of DESIGN.md."""
     return {"runs": [{
         "run": s.run,
-        "files": [{"path": f.path, "events": f.events, "quarantined": f.quarantined, "offset": f.offset}
-                  for f in s.files],
+        "files": [{"path": f.path, "events": f.events, "quarantined": f.quarantined, "offset": f.offset,
+                   **({"node": f.node} if f.node is not None else {})} for f in s.files],
         "findings": s.findings,
         "last_event_t": s.last_event_t,
         **({"set_aside": s.set_aside} if s.set_aside is not None else {}),  # only a run set aside has it
@@ -47,9 +47,12 @@ def render(statuses: list[RunStatus], console: Console, now: float | None = None
             console.print(f"  [yellow]the probe dropped {format_count(sum(s.dropped.values()), 'event')}[/] on "
                           f"{plural('rank', len(s.dropped))} {ranks} rather than make training wait; "
                           "its record has gaps")
+        shared = {path for path, n in Counter(f.path for f in s.files).items() if n > 1}
         for f in s.files:
             kept = f"  [yellow]{f.quarantined} quarantined[/]" if f.quarantined else ""
-            console.print(f"  {escape(f.path)}  {f.events} events{kept}  offset {f.offset}")
+            # nodes of one job write the same local path, each its own file: the node tells the lines apart
+            where = f" on node {escape(f.node)}" if f.path in shared and f.node is not None else ""
+            console.print(f"  {escape(f.path)}{where}  {f.events} events{kept}  offset {f.offset}")
             for line, reason in f.reasons:
                 console.print(f"      [dim]line {line}: {escape(reason)}[/]")
         for body in s.findings:

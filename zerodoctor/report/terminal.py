@@ -5,20 +5,24 @@ terminal obeys the control sequences in them: OSC 0 sets its title, ``ESC[2J`` c
 screen, a C1 CSI does the same on some terminals, a carriage return overprints a line. So
 every text report (``diagnose``, ``watch``, ``status``, ``check``, ``compare``, Markdown) puts
 input text through ``escape`` (for Rich markup) or ``plain``, and ``watch``'s log lines through
-``PlainFormatter``: C0 and C1 control characters are dropped, newline and tab kept. Colour is
-ours alone: Rich adds it around the text.
+``PlainFormatter``: C0 and C1 control characters are dropped, newline and tab kept, and so are Unicode's
+bidirectional controls (U+202A–U+202E, U+2066–U+2069, the marks U+200E, U+200F, U+061C): a right-to-left override
+in a run name reorders what follows it on the line, the "Trojan Source" trick (CVE-2021-42574). Colour is ours
+alone: Rich adds it around the text.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 
 from rich.console import Console
 from rich.markup import escape as escape_markup
 from rich.text import Text
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but tab and newline, DEL, C1
+# C0 but tab and newline, DEL, C1; the bidirectional marks, embeddings, overrides and isolates
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def plain(text: str) -> str:
@@ -32,9 +36,18 @@ def escape(text: str) -> str:
 
 
 class PlainFormatter(logging.Formatter):
-    """Log lines (file paths, run names, quarantine reasons) without control characters."""
+    """Log lines (file paths, run names, quarantine reasons) without control characters, one line per record.
+
+    A library's record with a traceback (SQLAlchemy's "Error closing cursor" while a PostgreSQL server is down, 20
+    lines) is about a failure zerodoctor handles itself (``watch`` waits for the store with backoff and says so):
+    its line names the exception instead, the traceback stays for ``ZERODOCTOR_DEBUG=1``."""
 
     def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and not record.name.startswith("zerodoctor") and not os.environ.get("ZERODOCTOR_DEBUG"):
+            error = record.exc_info[1]
+            cause = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+            record = logging.makeLogRecord({**record.__dict__, "msg": f"{record.getMessage()} ({cause.rstrip(': ')})",
+                                            "args": None, "exc_info": None, "exc_text": None})
         return plain(super().format(record))
 
 

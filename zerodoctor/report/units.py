@@ -1,8 +1,8 @@
 """Report: a finding's evidence (signal name → value) → short labels, units and formatted numbers.
 
 ``fp16.recent_overflow_rate=0.2308`` reads as "skipped share of the last 100 steps: 23%": the
-label is the head of the signal's doc (its clause before a parenthesis, comma or semicolon: the
-whole doc stays in ``rules show``, ``--explain`` and JSON), the unit says how to print the value
+label is the one the signal declares (``Signal.label``: the whole doc stays in ``rules show``,
+``--explain`` and JSON), the unit says how to print the value
 (bytes as PyTorch prints them, GB figures in the same binary units, ratios as %, seconds as ms/s,
 a count with its word, a rank as "rank 6"). The numbers themselves come from ``zerodoctor/messages/units.py``,
 which templates use too. JSON keeps the signal names and raw values; only text, Markdown and HTML use this.
@@ -10,7 +10,6 @@ which templates use too. JSON keeps the signal names and raw values; only text, 
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from typing import Any
 
@@ -24,26 +23,11 @@ _COUNTS = {"steps", "overflows", "events", "retries", "heartbeats", "allocations
            "processes", "collectives", "buffers", "tokens"}
 _PLAIN = {"step", "scale", "stage", "code", "SeqNum", "log2", "lr", "name", "text", "patch", "arch", "frame",
           "keys", "values", "samples", "records"}
-_NOT_A_NOUN = ("at ", "per ", "a ", "those ")  # a head that leans on the clause it was cut from
-_CLAUSE = re.compile(r" \(|, |; | — |: | \| ")
 
 
 @lru_cache(maxsize=1)
 def _catalog() -> dict[str, Signal]:
     return signals.catalog()
-
-
-def label(name: str, doc: str) -> str:
-    """The head of ``doc``, a few words (``ZeRO stage 0-3`` → ``ZeRO stage``); a doc that is a list of
-    values (``fp16, bf16 or fp32``) or whose head leans on what was cut gives way to the signal's name
-    (``run precision``)."""
-    head = _CLAUSE.split(doc, maxsplit=1)[0]
-    head = re.sub(r" \d+-\d+$", "", head)
-    if re.fullmatch(r"[a-z0-9_.]+_[a-z0-9_.]+", head):  # a config key says what it is
-        return head
-    if len(head.split()) < 2 or " or " in head or "|" in doc.split(" (")[0] or head.startswith(_NOT_A_NOUN):
-        return name.replace(".", " ").replace("_", " ")
-    return head
 
 
 def quantity(value: Any, unit: str) -> str:
@@ -91,5 +75,5 @@ def evidence_items(evidence: dict[str, Any]) -> list[str]:
             out.append(f"{name}={quantity(value, '')}")
         else:
             unit = "" if signal.unit in _PLAIN else signal.unit
-            out.append(f"{label(name, signal.doc)}: {quantity(value, unit)}")
+            out.append(f"{signal.label}: {quantity(value, unit)}")
     return out

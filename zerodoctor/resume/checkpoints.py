@@ -27,7 +27,8 @@ class Saved:
 
 
 def saved_in(run_dir: Path) -> list[Saved]:
-    """Checkpoints every rank file of ``run_dir`` recorded as saved (rank 0's record is enough: saves are collective)."""
+    """Checkpoints every rank file of ``run_dir`` recorded as saved (rank 0's record is enough: saves are
+    collective)."""
     found: dict[str, Saved] = {}
     for path in rank_event_files(run_dir):
         with open(path, "rb") as f:
@@ -38,7 +39,8 @@ def saved_in(run_dir: Path) -> list[Saved]:
                     event = json.loads(line)
                 except ValueError:
                     continue
-                if event.get("kind") == "checkpoint" and event.get("op") == "save" and isinstance(event.get("step"), int):
+                if (event.get("kind") == "checkpoint" and event.get("op") == "save"
+                        and isinstance(event.get("step"), int)):
                     found.setdefault(event["path"], Saved(event["step"], event["dir"], event["tag"], event["path"]))
     return list(found.values())
 

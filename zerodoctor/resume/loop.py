@@ -1,7 +1,8 @@
 """Fix and resume, the loop: run an attempt → judge it → relaunch with the next fix, or stop with the job's status.
 
 After each attempt that failed (non-zero exit, or stopped by the live judgement, ``live.py``), its
-run directory is diagnosed like ``diagnose`` would. The first error finding the policy covers and that has a fix the policy allows and no attempt
+run directory is diagnosed like ``diagnose`` would. The first error finding the policy covers and that has a fix the
+policy allows and no attempt
 tried yet picks the fix; the config is patched with it (plus the fixes that helped before), checked
 by DeepSpeed's own parser (a config it refuses is never launched: the next fix is taken), written
 next to the original, and the command is relaunched from the newest checkpoint saved before the
@@ -92,7 +93,8 @@ def fix_and_resume(command: list[str], runs_dir: Path, name: str | None, options
         directory.mkdir(exist_ok=True)
         directory.chmod(mode)
         if pending.patch:
-            attempts.write_private(directory / FIX_FILE, json.dumps(pending.patch, indent=2) + "\n", file_mode(directory))
+            attempts.write_private(directory / FIX_FILE, json.dumps(pending.patch, indent=2) + "\n",
+                                   file_mode(directory))
         record["started"] = time.time()
         attempts.save(run_dir, trail, file_mode(run_dir))
         live = LiveJudge(directory, attempt_run_id(run_id, number), lambda f: _wanted(f, trail, options), say,

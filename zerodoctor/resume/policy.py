@@ -49,5 +49,6 @@ def fix_key(rule: str, fix: Fix) -> str:
     Not the title: it quotes the attempt's numbers ("lower the lr to 5e-4"), and the same fix judged on
     the next attempt would read as new and lower the lr again.
     """
-    changes = sorted([".".join(path) for path in patch_paths(fix.config_patch or {})] + [f"${k}" for k in fix.env or {}])
+    changes = sorted([".".join(path) for path in patch_paths(fix.config_patch or {})]
+                     + [f"${k}" for k in fix.env or {}])
     return f"{rule}: {', '.join(changes)}"

@@ -79,7 +79,8 @@ def relaunch_argv(argv: list[str], config_arg: str | None, config: Path, resume_
         try:
             out += [part.format(**values) for part in shlex.split(resume_arg)]
         except (KeyError, IndexError, ValueError) as exc:
-            raise RelaunchError(f"--resume-arg {resume_arg!r}: {exc}; use {{ckpt}}, {{dir}}, {{tag}}, {{step}}") from None
+            raise RelaunchError(f"--resume-arg {resume_arg!r}: {exc}; "
+                                "use {ckpt}, {dir}, {tag}, {step}") from None
     return out
 
 

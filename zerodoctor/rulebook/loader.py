@@ -120,7 +120,8 @@ def load_rules(dirs: Iterable[Path], catalog: dict[str, Signal]) -> list[Rule]:
             errors += file_errors
             if rule is not None:
                 if rule.code in seen:
-                    errors.append(RuleError(str(path), 1, "RL401", f"code {rule.code} is already used by {seen[rule.code]}"))
+                    errors.append(RuleError(str(path), 1, "RL401",
+                                            f"code {rule.code} is already used by {seen[rule.code]}"))
                 else:
                     seen[rule.code] = str(path)
                     rules.append(rule)
@@ -302,7 +303,8 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _refuse_aliases(text: str) -> None:
-    """Aliases are refused before anything is built: ten nested ``*a`` lists of ten are a billion (``billion laughs``)."""
+    """Aliases are refused before anything is built: ten nested ``*a`` lists of ten are a billion
+    (``billion laughs``)."""
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.AliasEvent):
             raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed in rule files",

@@ -7,8 +7,8 @@ The template language (docs/rules.md):
   ``arrows`` (a mapping as ``a → b, c → d``); ``list:SPEC`` (and ``pairs:SPEC``…) formats each item with SPEC;
   ``utc`` (unix seconds as ``08:53:40 UTC``); ``ranks`` (``rank 0``, ``ranks 0-3``); ``duration`` (seconds as
   ``42.6 ms``, ``12.5 s``, ``3.2 min``); ``large`` (``500M``, ``7B``); ``n:WORD`` (a count with its word,
-  ``1 step``, ``992 steps``: a fraction rounds, never prints as ``0.7327``); ``each:NAME`` (a record, or each record of a list, worded by the
-  phrase NAME and joined by ``; ``).
+  ``1 step``, ``992 steps``: a fraction rounds, never prints as ``0.7327``); ``each:NAME`` (a record, or each record of
+  a list, worded by the phrase NAME and joined by ``; ``).
   A float without a spec prints as ``:.4g`` would, a bool as yes/no.
 - ``[...]``: an optional clause, left out when a field inside it has no value (the signal is
   missing, or the value is None or an empty list). Clauses nest.
@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from zerodoctor.rulebook.expr import Condition, Expression, ExprError, MissingSignal, Resolver
-from zerodoctor.messages.units import format_bytes, format_count, format_int_list, format_large, format_ranks, format_seconds
+from zerodoctor.messages.units import (format_bytes, format_count, format_int_list, format_large, format_ranks,
+                                       format_seconds)
 
 _FORMATS = ("bytes", "utc", "list", "pairs", "arrows", "each", "ranks", "duration", "large", "n")
 _PER_ITEM = ("list", "pairs", "arrows")  # these take a spec for each item: list:.0%

@@ -13,6 +13,8 @@ from typing import Any
 from zerodoctor.signals.view import RunView
 from zerodoctor.signals.base import Signal
 
+READS = ()
+
 SIGNALS = [
     Signal("amp.overflows", "lines", "overflow lines of apex's or fairseq's loss scaler"),
     Signal("amp.scaler", "name", "loss scaler"),

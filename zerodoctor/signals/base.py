@@ -12,18 +12,27 @@ block's columns at once: a fold's cost is then a few list operations per block, 
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
 
-from zerodoctor.signals.view import WINDOW, Steps
+from zerodoctor.events.columns import Steps
+from zerodoctor.signals.view import WINDOW
+
+
+_NOT_A_NOUN = ("at ", "per ", "a ", "those ")  # a head that leans on the clause it was cut from
+_CLAUSE = re.compile(r" \(|, |; | — |: | \| ")
 
 
 @dataclass(frozen=True)
 class Signal:
-    """A named number: its unit, a one-line doc, and where it can come from — the inputs that show it
-    (``signals/inputs.py``; none: any log that printed it) and the switch that shows it in a console log.
+    """A named number: its unit, a one-line doc, where it can come from — the inputs that show it
+    (``signals/inputs.py``; none: any log that printed it) and the switch that shows it in a console log —
+    and its ``label``, the few words that name it in a finding's evidence ("skipped share of the last 100
+    steps: 23%"). A signal whose doc does not start with such words declares its label; by default it is
+    the doc's head (``head_of_doc``).
 
     A verdict (a judgement with several outcomes) is a signal whose ``values`` name every outcome it can
     take: a rule words each one (``verdict:`` and ``messages:``, docs/rules.md), and the loader refuses
@@ -36,6 +45,24 @@ class Signal:
     shown_by: tuple[str, ...] = ()
     switch: str | None = None
     values: tuple[str, ...] = ()
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", head_of_doc(self.name, self.doc))
+
+
+def head_of_doc(name: str, doc: str) -> str:
+    """The head of ``doc``, a few words (``ZeRO stage 0-3`` → ``ZeRO stage``): its clause before a
+    parenthesis, comma or semicolon. A doc that is a list of values (``fp16, bf16 or fp32``) or whose head
+    leans on what was cut gives way to the signal's name (``run precision``)."""
+    head = _CLAUSE.split(doc, maxsplit=1)[0]
+    head = re.sub(r" \d+-\d+$", "", head)
+    if re.fullmatch(r"[a-z0-9_.]+_[a-z0-9_.]+", head):  # a config key says what it is
+        return head
+    if len(head.split()) < 2 or " or " in head or "|" in doc.split(" (")[0] or head.startswith(_NOT_A_NOUN):
+        return name.replace(".", " ").replace("_", " ")
+    return head
 
 
 def verdict(name: str, doc: str, values: tuple[str, ...], **where: Any) -> Signal:

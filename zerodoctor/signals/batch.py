@@ -21,6 +21,8 @@ from zerodoctor.signals.base import shown_by
 _dumped = shown_by(CONFIG, switch=BATCH_DUMP)
 _stepwise = shown_by(STEPS)
 
+READS = ("run.world_size",)
+
 SIGNALS = [
     _dumped("batch.config_explicit", "bool", "the config sets train_batch_size, micro-batch and grad-accum all three"),
     _dumped("batch.config_product", "samples", "micro × grad-accum × world size from the values the user wrote"),
@@ -62,6 +64,7 @@ RANK_FIELDS = {"samples": ("samples", "sum"), "micro_batches": ("micro_batches",
 
 @dataclass
 class Fold(runview.Fold):
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     micro_batches: dict[str, int] = field(default_factory=dict)  # backward calls per step → steps with that many
 
     def add_steps(self, block: Steps, view: RunView) -> None:
@@ -87,7 +90,8 @@ def _median(counts: dict[str, int]) -> float:
 def _nonpositive(view: RunView) -> dict[str, Any]:
     """DeepSpeed's "<value>: N has to be greater than 0" (runtime/config.py _batch_assertion), and its refusal of a
     config with no batch size at all."""
-    refused = [log["data"] for log in view.events.get("log", []) if log.get("what") == "batch_nonpositive" and log.get("data")]
+    refused = [log["data"] for log in view.events.get("log", [])
+               if log.get("what") == "batch_nonpositive" and log.get("data")]
     out: dict[str, Any] = {"batch.nonpositive": len(refused), "batch.missing": len(
         {log["rank"] for log in view.events.get("log", []) if log.get("what") == "batch_missing"})}
     if refused:

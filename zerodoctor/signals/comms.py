@@ -39,6 +39,9 @@ DOMINANT = 0.5
 # some megabytes in nccl-tests' sweeps): such collectives are too many, not too slow.
 SMALL_CALL_BYTES = 1 << 20
 
+READS = ("run.zero_stage", "run.world_size_stated", "run.host_only", "straggler.share", "trace.present",
+         "trace.allgather_exposed_fraction")
+
 SIGNALS = [
     _timed("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
     _timed("comm.step_s", "s", "time in collectives per step (median)"),
@@ -87,6 +90,7 @@ FOLD_EVENTS = ("comm",)
 class Fold(runview.Fold):
     """The last WINDOW steps' collective share, comm and compute time; collective time per op."""
 
+    VERSION = 2  # of the saved state: bump it when the fields or what they hold change
     recent: list[list[Any]] = field(default_factory=list)  # the last WINDOW steps: step, comm share, comm s, compute s
     per_op_s: dict[str, float] = field(default_factory=dict)
     per_op_bytes: dict[str, float | None] = field(default_factory=dict)  # None once a call of the op came without

@@ -56,6 +56,8 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 _dumped = shown_by(CONFIG, switch=CONFIG_DUMP)
 
+READS = ("run.params", "run.world_size", "run.device_memory_bytes", "run.last_step")
+
 SIGNALS = [
     _dumped("config.string_numbers", "keys", "config values that are numbers written as JSON strings: "
             "dotted key → the number"),

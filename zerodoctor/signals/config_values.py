@@ -125,7 +125,8 @@ def read_fp16(config: dict[str, Any] | None) -> tuple[Fp16Config | None, dict[st
     fp16 = Fp16Config(**read)  # a refused value's default stands in, so every refusal is named at once
     if fp16.enabled and fp16.dynamic:  # DeepSpeed checks these only where the dynamic scaler uses them
         if fp16.loss_scale_window <= 0:
-            refused["fp16.loss_scale_window"] = f"{fp16.loss_scale_window} is not > 0 (dynamic loss scaling divides by it)"
+            refused["fp16.loss_scale_window"] = (f"{fp16.loss_scale_window} is not > 0 "
+                                                 "(dynamic loss scaling divides by it)")
         if fp16.min_loss_scale <= 0:
             refused["fp16.min_loss_scale"] = f"{fp16.min_loss_scale} is not > 0 (the loss scale's floor)"
     return (None, refused) if refused else (fp16, {})
@@ -146,7 +147,8 @@ def _loss_scale(value: Any) -> float:
 
 
 def _scaler_int(value: Any) -> int:
-    """DeepSpeed's own check of loss_scale_window and min_loss_scale before pydantic's: no bool, no NaN, ``int()`` works."""
+    """DeepSpeed's own check of loss_scale_window and min_loss_scale before pydantic's: no bool, no NaN,
+    ``int()`` works."""
     if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
         raise Refused(f"{_shown(value)} is not a finite integer")
     try:

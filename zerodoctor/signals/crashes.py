@@ -1,8 +1,9 @@
 """Signals, crashes: how the run stopped → known crash signatures, SIGKILLed ranks, a stall on the JIT build lock.
 
-The signatures come from ``sources/crashes.py`` (``log`` events ``crash``); kills and error exits from
-``run_end`` (the probe, torchrun's summary and one-line failure, DeepSpeed's launcher): a positive exit code
-is the status a rank's program chose (Python's 1 for an uncaught exception, argparse's 2), not a signal.
+The signatures are ``messages/signatures.py``'s, read by ``sources/crashes.py`` (``log`` events ``crash``); kills
+and error exits from ``run_end`` (the probe, torchrun's summary and one-line failure, DeepSpeed's launcher): a
+positive exit code is the status a rank's program chose (Python's 1 for an uncaught exception, argparse's 2), not a
+signal.
 A rank whose last ``extension`` event says ``Using … as PyTorch extensions root`` and which logged nothing after it is
 waiting on ``torch/utils/file_baton.py``'s lock: a rank that builds prints "Emitting ninja build file"
 right away, one that loads a cached build prints "Loading extension module" — only a waiter is silent.
@@ -13,26 +14,30 @@ from __future__ import annotations
 from typing import Any
 
 from zerodoctor.messages.crashes import signal_of
+from zerodoctor.messages.signatures import SIGNATURES
 from zerodoctor.signals.view import RunView
 from zerodoctor.signals.base import Signal
-from zerodoctor.sources.crashes import SIGNATURES
 
 SIGKILL = 9
 # A run the user or the scheduler stopped: its ranks' exit statuses are no fault (Ctrl-C, torchrun's SIGTERM)
 _STOPPED = ("KeyboardInterrupt", "SignalException")
+SIGNATURE_NAMES = [s.name for s in SIGNATURES]
+
+READS = ()
 
 SIGNALS = [
     *(Signal(f"crash.{name}", "ranks", f"how many ranks printed the '{name}' crash signature")
-      for name, _, _ in SIGNATURES),
+      for name in SIGNATURE_NAMES),
     *(Signal(f"crash.ranks_{name}", "ranks", f"the ranks that printed the '{name}' crash signature")
-      for name, _, _ in SIGNATURES),
+      for name in SIGNATURE_NAMES),
     Signal("crash.saved_world_size", "ranks", "data-parallel world size the ZeRO checkpoint was saved with"),
     Signal("crash.resume_world_size", "ranks", "data-parallel world size that tried to load the checkpoint"),
     Signal("crash.missing_header", "name", "the CUDA header the op build could not find"),
     Signal("crash.swap_buffers_wanted", "buffers", "swap buffers the parameter swapper asked for"),
     Signal("crash.sigkilled", "ranks",
            "how many ranks were killed by SIGKILL (exit code -9); unknown where the run shows no rank's exit"),
-    Signal("crash.host_killed", "ranks", "how many ranks were killed for host memory: SIGKILL, or Ray's memory monitor"),
+    Signal("crash.host_killed", "ranks",
+           "how many ranks were killed for host memory: SIGKILL, or Ray's memory monitor"),
     Signal("crash.ranks_host_killed", "ranks", "those ranks"),
     Signal("crash.ray_killed", "ranks",
            "how many ranks Ray's memory monitor killed; no count where it never spoke (the run may not be Ray's)"),
@@ -50,7 +55,7 @@ SIGNALS = [
 
 def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     logs = run.events.get("log", [])
-    seen: dict[str, set[int]] = {name: set() for name, _, _ in SIGNATURES}
+    seen: dict[str, set[int]] = {name: set() for name in SIGNATURE_NAMES}
     out: dict[str, Any] = {}
     for log in logs:
         data = log.get("data") or {}
@@ -96,6 +101,7 @@ def _lock_waiters(run: RunView) -> set[int]:
             last[log["rank"]] = (log["t"], state)
     later = [e["t"] for kind in ("exception", "oom", "run_end") for e in run.events.get(kind, [])]
     later += [e["t"] for e in run.events.get("log", []) if e.get("what") != "extension"]
-    later += [r["last_t"] for r in run.per_rank.values() if r.get("last_t") is not None]  # a rank that stepped got past it
+    # a rank that stepped got past it
+    later += [r["last_t"] for r in run.per_rank.values() if r.get("last_t") is not None]
     latest = max(later, default=float("-inf"))
     return waiting | {rank for rank, (t, state) in last.items() if state == "root" and t >= latest}

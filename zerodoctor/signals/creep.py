@@ -1,4 +1,4 @@
-"""Signals, memory creep: allocated device memory per step and each rank's host RSS → how fast it climbs, when it is full.
+"""Signals, memory creep: device memory allocated per step and each rank's RSS → how fast it climbs, when it is full.
 
 A tensor kept alive every step (a loss appended without ``.item()``, a cache that only grows)
 shows as allocated memory rising in a straight line, step after step. A least-squares line
@@ -24,6 +24,8 @@ POINTS = 128  # the fit's window: recent enough to see a leak start, long enough
 
 _device = shown_by(STEPS, DEVICE)
 _heartbeats = shown_by(HEARTBEATS)
+
+READS = ()
 
 SIGNALS = [
     _device("creep.device_bytes_per_step", "bytes", "growth of allocated device memory per step (least squares)"),
@@ -56,6 +58,7 @@ FOLD_EVENTS = ("heartbeat",)
 
 @dataclass
 class Fold(runview.Fold):
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     device: list[list[int]] = field(default_factory=list)  # [step, allocated bytes], the last POINTS
     host: dict[str, list[list[int]]] = field(default_factory=dict)  # rank → [last step, rss bytes]
 

@@ -1,4 +1,4 @@
-"""Signals, evidence: what a run read from a console log could show at all → facts the findings' strength is worded from.
+"""Signals, evidence: what a run read from a console log could show at all → facts that word the findings' strength.
 
 Events from the probe cover every rank and step; a console log shows what DeepSpeed chose to
 print — rank 0's lines for most of its messages, one OOM message, the watchdogs that fired.
@@ -16,6 +16,8 @@ from zerodoctor.signals.base import Signal
 # Console messages that carry the batch and trainer settings, in the words a finding uses for them.
 MESSAGES = {"batch_assertion": "DeepSpeed's batch assertion", "trainer_batch": "the Trainer's batch header",
             "grad_accum_update": "Accelerate's grad-accum update", "hf_config_mismatch": "the Trainer's mismatch error"}
+
+READS = ()
 
 SIGNALS = [
     Signal("evidence.console_log", "bool", "the run was read from console logs only, not the probe's events"),

@@ -30,6 +30,8 @@ SURVIVABLE = {"nonfinite_loss"}  # counted on every rank that showed it, steppin
 ABORT = 6
 SIGNAL_FAMILIES = ("native_crash", "process_aborted", crashes.TEARDOWN_CRASH)
 
+READS = ()
+
 SIGNALS = [
     Signal("fatal.family", "name", "crash family"),
     Signal("fatal.seen", "bool", "the log shows a fatal error of a rank's own (a flag: gates a rule, never shown)"),
@@ -72,7 +74,8 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     ranks = sorted({e["rank"] for e in errors if e["family"] == root["family"]})
     message = root.get("message") or ""
     out.update({"fatal.family": root["family"], "fatal.seen": True, "fatal.ranks": len(ranks),
-                "fatal.root_ranks": ranks, "fatal.rank": root["rank"], "fatal.step": root.get("step"), "fatal.type": root.get("type"),
+                "fatal.root_ranks": ranks, "fatal.rank": root["rank"], "fatal.step": root.get("step"),
+                "fatal.type": root.get("type"),
                 "fatal.message": _cut(message) or None, "fatal.signal": root.get("signal"),
                 **_frames(root.get("traceback") or [])})
     named = _SIGNAL_NAME.search(message)

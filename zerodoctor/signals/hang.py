@@ -49,6 +49,8 @@ STATE = "rank, phase, since_t, for_s (seconds in that phase); op, group, seq, ou
 _flight_recorder = shown_by(DUMPS, switch=FLIGHT_RECORDER)
 _heartbeats = shown_by(HEARTBEATS)
 
+READS = ("run.world_size",)
+
 SIGNALS = [
     Signal("hang.collective_timeouts", "events", "collective operations the NCCL watchdog timed out (one per rank)"),
     Signal("hang.collective", "name", "the collective that timed out (OpType of the most reported SeqNum)"),
@@ -106,6 +108,7 @@ FOLD_EVENTS = ("heartbeat",)
 class Fold(runview.Fold):
     """Per rank, its last few phase runs (consecutive heartbeats in one phase); recent step times; closed stalls."""
 
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # rank → runs, oldest first
     long: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # rank → its long runs, oldest first
     step_times: list[float] = field(default_factory=list)

@@ -41,6 +41,8 @@ ROUNDING_SHARE = 0.01  # under this much stranded: the allocator's rounding, a c
 _planned = shown_by(CONFIG, DEVICE)
 _stepwise = shown_by(STEPS)
 
+READS = ("run.params", "run.world_size", "run.device_memory_bytes", "run.precision")
+
 SIGNALS = [
     Signal("memory.oom_count", "events", "out-of-memory errors"),
     Signal("memory.oom_ranks", "ranks", "ranks that hit an OOM"),
@@ -88,6 +90,7 @@ STEP_FIELDS = {"alloc_retries": "max"}
 
 @dataclass
 class Fold(runview.Fold):
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     alloc_retries: int | None = None  # the most any rank reported
 
     def add_steps(self, block: Steps, view: RunView) -> None:
@@ -186,7 +189,8 @@ def _headroom(oom: dict[str, Any]) -> int | None:
 
 
 def _fits(values: dict[str, Any]) -> dict[str, Any]:
-    params, world, device = values.get("run.params"), values.get("run.world_size"), values.get("run.device_memory_bytes")
+    params, world = values.get("run.params"), values.get("run.world_size")
+    device = values.get("run.device_memory_bytes")
     if not params or not world:
         return {"memory.stage2_fit_known": False}
     precision = values.get("run.precision")

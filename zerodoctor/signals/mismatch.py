@@ -22,6 +22,8 @@ from zerodoctor.messages import crashes
 from zerodoctor.signals.base import Signal
 from zerodoctor.signals.view import RunView
 
+READS = ("fatal.family",)
+
 SIGNALS = [
     Signal("mismatch.rank", "rank", "the rank c10d names first, whose collective differs from another rank's"),
     Signal("mismatch.op", "name", "the collective the first rank called (ALLREDUCE, BROADCAST, …)"),

@@ -28,6 +28,8 @@ MIN_SCALE_MESSAGE = "loss scale already at minimum"
 _fp16 = shown_by(STEPS, switch=FP16_LINES)
 _stepwise = shown_by(STEPS, switch=STEP_LINES)
 
+READS = ("run.precision",)
+
 SIGNALS = [
     _fp16("fp16.enabled", "bool", "fp16 mixed precision is on"),
     _fp16("fp16.dynamic", "bool", "fp16 with dynamic loss scaling (loss_scale 0)"),
@@ -77,6 +79,7 @@ STEP_FIELDS = {"overflow": "max", "loss_scale": "min", "lr": "max", "loss_nonfin
 class Fold(runview.Fold):
     """The overflow history folded: counts, the calibration phase, held scales, the scaler replay."""
 
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     known: int = 0  # steps whose overflow flag is known
     overflows: int = 0
     recent: list[int] = field(default_factory=list)  # overflow flags of the last RECENT known steps
@@ -215,7 +218,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     fp16 = precision == "fp16" if precision else (True if scaled else None)
     out["fp16.enabled"] = fp16
     if fold.known and not fp16 and (precision == "bf16" or static_seen):
-        out.update({"numerics.unscaled_skips": fold.overflows, "numerics.unscaled_skip_rate": fold.overflows / fold.known,
+        out.update({"numerics.unscaled_skips": fold.overflows,
+                    "numerics.unscaled_skip_rate": fold.overflows / fold.known,
                     "numerics.skip_precision": precision or "unknown"})
     if not fp16:
         return out

@@ -38,6 +38,8 @@ _timed = shown_by(STEPS, switch=OPTIMIZER_TIME)
 _configured = shown_by(CONFIG, switch=RUN_DUMP)
 _verdict = partial(verdict, shown_by=(STEPS,), switch=OPTIMIZER_TIME)
 
+READS = ("run.params", "run.world_size", "run.device_memory_bytes", "run.zero_stage", "run.precision")
+
 SIGNALS = [
     _stepwise("offload.optimizer", "bool", "offload_optimizer.device is cpu or nvme"),
     _stepwise("offload.param", "bool", "offload_param.device is cpu or nvme"),
@@ -77,6 +79,7 @@ STEP_FIELDS = {"optim_s": "mean", "step_time_s": "max"}
 
 @dataclass
 class Fold(runview.Fold):
+    VERSION = 2  # of the saved state: bump it when the fields or what they hold change
     recent: list[list[Any]] = field(default_factory=list)  # the last WINDOW steps: step, optimizer share, optimizer s
 
     def add_steps(self, block: Steps, view: RunView) -> None:

@@ -19,19 +19,18 @@ This module names no signal: it only keeps what ``series`` turns into the report
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from zerodoctor.events import STEP_INTS
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
 
-if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run without steps never needs it
-    import numpy as np
-
 POINTS = 800
 _PREFIX = "plot_"  # the fold's merged columns: plot_loss is loss as the plots merge it
 MAX_MARKS = 2000  # overflow / non-finite marks kept (the latest): a plot holds no more that can be told apart
 MAX_LANES = 2000  # timeline ranges kept per row and rank (sources/trace_lanes.py: what one trace carries)
+
+READS = ()
 
 SIGNALS: list = []
 FOLD_EVENTS = ("trace",)  # their lanes: the timeline of the profiled window
@@ -77,6 +76,7 @@ class Fold(runview.Fold):
     """Buckets ``first + i * width`` … ``+ width - 1``: their first and last step seen, their step count,
     and per column the min and max present (None: no value there); per column the run's sum and count."""
 
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     judged: ClassVar[bool] = False  # no signal reads it: a judgement's copy of the view leaves it out
     # Not saved with the view: ~180 KB of JSON per save at 800 buckets would triple what a live watch
     # writes per commit and run; a restarted watch folds it again, once, for the first page it writes.

@@ -1,16 +1,19 @@
-"""Signals as the core's own plugin: the modules that compute them, in the order they run."""
+"""Signals as the core's own plugin: the modules that compute them."""
 
 from __future__ import annotations
+
+from types import ModuleType
 
 from zerodoctor.plugins.hookspecs import hookimpl
 
 
 @hookimpl
-def register_signals() -> list:
+def register_signals() -> list[ModuleType | type]:
     from zerodoctor.signals import (amp, batch, comms, config, crashes, creep, evidence, fatal, hang, memory,
                                     mismatch, numerics, offload, plots, run, stacks, straggler, trace, trainer)
 
-    # Order matters: a module may read what earlier ones computed; evidence sums up last. plots computes
-    # nothing: its fold keeps what the report's plots draw.
-    return [run, batch, numerics, amp, trace, straggler, comms, memory, creep, offload, config, hang, trainer, crashes,
+    # The order they run in is computed from what each reads (READS, signals/contracts.py); this one is kept
+    # where nothing decides it, and so is the catalogue's. plots computes nothing: its fold keeps what the
+    # report's plots draw.
+    return [run, batch, numerics, amp, comms, trace, memory, creep, offload, config, hang, straggler, trainer, crashes,
             fatal, mismatch, stacks, plots, evidence]

@@ -16,6 +16,8 @@ _device = shown_by(DEVICE)
 _dumped = shown_by(CONFIG, switch=RUN_DUMP)
 _stepwise = shown_by(STEPS)
 
+READS = ()
+
 SIGNALS = [
     _dumped("run.world_size", "ranks", "ranks in the job (run_start, else at least the highest rank seen + 1)"),
     _dumped("run.world_size_stated", "ranks", "world size the run itself stated (run_start or a logged message), not "
@@ -45,6 +47,7 @@ STEP_FIELDS = {"step_time_s": "max"}
 
 @dataclass
 class Fold(runview.Fold):
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     steps: int = 0
     first_step: int | None = None
     last_step: int | None = None

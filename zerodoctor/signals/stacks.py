@@ -14,6 +14,8 @@ from typing import Any
 from zerodoctor.signals.view import RunView
 from zerodoctor.signals.base import Signal
 
+READS = ()
+
 SIGNALS = [
     Signal("stacks.in_collective", "processes", "dumped processes waiting in a collective"),
     Signal("stacks.waiting_ranks", "ranks", "ranks whose dumped stacks wait in a collective"),

@@ -21,6 +21,8 @@ from zerodoctor.signals.base import shown_by
 
 _timed = shown_by(STEPS, switch=STEP_TIMES)
 
+READS = ()
+
 SIGNALS = [
     _timed("straggler.rank", "rank", "the rank the others wait for: the one that waits least in collectives"),
     _timed("straggler.ranks", "ranks", "the straggling rank, as a list"),

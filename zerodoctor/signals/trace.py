@@ -19,6 +19,8 @@ from zerodoctor.signals.base import shown_by
 
 _traced = shown_by(TRACES, switch=PROFILE)
 
+READS = ()
+
 SIGNALS = [
     _traced("trace.present", "flag", "the run has profiler trace figures (a trace read beside or instead of its logs)"),
     _traced("trace.timeline", "name", "device: GPU streams were measured; host: a CPU-only trace's threads"),
@@ -59,6 +61,7 @@ _SUMMED = ("window_s", "compute_s", "comm_s", "exposed_comm_s", "idle_s", "idle_
 class Fold(runview.Fold):
     """Sums of the figures over every trace row, per-op sums, and the longest exposed collective."""
 
+    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     rows: int = 0
     ranks: list[int] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)  # first and last profiled step

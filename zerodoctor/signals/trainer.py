@@ -13,6 +13,8 @@ from typing import Any
 from zerodoctor.signals.base import Signal
 from zerodoctor.signals.view import RunView
 
+READS = ()
+
 SIGNALS = [
     Signal("trainer.grad_accum_changed", "bool", "Accelerate replaced the config's gradient_accumulation_steps"),
     Signal("trainer.grad_accum_from", "micro-batches", "gradient_accumulation_steps the DeepSpeed config said"),

@@ -24,11 +24,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal
 
-from zerodoctor import __version__
 from zerodoctor.events.columns import Steps
 
 if TYPE_CHECKING:
@@ -38,6 +36,9 @@ if TYPE_CHECKING:
 # ones given a Connection: the signal catalogue imports this module, and loading the rules
 # (``rules list``, ``rules show``) reads the catalogue without ever touching a store.
 
+# The view's saved state and the step merges that feed every fold (store/steps.py): bump it by hand when
+# either changes what it holds, and every stored view is rebuilt from its rows once.
+VIEW_VERSION = 1
 WINDOW = 1024  # steps a per-step signal keeps: the "now" of a days-long run, and the scope of `for: N steps`
 MAX_PENDING = 4096  # steps waiting for lagging ranks; beyond it the oldest are handed on without them
 _RANK_FACTS = ("steps", "first_step", "last_step", "last_t")
@@ -52,8 +53,13 @@ class Fold:
 
     Subclasses are dataclasses whose fields are JSON values (numbers, strings, lists, dicts
     with string keys), so ``dump``/``load`` round-trip them through the store. A subclass
-    overrides ``add_steps`` (a block at once: the fast way) or ``step`` (one row at a time).
+    overrides ``add_steps`` (a block at once: the fast way) or ``step`` (one row at a time), and
+    declares its own ``VERSION``, bumped by hand when its state changes (a field, or what one holds):
+    a saved fold of another version is folded again from the store, one of the same version is kept,
+    whatever else changed in its module's code.
     """
+
+    VERSION: ClassVar[int]
 
     judged: ClassVar[bool] = True  # some signal reads it: a judgement's copy of the view folds what waits into it
     saved: ClassVar[bool] = True  # saved with the view; an unsaved fold is folded again from the store when asked
@@ -100,7 +106,7 @@ class Reads:
     rank_fields: dict[str, tuple[str, str]]
     fold_events: dict[str, tuple[str, ...]]  # kind → modules folding it
     folds: dict[str, type[Fold]]
-    fold_versions: dict[str, str] = dataclasses.field(default_factory=dict)  # module → the code its fold state is of
+    fold_versions: dict[str, str] = dataclasses.field(default_factory=dict)  # module → its fold state's version
 
     @classmethod
     def of(cls, modules: Iterable[ModuleType]) -> Reads:
@@ -122,21 +128,19 @@ class Reads:
                 fold_events[kind] = (*fold_events.get(kind, ()), name)
             fold = getattr(module, "Fold", None)
             if fold is not None:
+                if "VERSION" not in vars(fold):
+                    raise ReadsConflict(f"{name}: its Fold declares no VERSION of its saved state")
                 folds[name] = fold
-                fold_versions[name] = _digest(_code(module), WINDOW, getattr(module, "STEP_FIELDS", {}),
-                                              getattr(module, "FOLD_EVENTS", ()))
+                fold_versions[name] = _digest(fold.VERSION, [f.name for f in dataclasses.fields(fold)], WINDOW,
+                                              getattr(module, "STEP_FIELDS", {}), getattr(module, "FOLD_EVENTS", ()))
         return cls(step_fields, rank_fields, fold_events, folds, fold_versions)
 
     @cached_property
     def state_version(self) -> str:
-        """Names the code the view's own saved state (offsets, per-rank totals) came from: the view, the
-        store's step merges and the folds' shared helpers. A change there rebuilds the whole view; a change
-        in one signal module only that module's fold (``fold_versions``), so an upgrade that leaves the
-        folds alone leaves a 3-day view as it was."""
-        from zerodoctor.store import steps as stored_steps
-
-        shared = (Path(__file__), Path(__file__).with_name("base.py"), Path(stored_steps.__file__ or ""))
-        return _digest(*(_source(path, __name__) for path in shared), sorted(self.rank_fields.items()))
+        """Names the view's own saved state (offsets, per-rank totals): ``VIEW_VERSION`` and the per-rank
+        fields. A change there rebuilds the whole view; a fold's own ``VERSION`` only that fold
+        (``fold_versions``), so an upgrade that leaves the folds alone leaves a 3-day view as it was."""
+        return _digest(VIEW_VERSION, sorted(self.rank_fields.items()))
 
     @cached_property
     def version(self) -> str:
@@ -146,18 +150,6 @@ class Reads:
 
 def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
-
-
-def _code(module: ModuleType) -> str:
-    return _source(Path(getattr(module, "__file__", None) or ""), module.__name__)
-
-
-def _source(path: Path, name: str) -> str:
-    """A module's source, as the mark of what its code does; its name and zerodoctor's version without one."""
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return f"{name} {__version__}"
 
 
 def _claim(table: dict, key: str, value: Any, owner: dict[str, str], what: str, module: str) -> None:
@@ -377,7 +369,8 @@ class RunView:
         view.formats = state["formats"]
         view.per_rank = {int(r): totals for r, totals in state["per_rank"].items()}
         versions = state.get("fold_versions", {})
-        kept = {m: s for m, s in state["folds"].items() if m in reads.folds and versions.get(m) == reads.fold_versions[m]}
+        kept = {m: s for m, s in state["folds"].items()
+                if m in reads.folds and versions.get(m) == reads.fold_versions[m]}
         view.folds.update({m: reads.folds[m].load(s) for m, s in kept.items()})
         view.behind = set(reads.folds) - set(kept)  # unsaved, or saved by other code: folded again when asked
         for e in stored.run_events(conn, run_id, exclude=tuple(reads.fold_events)):

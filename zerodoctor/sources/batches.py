@@ -8,7 +8,6 @@ the content, ``run_files`` the files of a run directory (``register_sources``).
 
 from __future__ import annotations
 
-import inspect
 import json
 import operator
 from contextlib import nullcontext
@@ -51,9 +50,9 @@ class Parser(Protocol):
     def finish(self) -> tuple[Event | StepRecord, ...] | list[Event | StepRecord]: ...
 
 
-def parsers() -> dict[str, Callable[[str | None], Parser]]:
-    """Parser factories by format name, the core's and every plugin's."""
-    return plugins.merged(plugins.hook().register_parsers())
+def parsers(run_id: str | None = None, path: Path | None = None) -> dict[str, Callable[[], Parser]]:
+    """Makers of a parser for one file (``run_id``'s ``path``) by format name, the core's and every plugin's."""
+    return plugins.merged(plugins.hook().register_parsers(run_id=run_id, path=path))
 
 
 def run_files(directory: Path) -> list[tuple[Path, str]]:
@@ -71,15 +70,15 @@ def run_files(directory: Path) -> list[tuple[Path, str]]:
             return [(path, fmt) for path in found]
     if attempts := attempt_dirs(directory):  # one run's attempts, each its own run directory
         return [file for attempt in attempts for file in run_files(attempt)]
-    if "flight-recorder" in known:  # dumps under any TORCH_FR_DUMP_TEMP_FILE prefix: known by their first bytes
-        if dumps := dumps_in(directory):
-            return [(path, "flight-recorder") for path in dumps]
-    if "chrome-trace" in known:  # a folder of profiler traces (TensorBoard's plugin folder): known by content
-        if traces := traces_in(directory):
-            return [(path, "chrome-trace") for path in traces]
-    if "csv-monitor" in known:  # DeepSpeed Monitor's CSV files, here or in its <job_name> folder: one source
-        if (monitor := monitor_file(directory)) is not None:
-            return [(monitor, "csv-monitor")]
+    # dumps under any TORCH_FR_DUMP_TEMP_FILE prefix: known by their first bytes
+    if "flight-recorder" in known and (dumps := dumps_in(directory)):
+        return [(path, "flight-recorder") for path in dumps]
+    # a folder of profiler traces (TensorBoard's plugin folder): known by content
+    if "chrome-trace" in known and (traces := traces_in(directory)):
+        return [(path, "chrome-trace") for path in traces]
+    # DeepSpeed Monitor's CSV files, here or in its <job_name> folder: one source
+    if "csv-monitor" in known and (monitor := monitor_file(directory)) is not None:
+        return [(monitor, "csv-monitor")]
     return []
 
 
@@ -205,7 +204,7 @@ def detect_format(path: Path) -> str:
     try:  # a whole first line that is an event: an events file, whatever it mentions
         if rest and first.startswith(b"{") and "kind" in json.loads(first):
             return "jsonl"
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # nested past the decoder's depth: the reader quarantines it
         pass
     if looks_like_trace(head):  # torch.profiler's Chrome trace: one JSON object, its first line no event
         return "chrome-trace"
@@ -213,15 +212,13 @@ def detect_format(path: Path) -> str:
 
 
 def make_parser(fmt: str, run_id: str | None = None, path: Path | None = None) -> Parser:
-    """A parser for ``fmt``; a factory that takes ``path`` gets it (a flight recorder dump's rank is in its name)."""
-    known = parsers()
+    """A parser for ``fmt``, made for ``run_id``'s file ``path`` (the ``register_parsers`` hook's context)."""
+    known = parsers(run_id, path)
     try:
-        factory = known[fmt]
+        make = known[fmt]
     except KeyError:
         raise UnsupportedFormat(f"no parser for format '{fmt}' (known: {', '.join(sorted(known))})") from None
-    if path is not None and "path" in inspect.signature(factory).parameters:
-        return factory(run_id, path=path)
-    return factory(run_id)
+    return make()
 
 
 def read_batches(

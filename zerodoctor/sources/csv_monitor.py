@@ -65,15 +65,15 @@ class CsvMonitorParser:
             if field is None:
                 continue
             key, scale = field
-            for samples, value in _rows(file):
-                rows.setdefault(samples, {})[key] = value * scale
+            for count, value in _rows(file):
+                rows.setdefault(count, {})[key] = value * scale
         if not rows:
             return []
         samples = sorted(rows)
         per_step = min((b - a for a, b in zip([0, *samples], samples) if b > a), default=0)
         if per_step <= 0:
             return []
-        out = []
+        out: list[Event] = []
         t = self.path.stat().st_mtime
         for count in samples:
             fields = rows[count]

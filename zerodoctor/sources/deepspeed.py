@@ -20,7 +20,7 @@ from typing import Any
 
 from zerodoctor.deepspeed.defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.events import Event
-from zerodoctor.sources.dsblocks import CommsTable, ConfigDump
+from zerodoctor.sources.dsblocks import CommsTable, ConfigDump, FlopsSummary
 from zerodoctor.sources import timers
 from zerodoctor.sources.stepclock import StepClock
 from zerodoctor.messages.numbers import NUM
@@ -42,8 +42,8 @@ _PROGRESS = re.compile(rf"step=(\d+), skipped=(\d+), lr=\[\s*({NUM})?")
 # is not always the optimizer step (it counts the timer's stops), so only the memory is taken from those.
 # 0.6.1 (fee731359) to 0.7.0 printed "E/S, SamplesPerSec=X, MemAllocated=…"; CurrSamplesPerSec is the last step's
 # train_batch_size / time since 0.8 (#2603), the micro-batch's before: a step time only from the global_step form.
-_TPUT = re.compile(rf"(?:global_step=(\d+)|\b\d+/\d+), (?:RunningAvg)?SamplesPerSec=({NUM}),(?: CurrSamplesPerSec=({NUM}),)? "
-                   rf"MemAllocated=({NUM})GB, MaxMemAllocated=({NUM})GB")
+_TPUT = re.compile(rf"(?:global_step=(\d+)|\b\d+/\d+), (?:RunningAvg)?SamplesPerSec=({NUM}),"
+                   rf"(?: CurrSamplesPerSec=({NUM}),)? MemAllocated=({NUM})GB, MaxMemAllocated=({NUM})GB")
 _TPUT_OLD = re.compile(rf"\b\d+/\d+, SamplesPerSec={NUM}\s*$")  # 0.1-0.5: the average alone, nothing to read
 # runtime/pipe/engine.py train_batch, rank 0 at steps_per_print (0.3.0+): the mean iteration of the interval.
 _PIPE_STEPS = re.compile(rf"\bsteps: (\d+) loss: ({NUM}|nan|inf) .*?iter time \(s\): ({NUM}) samples/sec: ({NUM})")
@@ -73,15 +73,17 @@ _NONPOSITIVE_KEYS = {"Train batch size": TRAIN_BATCH, "Micro batch size per gpu"
 class DeepSpeedDialect:
     name = "deepspeed"
     keywords = (b"OVERFLOW!", b"Grad overflow", b"Overflow detected", b"Reducing dynamic loss", b"Using static loss",
-                b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size", b"Micro batch size per gpu",
-                b"Gradient accumulation steps", b"Either train_batch", b", skipped=", b"(ms) |",
-                b"SamplesPerSec", b"iter time (s)", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ", b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords)
+                b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size",
+                b"Micro batch size per gpu", b"Gradient accumulation steps", b"Either train_batch", b", skipped=",
+                b"(ms) |", b"SamplesPerSec", b"iter time (s)", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ",
+                b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords, *FlopsSummary.keywords)
 
     def __init__(self, context: Context) -> None:
         self.context = context
         self.clock = StepClock(context)
         self.config = ConfigDump(context)
         self.comms = CommsTable(context)
+        self.flops = FlopsSummary(context)
         self._reported: set[tuple] = set()
         self._flushes = 0
         self._batch_wrapped = 0  # lines left to complete a batch assertion hard-wrapped after its "!="
@@ -93,7 +95,8 @@ class DeepSpeedDialect:
 
     @property
     def holding(self) -> bool:
-        return self.config.holding or self.comms.holding or self._batch_wrapped > 0 or self.cut.held is not None
+        return (self.config.holding or self.comms.holding or self.flops.holding or self._batch_wrapped > 0
+                or self.cut.held is not None)
 
     def feed(self, line: Line) -> list[Event]:
         if self.cut.held is not None:
@@ -112,7 +115,8 @@ class DeepSpeedDialect:
 
     def _feed(self, line: Line) -> list[Event]:
         if self.holding:
-            held = self.config.feed(line) if self.config.holding else self.comms.feed(line)
+            block = self.config if self.config.holding else self.comms if self.comms.holding else self.flops
+            held = block.feed(line)
             if held is not None:
                 return held
         text = line.text
@@ -143,10 +147,11 @@ class DeepSpeedDialect:
             return self._memory_usage(line, text)
         if "Basic Optimizer = " in text or "ZeRO stage " in text:
             return self._engine(line, text)
-        started = self.config.feed(line)
-        if started is not None:
-            return started
-        return self.comms.feed(line) or []
+        for block in (self.config, self.comms, self.flops):
+            started = block.feed(line)
+            if started is not None:
+                return started
+        return []
 
     def finish(self) -> list[Event]:
         out: list[Event] = []
@@ -154,7 +159,7 @@ class DeepSpeedDialect:
             first, text, _ = self.cut.held
             self.cut.held = None
             out = self._glued(dataclasses.replace(first, text=text))
-        out += self.config.finish() + self.clock.flush()
+        out += self.config.finish() + self.flops.finish() + self.clock.flush()
         if self._scale_set is not None:
             line, rank, tried, scale = self._scale_set
             out.append(self.context.event("log", line, rank=rank, message=f"loss scale set to {scale:g}",

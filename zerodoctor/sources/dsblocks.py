@@ -1,10 +1,11 @@
-"""Sources, text: DeepSpeed's multi-line console blocks → ``run_start`` and ``comm`` events.
+"""Sources, text: DeepSpeed's multi-line console blocks → ``run_start``, ``comm`` and ``log`` events.
 
 The engine's config dump (``runtime/config.py`` ``DeepSpeedConfig.print``: one
 ``name ...... value`` line per attribute, then ``json = {`` and the user's config as indented
 JSON over many unprefixed lines) and the comms logger summary (``utils/comms_logging.py``
 ``log_all``: 20-character columns, each op name on its own line above its rows; the same format from 0.7.0
-(5349347bb) to 0.19, ``show_straggler``'s second table after a line of underscores since 0.10.0). Each block
+(5349347bb) to 0.19, ``show_straggler``'s second table after a line of underscores since 0.10.0), and the
+flops profiler's summary (``print_model_profile``, 0.4.0+). Each block
 holds the parser open until it ends; ``feed`` returns ``None`` for a line it does not take, so
 the line is read as an ordinary one.
 """
@@ -114,7 +115,8 @@ def _int(value: str | None) -> int | None:
 
 def _precision(config: dict[str, Any], attrs: dict[str, str]) -> str | None:
     def on(section: str, attr: str) -> bool:
-        return (config.get(section) or {}).get("enabled") is True or attrs.get(attr, "").startswith(("True", "enabled=True"))
+        return ((config.get(section) or {}).get("enabled") is True
+                or attrs.get(attr, "").startswith(("True", "enabled=True")))
 
     if on("fp16", "fp16_enabled") or on("fp16", "float16_config"):
         return "fp16"
@@ -162,3 +164,64 @@ class CommsTable:
     def finish(self) -> list[Event]:
         self.holding = False
         return []
+
+
+# profiling/flops_profiler/profiler.py print_model_profile (0.4.0+): one '{:<70}  {:<8}' line per figure, each a
+# number_to_string ("1.3 M", "12.35 ms", "4.56 T"); params_to_string writes G as B
+# ("params per gpu" and "fwd flops per GPU = 2 * fwd MACs per GPU" before 0.9); srun's "0: " or a logger's prefix
+# may lead
+_FLOPS_ROW = re.compile(rf"(?:^|: |\] )(params per (?:GPU|gpu)|params of model = params per GPU \* mp_size|"
+                        rf"fwd flops per GPU(?: = 2 \* fwd MACs per GPU)?|fwd latency|bwd latency|step latency|"
+                        rf"iter latency):\s+({NUM}) ?([TGBMKmu]?)")
+_FLOPS_KEYS = {"params per GPU": "params_per_gpu", "params of model = params per GPU * mp_size": "params",
+               "fwd flops per GPU": "fwd_flops", "fwd latency": "fwd_latency_s", "bwd latency": "bwd_latency_s",
+               "step latency": "step_latency_s", "iter latency": "iter_latency_s"}
+_MAGNITUDE = {"T": 1e12, "G": 1e9, "B": 1e9, "M": 1e6, "K": 1e3, "m": 1e-3, "u": 1e-6, "": 1.0}
+_PROFILE_STEP = re.compile(r"Profile Summary at step (\d+):")
+MAX_PROFILE_LINES = 60  # the notations and the summary; the per-module profile after it is not read
+
+
+class FlopsSummary:
+    """The flops profiler's summary → one ``log`` ``flops_profile``: the model's parameters, its forward flops
+    per GPU, and the latencies of the profiled step (the engine's timers, where ``wall_clock_breakdown`` is on)."""
+
+    keywords = (b"Profile Summary at step",)
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.holding = False
+        self._data: dict[str, float] = {}
+        self._line: Line | None = None
+        self._step: int | None = None
+        self._lines = 0
+
+    def feed(self, line: Line) -> list[Event] | None:
+        text = line.text
+        if not self.holding:
+            started = _PROFILE_STEP.search(text)
+            if started is None:
+                return None
+            self.holding, self._data, self._line, self._lines = True, {}, line, 0
+            self._step = int(started.group(1))
+            return []
+        self._lines += 1
+        row = _FLOPS_ROW.search(text.strip())
+        if row:
+            name, number, unit = row.groups()
+            name = name.replace("per gpu", "per GPU").removesuffix(" = 2 * fwd MACs per GPU")
+            value = float(number) * _MAGNITUDE[unit]
+            self._data[_FLOPS_KEYS[name]] = round(value) if name.startswith(("params", "fwd flops")) else value
+            return []
+        if (self._data and ("------" in text or "Top " in text)) or self._lines > MAX_PROFILE_LINES:
+            return self.finish()
+        return []
+
+    def finish(self) -> list[Event]:
+        if not self.holding:
+            return []
+        self.holding = False
+        data, self._data = self._data, {}
+        if not data or self._line is None:
+            return []
+        return [self.context.event("log", self._line, message=f"flops profile at step {self._step}",
+                                   source="deepspeed", what="flops_profile", data=data, step=self._step)]

@@ -35,21 +35,17 @@ _INDENTED_EXCEPTION = re.compile(rf"^\s+{_ERROR_CLASS}(?::\s(.*))?$")
 _RICH_EDGE = re.compile(r"^\s*[│╭╰─]")
 _NOT_MESSAGE = re.compile(r"^\s*(?:$|Traceback|File \"|\[?\d{4}-\d\d-\d\d|During handling|The above exception"
                           r"|[│╭╰])")
-# A process SIGKILLed, in a shell's words: the bare "Killed" (an interactive shell, dash), or bash's report of a
-# foreground job in a script (jobs.c notify_of_job_status: "%s: line %d: ", then pretty_print_job's "%5ld" pid and
-# the signal's description), the name the shell's or the script's ("/bin/bash", "bash", "train.sh"), anywhere in
-# the line (a timestamp or a rank prefix before it).
-_KILLED = re.compile(r"^\s*Killed\b|\S+: line \d+: +\d+ Killed\b")
 _WORD_EDGES = " \t]|\r"
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 MESSAGE_LINES = 4
 MAX_FRAMES = 24
 MAX_TRACEBACK_LINES = 400  # a traceback that never ends (a truncated paste) lets go after this many lines
 MAX_MESSAGE = 1000
-# Families a line may show on its own (no exception around it): killers, signals, kernel assertions.
-_LINE_FAMILIES = ("host_oom_kill", "dataloader_shm", "native_crash", "process_aborted", "host_alloc_failed",
-                  "device_side_assert", "illegal_memory_access", "nccl_error", "nonfinite_loss", "cuda_error",
-                  "missing_shared_library", "nvcc_arch_unsupported", "collective_mismatch")
+# Families a line may show on its own (no exception around it): killers, signals, kernel assertions; the records'
+_LINE_FAMILIES = tuple(f for f in crashes.FAMILIES if f.line)
+_LINE_NAMES = frozenset(f.name for f in _LINE_FAMILIES)
+# What opens a traceback or an exception line, and torchrun's failure box: the dialect's own keywords
+_OWN_KEYWORDS = (b"Traceback (most", b"Error", b"Exception", b'File "', b"(local_rank: ")
 # A warning names a failure the run goes on after (torchvision's "Failed to load image Python extension: …
 # undefined symbol"): never a fatal line.
 _WARNING = re.compile(r"Warning\b|\bwarn(?:ing)?\(|\[W(?:ARN(?:ING)?)?\]")
@@ -76,18 +72,8 @@ class _Traceback:
 
 class FatalDialect:
     name = "fatal"
-    # Keywords start with a capital or a symbol where they can: the prefilter's cost grows with every common first letter
-    # (sources/text.py), so "illegal memory access" is found through "CUDA error" / "THCudaCheck" / "Error", a NaN
-    # loss through "=nan" / ": nan" / "] nan", and so on.
-    keywords = (b"Traceback (most", b"Error", b"Exception", b"Segmentation fault", b"Fatal Python error", b"SIG",
-                b"(core dumped)", b"Killed", b"Detected ", b"Memory cgroup", b"Out of memory", b"::bad_alloc",
-                b"DefaultCPUAllocator", b"NCCL error", b"CUDA error", b"CUBLAS_STATUS", b"CUDNN_STATUS", b"Assertion",
-                b"=nan", b"= nan", b": nan", b"] nan", b"loss nan", b"Loss nan", b"loss inf", b"Loss inf", b"NaN",
-                b"Bus error", b"Unexpected bus error", b"insufficient shared memory", b"Floating point exception",
-                b": undefined symbol", b"Unsupported gpu", b"THCudaCheck", b"IllegalAddress", b": cannot open shared",
-                b"bytes failed", b"(local_rank: ", b"=CONSTRAINT_",
-                b"Cuda failure", b'File "', b"!!!! kernel execution error",
-                b"CollectiveFingerPrint(")
+    # Its own, then the line families' (messages/crashes.py), each once
+    keywords = tuple(dict.fromkeys((*_OWN_KEYWORDS, *(k for f in _LINE_FAMILIES for k in f.keywords))))
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -114,7 +100,8 @@ class FatalDialect:
         if _FRAME.match(text):  # a traceback pasted from its first frame on, without its head line
             return self._continue(self._open.setdefault(line.rank, _Traceback(line)), line, text)
         match = _EXCEPTION.search(text)
-        if match and crashes.is_fault(match.group(1)) and not text.lstrip().startswith(("warnings.warn", "Exception ignored")):
+        if (match and crashes.is_fault(match.group(1))
+                and not text.lstrip().startswith(("warnings.warn", "Exception ignored"))):
             tb = self._open[line.rank] = _Traceback(line)
             return self._exception_line(tb, line, match)
         return self._fatal_line(line, text)
@@ -184,9 +171,9 @@ class FatalDialect:
             self._box_rank = int(box.group(1))
             return []
         family = crashes.classify(text)
-        if family not in _LINE_FAMILIES and _KILLED.search(text):
-            family = "host_oom_kill"
-        if family not in _LINE_FAMILIES:
+        if family not in _LINE_NAMES:
+            family = next((f.name for f in _LINE_FAMILIES if f.alone and f.alone.search(text)), None)
+        if family is None:
             return []
         rank = self._box_rank if self._box_rank is not None and _BOX_FIELD.match(text) else line.rank
         tagged = _PG_RANK.search(text) if rank is None else None

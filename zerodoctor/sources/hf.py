@@ -42,7 +42,8 @@ MAX_BLOCK_LINES = 64
 
 class HuggingFaceDialect:
     name = "hf"
-    keywords = (b"{'", b"Updating DeepSpeed's", b"Please correct the following DeepSpeed", b"***** Running training", b"`None`",
+    keywords = (b"{'", b"Updating DeepSpeed's", b"Please correct the following DeepSpeed", b"***** Running training",
+                b"`None`",
                 b"When using DeepSpeed")
 
     def __init__(self, context: Context) -> None:

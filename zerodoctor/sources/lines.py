@@ -87,7 +87,8 @@ def read_blocks(
                 pos, size, data = pos + len(data), size + len(data), read(chunk)
             if not data:  # it never ends: read as the file's unterminated last line, or not yet
                 if final:
-                    yield Block(number, pos - size, pos, [prefix], True, size, _last_segment(tail, b"\r" * carry) or b"")
+                    yield Block(number, pos - size, pos, [prefix], True, size,
+                                _last_segment(tail, b"\r" * carry) or b"")
                 return
             tail = _last_segment(tail, b"\r" * carry + data[:cut], ending=True)
             pos, size, data = pos + cut + 1, size + cut + 1, data[cut + 1:] or read(chunk)

@@ -31,7 +31,8 @@ _KEYS = {"lm loss": "loss", "loss": "loss", "learning rate": "lr", "loss scale":
          "elapsed time per iteration (ms)": "step_time_s"}
 # megatron/timers.py since 77efcccb93: ``(name + ' ').ljust(48, '.')`` then the max or (min, max), one per line
 _BLOCK_ROW = re.compile(rf"^\s+([A-Za-z][\w ./-]*?) \.*: (?:\(({NUM}), ({NUM})\)|({NUM}))(?=\s|$)")
-_ALL_NAME = re.compile(r"^ {1,2}([A-Za-z][\w ./-]*):\s*$")  # torchrun's "[rank3]: " prefix takes a space  # the "all" option: a name, then one line per rank
+# the "all" option: a name, then one line per rank; torchrun's "[rank3]: " prefix takes a space
+_ALL_NAME = re.compile(r"^ {1,2}([A-Za-z][\w ./-]*):\s*$")
 _ALL_RANK = re.compile(rf"^\s+rank\s+\d+: ({NUM})\s*$")
 _PHASES = ("fwd_s", "bwd_s", "optim_s")
 Pending = tuple[Line, int, dict[str, Any]]
@@ -194,7 +195,8 @@ class MegatronDialect:
             if interval - i <= nan:
                 fields["loss"] = float("nan")
             if step == iteration:
-                fields.update({k: v for k, v in last.items() if v is not None and not (k == "loss" and "loss" in fields)})
+                fields.update({k: v for k, v in last.items()
+                               if v is not None and not (k == "loss" and "loss" in fields)})
             out.append((line, step, fields))
         self.context.step = max(self.context.step, iteration)
         return out

@@ -6,6 +6,10 @@ Imports happen inside the hooks, so loading the plugin manager (``zerodoctor --h
 
 from __future__ import annotations
 
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
 from zerodoctor.plugins.hookspecs import hookimpl
 
 
@@ -21,15 +25,18 @@ def register_sources() -> list[tuple[str, str]]:
 
 
 @hookimpl
-def register_parsers() -> dict:
+def register_parsers(run_id: str | None, path: Path | None) -> dict[str, Callable[[], Any]]:
     from zerodoctor.sources.csv_monitor import CsvMonitorParser
     from zerodoctor.sources.flight_recorder import FlightRecorderParser
     from zerodoctor.sources.jsonl import JsonlParser
     from zerodoctor.sources.profiler_trace import ProfilerTraceParser
     from zerodoctor.sources.text import TextParser
 
-    return {"jsonl": JsonlParser, "text": TextParser, "flight-recorder": FlightRecorderParser,
-            "chrome-trace": ProfilerTraceParser, "csv-monitor": CsvMonitorParser}
+    # a flight recorder dump's rank and a trace's are in its file name
+    return {"jsonl": partial(JsonlParser, run_id), "text": partial(TextParser, run_id),
+            "flight-recorder": partial(FlightRecorderParser, run_id, path=path),
+            "chrome-trace": partial(ProfilerTraceParser, run_id, path=path),
+            "csv-monitor": partial(CsvMonitorParser, run_id, path=path)}
 
 
 @hookimpl

@@ -203,7 +203,8 @@ class Timeline:
             inside[mine] = (i >= 0) & (own[1][np.maximum(i, 0)] > mids)
         compute = intervals.union(s[~inside], e[~inside])
         comms = [(c[0], c[1], c[3], c[4]) for c in self.host_comm]
-        return {"compute": compute, "comm": intervals.union(comm_s, comm_e), "copy": intervals.union(*_arrays([]))}, comms
+        busy = {"compute": compute, "comm": intervals.union(comm_s, comm_e), "copy": intervals.union(*_arrays([]))}
+        return busy, comms
 
     def _windows(self, cpu: dict[int | None, tuple[float, float]]) -> dict[int | None, tuple[float, float]]:
         """Each step's window on the timeline being measured."""

@@ -114,5 +114,6 @@ class StackDumpDialect:
         dump, self._dump = self._dump, None
         if dump is None or dump.found is None:
             return []
-        return [self.context.event("log", dump.line, rank=dump.rank, message=f"stack dump: waiting in {dump.found['op']}",
+        return [self.context.event("log", dump.line, rank=dump.rank,
+                                   message=f"stack dump: waiting in {dump.found['op']}",
                                    source=self.name, what="stack_dump", data=dump.found)]

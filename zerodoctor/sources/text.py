@@ -70,7 +70,8 @@ def joined(lines: list[Line], whole: Callable[[str], object] | None = None) -> s
     spaced = " ".join(line.text.strip() for line in lines)
     glued = "".join(line.text for line in lines).strip()
     widths = {line.width for line in lines[:-1]}
-    order = (glued, spaced) if len(lines) > 1 and len(widths) == 1 and widths.pop() >= HARD_WRAP_MIN else (spaced, glued)
+    hard_wrapped = len(lines) > 1 and len(widths) == 1 and widths.pop() >= HARD_WRAP_MIN
+    order = (glued, spaced) if hard_wrapped else (spaced, glued)
     if whole is not None:
         return next((text for text in order if whole(text)), order[0])
     return order[0]

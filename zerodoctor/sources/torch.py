@@ -2,7 +2,8 @@
 
 CUDA OOM, every generation of ``c10/cuda/CUDACachingAllocator.cpp``'s message: up to 1.3
 ``(GPU N; X total capacity; X already allocated; X free; X cached)`` ("cached" printing
-``amount_cached - amount_allocated``: the reserved-but-unallocated bytes; some builds add ``; X inactive``), the parenthesis ``(GPU N; X total
+``amount_cached - amount_allocated``: the reserved-but-unallocated bytes; some builds add ``; X inactive``), the
+parenthesis ``(GPU N; X total
 capacity; X already allocated; X free; X reserved in total by PyTorch)`` with or without the
 ``max_split_size_mb`` hint (as ``RuntimeError`` and as
 ``torch.cuda.OutOfMemoryError``), the 2.1 form ("total capacty", sic), and the 2.2+ form

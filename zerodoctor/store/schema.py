@@ -1,8 +1,8 @@
 """Store: the tables (SQLAlchemy 2.0 Core), shaped for the queries signals make.
 
 Step events, the bulk of any run, are stored as column chunks (one row per rank per stored
-batch, ``store/steps.py``); the rarer kinds keep their payload as JSON, a row each. Each file has one row with its identity
-(node, device, inode, fingerprint of its first bytes) and the byte offset committed together
+batch, ``store/steps.py``); the rarer kinds keep their payload as JSON, a row each. Each file has one row with its
+identity (node, device, inode, fingerprint of its first bytes) and the byte offset committed together
 with the events read up to it.
 
 Every integer that comes from a log or a file is 64-bit and every text is unbounded

@@ -80,7 +80,8 @@ def compact(conn: Connection, run_id: int, holders: Iterable[tuple[int, int]], f
 
 def forget_file(conn: Connection, file_id: int) -> list[int]:
     """Delete a file's chunks; returns the runs they were of."""
-    run_ids = conn.execute(select(step_chunks.c.run_id).where(step_chunks.c.file_id == file_id).distinct()).scalars().all()
+    run_ids = conn.execute(select(step_chunks.c.run_id).where(step_chunks.c.file_id == file_id)
+                           .distinct()).scalars().all()
     conn.execute(delete(step_chunks).where(step_chunks.c.file_id == file_id))
     return list(run_ids)
 

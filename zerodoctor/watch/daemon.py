@@ -203,7 +203,7 @@ class Watcher:
         try:
             polled = self.pipeline.ingest_pass(list(self.tails.values()), seen=seen, unreadable=unreadable,
                                                stop=self.stop)
-        except Exception as exc:  # noqa: BLE001 - a days-long watch outlives a failed pass
+        except Exception as exc:
             # A batch refused for its content is quarantined by the tail; what is left is the
             # store failing (or a bug): nothing of the pass is kept, its lines are read again.
             if self._store_away(exc):
@@ -233,7 +233,7 @@ class Watcher:
             started = time.monotonic()
             try:
                 self._judge_run(name)
-            except Exception as exc:  # noqa: BLE001 - one run's failure must not stop a days-long watch
+            except Exception as exc:
                 if self._store_away(exc):
                     self._changed.add(name)  # judged once the store is back
                     raise
@@ -295,7 +295,7 @@ class Watcher:
             try:
                 with self.interrupts.judging(f"the page of run {name}", self.judge_budget_s):
                     self.on_judged(judged)
-            except Exception as exc:  # noqa: BLE001 - a page is a view of the findings, never their gate
+            except Exception as exc:
                 log.error("run %s: its page was not written (its findings are announced and stored): %s",
                           name, describe(exc, self.engine.url), exc_info=bool(os.environ.get("ZERODOCTOR_DEBUG")))
 

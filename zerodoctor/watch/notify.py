@@ -147,7 +147,7 @@ class Deliveries:
     def _deliver(self) -> None:
         try:
             _, failed = deliver_pending(self.engine, self.targets, self.stop, self.since)
-        except Exception as exc:  # noqa: BLE001 - the store failing here must not end deliveries for good
+        except Exception as exc:
             log.error("delivering findings failed; they stay pending: %s", describe(exc, self.engine.url),
                       exc_info=not isinstance(exc, SQLAlchemyError))
             failed = 1

@@ -15,14 +15,19 @@ from zerodoctor.signals.view import RunView
 
 OPTIMAL_TOKENS_PER_PARAM = 20
 
+READS = ("run.params", "run.steps", "config.total_steps")
+
 SIGNALS = [
     Signal("data.tokens_seen", "tokens", "token ids fed to the model so far, summed over ranks"),
     Signal("data.tokens_per_step", "tokens", "token ids per optimizer step over all ranks"),
     Signal("data.expected_tokens", "tokens", "tokens per step × planned steps (config.total_steps)"),
     Signal("data.tokens_per_param", "ratio", "expected tokens / parameters"),
-    Signal("data.shortfall", "ratio", f"{OPTIMAL_TOKENS_PER_PARAM} / data.tokens_per_param: how far below compute-optimal"),
-    Signal("data.optimal_params", "parameters", f"a compute-optimal model size for the expected tokens (tokens / {OPTIMAL_TOKENS_PER_PARAM})"),
-    Signal("data.optimal_tokens", "tokens", f"compute-optimal tokens for this model ({OPTIMAL_TOKENS_PER_PARAM} × parameters)"),
+    Signal("data.shortfall", "ratio",
+           f"{OPTIMAL_TOKENS_PER_PARAM} / data.tokens_per_param: how far below compute-optimal"),
+    Signal("data.optimal_params", "parameters",
+           f"a compute-optimal model size for the expected tokens (tokens / {OPTIMAL_TOKENS_PER_PARAM})"),
+    Signal("data.optimal_tokens", "tokens",
+           f"compute-optimal tokens for this model ({OPTIMAL_TOKENS_PER_PARAM} × parameters)"),
 ]
 
 

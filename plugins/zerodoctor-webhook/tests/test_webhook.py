@@ -32,7 +32,7 @@ class Endpoint:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 outer.attempts += 1
                 if outer.attempts <= fail:
@@ -57,7 +57,7 @@ class Endpoint:
 
 
 @pytest.fixture
-def endpoint():  # noqa: ANN201
+def endpoint():
     made: list[Endpoint] = []
 
     def make(**kw: object) -> Endpoint:
@@ -69,7 +69,7 @@ def endpoint():  # noqa: ANN201
         e.close()
 
 
-def test_retries_with_exponential_backoff_until_accepted(endpoint) -> None:  # noqa: ANN001
+def test_retries_with_exponential_backoff_until_accepted(endpoint) -> None:
     server = endpoint(fail=2, status=503)
     waits: list[float] = []
     WebhookNotifier(server.url, retries=3, backoff_s=0.5, sleep=waits.append).send(FINDING)
@@ -77,20 +77,20 @@ def test_retries_with_exponential_backoff_until_accepted(endpoint) -> None:  # n
     assert server.bodies == [FINDING]
 
 
-def test_gives_up_after_bounded_retries_and_raises(endpoint) -> None:  # noqa: ANN001
+def test_gives_up_after_bounded_retries_and_raises(endpoint) -> None:
     server = endpoint(fail=99, status=500)
     with pytest.raises(DeliveryError, match="HTTP 500 after 3 attempt"):
         WebhookNotifier(server.url, retries=2, sleep=lambda s: None).send(FINDING)
     assert server.attempts == 3 and not server.bodies
 
 
-def test_a_client_error_is_not_retried(endpoint) -> None:  # noqa: ANN001
+def test_a_client_error_is_not_retried(endpoint) -> None:
     server = endpoint(fail=99, status=400)
     with pytest.raises(DeliveryError, match="HTTP 400 after 1 attempt"):
         WebhookNotifier(server.url, retries=5, sleep=lambda s: None).send(FINDING)
 
 
-def test_a_stalled_endpoint_times_out(endpoint) -> None:  # noqa: ANN001
+def test_a_stalled_endpoint_times_out(endpoint) -> None:
     server = endpoint(fail=1, stall_s=2.0)
     started = time.monotonic()
     with pytest.raises(DeliveryError):
@@ -116,7 +116,7 @@ def _watch_once(runs: Path, db: Path, url: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, env=env)
 
 
-def test_watch_keeps_findings_while_the_endpoint_is_down_and_sends_each_once(tmp_path: Path, endpoint) -> None:  # noqa: ANN001
+def test_watch_keeps_findings_while_the_endpoint_is_down_and_sends_each_once(tmp_path: Path, endpoint) -> None:
     runs = tmp_path / "runs" / "r1"
     runs.mkdir(parents=True)
     shutil.copy(ROOT / "tests/fixtures/rules/ZD203/fires.jsonl", runs / "rank-0.jsonl")
@@ -136,7 +136,7 @@ def test_watch_keeps_findings_while_the_endpoint_is_down_and_sends_each_once(tmp
     assert all(b["run"] == "fixture" for b in server.bodies)  # the run named in the events
 
 
-def test_the_url_path_never_reaches_the_name_or_the_errors(endpoint) -> None:  # noqa: ANN001
+def test_the_url_path_never_reaches_the_name_or_the_errors(endpoint) -> None:
     server = endpoint(fail=99, status=500)
     secret_url = server.url + "/T000/B000/xoxb-secret"  # Slack's path is the credential
     notifier = WebhookNotifier(secret_url, retries=0, sleep=lambda s: None)
@@ -151,7 +151,8 @@ def test_the_url_path_never_reaches_the_name_or_the_errors(endpoint) -> None:  #
 class Trickler:
     """A real TCP endpoint that answers one byte of a valid HTTP response every ``every_s``, for a minute."""
 
-    def __init__(self, every_s: float = 0.2) -> None:
+    def __init__(self, every_s: float = 0.2, head: bytes = b"") -> None:
+        self.head = head  # sent at once before the trickle: a status line and headers, the body trickled
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/hook"
         self.every_s, self.stop = every_s, threading.Event()
@@ -169,6 +170,9 @@ class Trickler:
         answer = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"." * 300 + b"\r\n\r\n"
         with conn:
             conn.recv(65536)
+            if self.head:
+                conn.sendall(self.head)
+                answer = b"." * 300
             for byte in answer:
                 if self.stop.wait(self.every_s):
                     return
@@ -187,6 +191,19 @@ def test_a_trickling_endpoint_cannot_hold_the_delivery_past_its_deadline() -> No
     try:
         started = time.monotonic()
         with pytest.raises(DeliveryError, match="no answer within the 1.5 s deadline"):
+            WebhookNotifier(server.url, timeout_s=1.0, retries=3, backoff_s=0.1, deadline_s=1.5).send(FINDING)
+        assert time.monotonic() - started < 3.0
+    finally:
+        server.close()
+
+
+def test_a_2xx_whose_body_trickles_past_the_deadline_is_no_delivery() -> None:
+    """Issue 34's round 4: the status line came at once, the body trickled past the deadline: it was recorded as
+    delivered. Only a whole answer within the deadline is."""
+    server = Trickler(every_s=0.2, head=b"HTTP/1.1 200 OK\r\nContent-Length: 300\r\n\r\n")
+    try:
+        started = time.monotonic()
+        with pytest.raises(DeliveryError, match="deadline"):
             WebhookNotifier(server.url, timeout_s=1.0, retries=3, backoff_s=0.1, deadline_s=1.5).send(FINDING)
         assert time.monotonic() - started < 3.0
     finally:
@@ -218,7 +235,7 @@ class _Redirecting:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 outer.posts += 1
                 self.send_response(302)
@@ -226,7 +243,7 @@ class _Redirecting:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 outer.gets += 1
                 body = b"<html>please log in</html>"
                 self.send_response(200)

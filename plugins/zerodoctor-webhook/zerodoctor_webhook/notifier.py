@@ -4,8 +4,8 @@ The per-read timeout alone does not bound a send: an endpoint that trickles one 
 few seconds never lets a read time out. The deadline does: when it passes, the request's
 socket is shut down, which ends the blocked read at once. Only a 2xx answer counts as delivered (a
 redirect is not followed: a POST redirected to a login page reached no endpoint); anything else raises
-``DeliveryError`` after the last retry, and ``watch`` keeps the finding pending for a later pass. A webhook URL is a secret
-(Slack's path is the credential), so the URL never leaves this module: the notifier's name
+``DeliveryError`` after the last retry, and ``watch`` keeps the finding pending for a later pass. A webhook URL is a
+secret (Slack's path is the credential), so the URL never leaves this module: the notifier's name
 (logs, the deliveries table) and its errors carry the host and a short hash of the URL.
 """
 
@@ -56,9 +56,10 @@ class WebhookNotifier:
                 break
             try:
                 with Deadline(left) as watch, watch.opener().open(request, timeout=min(self.timeout_s, left)) as answer:
-                    if 200 <= answer.status < 300:
+                    answer.read()  # the whole answer within the deadline: a 2xx whose body trickles past it is none
+                    if 200 <= answer.status < 300 and not watch.expired:
                         return
-                    last = f"HTTP {answer.status}"
+                    last = f"HTTP {answer.status}" if not watch.expired else "the answer trickled past the deadline"
             except urllib.error.HTTPError as exc:
                 last = f"HTTP {exc.code}"
                 if 300 <= exc.code < 400:

@@ -37,6 +37,11 @@ class Deadline:
         login page answering 200), which no endpoint received; the 3xx is the answer, and no delivery."""
         return urllib.request.build_opener(_HTTPHandler(self), _HTTPSHandler(self), _NoRedirect())
 
+    @property
+    def expired(self) -> bool:
+        with self._lock:
+            return self._expired
+
     def watch(self, sock: socket.socket) -> None:
         with self._lock:
             if self._expired:

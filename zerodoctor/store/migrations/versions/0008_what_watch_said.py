@@ -21,4 +21,5 @@ def upgrade() -> None:
     op.add_column("findings", sa.Column("said", sa.JSON))
     op.add_column("findings", sa.Column("acknowledged_t", sa.Float))
     op.create_table("notifiers", sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True),
-                    sa.Column("name", sa.Text, nullable=False, unique=True), sa.Column("since_t", sa.Float, nullable=False))
+                    sa.Column("name", sa.Text, nullable=False, unique=True),
+                    sa.Column("since_t", sa.Float, nullable=False))
