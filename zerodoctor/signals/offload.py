@@ -134,8 +134,9 @@ def _judge(share: float, out: dict[str, Any], device: str | None, stage: int | N
 
 def _fits(values: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """Model states per GPU of the remedies, and whether the run's device memory refutes them."""
-    params, world, device = values.get("run.params"), values.get("run.world_size"), values.get("run.device_memory_bytes")
-    stage, precision = values.get("run.zero_stage"), values.get("run.precision")
+    params, world = values.get("run.params"), values.get("run.world_size")
+    device, stage, precision = (values.get("run.device_memory_bytes"), values.get("run.zero_stage"),
+                                values.get("run.precision"))
     out: dict[str, Any] = {"offload.none_refuted": False, "offload.optimizer_only_refuted": False}
     if not params or not world:
         return out
