@@ -42,11 +42,6 @@ def test_no_error_on_a_log_that_shows_no_fault(score) -> None:
 
 # Cases diagnose gets wrong today, each with why; every other case must stay right.
 KNOWN_WRONG: dict[str, str] = {
-    "ds-1635-cpu-adam-step-dominates": "the excerpt never shows that the optimizer is offloaded (only the user's "
-                                       "config, pasted as prose, says so): an optimizer step of 95% alone is not "
-                                       "called offload",
-    "ds-735-cpu-adam-timers": "as ds-1635: the timers show a step 43x the forward, but only the thread's prose says "
-                              "the optimizer is offloaded",
     "ds-4367-progress-stops-epoch-end": "the log ends at the bar (1128/3384): a stall the thread reports, the excerpt "
                                         "cannot show (no later line, no timestamp); a paste cut mid-run looks the same",
     "ds-examples-108-megatron-batch-size-none": "Megatron's `args.batch_size * dp * gas` with --batch-size unset "

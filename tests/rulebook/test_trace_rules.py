@@ -37,8 +37,8 @@ def test_zd301_is_silent_when_the_trace_shows_the_all_gathers_hidden(tmp_path: P
 def test_zd301_fires_on_exposed_all_gathers_and_says_what_the_trace_shows(tmp_path: Path) -> None:
     out = _zd301_with_trace(tmp_path, compute_from_us=500)  # the gather runs alone: 50% of the step exposed
     (finding,) = [f for f in out["findings"] if f["rule"] == "ZD301"]
-    assert "the profiler trace shows 50% of the step in all-gathers that no compute hides" in finding["message"]
-    assert finding["evidence"]["trace.allgather_exposed_fraction"] == 0.5
+    assert "all-gathers leave 50% of each profiled step with no compute beside them" in finding["message"]
+    assert finding["evidence"]["comm.allgather_step_fraction"] == 0.5
 
 
 def test_a_run_without_a_trace_is_told_how_to_profile_and_one_with_a_trace_is_not() -> None:

@@ -8,8 +8,13 @@ momentum, variance). Partitioned over N data-parallel ranks:
     stage 0: (2 + 2 + K)Ψ        stage 2: 2Ψ + (2 + K)Ψ/N
     stage 1: 4Ψ + KΨ/N           stage 3: (2 + 2 + K)Ψ/N
 
+An fp32 run keeps its parameters and gradients in 4 bytes each, and K stays 12: DeepSpeed's
+ZeRO optimizers hold an fp32 copy of their partition whatever the model's dtype
+(``single_partition_of_fp32_groups`` in stage 1-2, ``fp32_partitioned_groups_flat`` in stage 3),
+so stage 2 is 4Ψ + (4 + K)Ψ/N there.
+
 Offloading the optimizer moves the KΨ term to host memory (ZeRO-Offload); offloading
-parameters too (stage 3 only) moves the 2Ψ parameter term as well. Activations,
+parameters too (stage 3 only) moves the parameter term as well. Activations,
 temporary buffers and fragmentation come on top; callers add headroom for them.
 """
 
@@ -19,8 +24,16 @@ ADAM_MIXED_K = 12
 OFFLOADS = ("none", "optimizer", "optimizer+param")
 
 
+def weight_bytes(precision: str | None) -> int:
+    """Bytes of one parameter (and one gradient) in the training dtype: 4 for fp32, else 2.
+
+    An unknown precision counts as mixed precision, the paper's case and most runs'.
+    """
+    return 4 if precision == "fp32" else 2
+
+
 def model_state_bytes(params: float, world_size: int, stage: int, offload: str = "none",
-                      k: int = ADAM_MIXED_K) -> float:
+                      k: int = ADAM_MIXED_K, precision: str | None = None) -> float:
     """Bytes of model states each GPU holds.
 
     Args:
@@ -29,20 +42,22 @@ def model_state_bytes(params: float, world_size: int, stage: int, offload: str =
         stage: ZeRO stage 0-3.
         offload: "none", "optimizer" (stage ≥ 1) or "optimizer+param" (stage 3 only).
         k: optimizer-state bytes per parameter.
+        precision: "fp16", "bf16" or "fp32" (None: mixed precision); sets the bytes of a parameter
+            and of a gradient.
     """
     if offload not in OFFLOADS:
         raise ValueError(f"offload must be one of {OFFLOADS}, not {offload!r}")
     if offload == "optimizer+param" and stage != 3:
         raise ValueError("parameter offload exists only with ZeRO stage 3")
-    psi, n = float(params), max(int(world_size), 1)
+    psi, n, w = float(params), max(int(world_size), 1), weight_bytes(precision)
     opt = 0.0 if offload != "none" else k * psi
     if stage == 0:
-        return 4 * psi + opt
+        return 2 * w * psi + opt
     if stage == 1:
-        return 4 * psi + opt / n
+        return 2 * w * psi + opt / n
     if stage == 2:
-        return 2 * psi + (2 * psi + opt) / n
+        return w * psi + (w * psi + opt) / n
     if stage == 3:
-        param = 0.0 if offload == "optimizer+param" else 2 * psi
-        return (param + 2 * psi + opt) / n
+        param = 0.0 if offload == "optimizer+param" else w * psi
+        return (param + w * psi + opt) / n
     raise ValueError(f"ZeRO stage must be 0-3, not {stage}")

@@ -14,29 +14,69 @@ measures it, and ZD301 stays silent when it explains the share).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from zerodoctor.deepspeed import defaults as ds
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import COMM_TIMES, STEPS
-from zerodoctor.signals.base import StepWindow, nested, ratios, shown_by
+from zerodoctor.signals.base import StepWindow, nested, ratios, shown_by, verdict
 from zerodoctor.signals.config_values import config_int
+from zerodoctor.messages.units import GB
 
 _timed = shown_by(STEPS, switch=COMM_TIMES)
+_verdict = partial(verdict, shown_by=(STEPS,), switch=COMM_TIMES)
 
-READS = ()
+# The share of the step in ZeRO-3's own collectives (its parameter all-gathers) from which stage 2 is worth
+# weighing: it makes half as many, so it would save some 10% of the step.
+STAGE3_OWN = 0.2
+# A straggler that costs the others this share of the step explains their collective time: it is a wait.
+WAITING = 0.2
+# Collectives this share of the step or more dominate it: more than all the compute together.
+DOMINANT = 0.5
+# Calls smaller than this pay their latency more than their bytes (NCCL's bus bandwidth flattens out from
+# some megabytes in nccl-tests' sweeps): such collectives are too many, not too slow.
+SMALL_CALL_BYTES = 1 << 20
+
+READS = ("run.zero_stage", "run.world_size_stated", "run.host_only", "straggler.share", "trace.present",
+         "trace.allgather_exposed_fraction")
 
 SIGNALS = [
     _timed("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
     _timed("comm.step_s", "s", "time in collectives per step (median)"),
+    _timed("comm.first_step", "step", "first step of the window comm.fraction is the median of"),
+    _timed("comm.last_step", "step", "last step of that window"),
     _timed("comm.compute_s", "s", "forward + backward + optimizer time outside collectives, per step (median)"),
     _timed("comm.top_op", "name", "collective with the most time"),
     _timed("comm.top_op_share", "ratio", "share of collective time spent in comm.top_op"),
+    _timed("comm.top_op_busbw_gbps", "GB/s",
+           "bus bandwidth in GB/s that the collective with the most time achieved (its bytes over its time, times "
+           "nccl-tests' factor for the op and the world size n: all-reduce 2(n-1)/n; all-gather, reduce-scatter, "
+           "all-to-all (n-1)/n)"),
     _timed("comm.allgather_share", "ratio",
            "share of collective time in all-gathers (ZeRO-3's parameter gathers; gradient reductions excluded)"),
     _timed("comm.prefetch_bucket_size", "elements",
            f"stage3_prefetch_bucket_size in effect (default {ds.STAGE3_PREFETCH_BUCKET_SIZE:.0e})"),
+    _timed("comm.allgather_step_fraction", "ratio",
+           "share of the step in ZeRO-3's parameter all-gathers: the exposed share where a profiler trace shows it, "
+           "else the collectives' share times the all-gathers' share of them"),
+    _verdict("comm.stage3_verdict",
+             f"what ZeRO-3's own collectives cost: allgathers (comm.allgather_step_fraction is {STAGE3_OWN:.0%} or "
+             "more, from the timings), exposed_allgathers (as much with no compute beside them, from a profiler "
+             f"trace), hidden (a trace shows less exposed), straggler (a straggler costs {WAITING:.0%} of the step "
+             "or more: the collective time is a wait), minor (less), not_stage3",
+             ("allgathers", "exposed_allgathers", "hidden", "straggler", "minor", "not_stage3")),
+    _timed("comm.top_op_call_bytes", "bytes", "mean message size of one call of the collective with the most time"),
+    _verdict("comm.step_verdict",
+             f"what the collectives cost the step: named (they take {DOMINANT:.0%} of each step or more, per-op "
+             "timings name the one with the most time), small_calls (as much, in calls of less than "
+             f"{SMALL_CALL_BYTES >> 20} MiB on average), unnamed (as much, no per-op timings), stage3_own (ZeRO-3's "
+             "parameter all-gathers, comm.stage3_verdict), straggler (a wait for a slow rank), host_only (DeepSpeed's "
+             "CPU accelerator: loopback copies, not a network), minor (less)",
+             ("named", "small_calls", "unnamed", "stage3_own", "straggler", "host_only", "minor")),
+    _timed("comm.overlap_comm", "bool",
+           "overlap_comm in effect (DeepSpeed's default: on under stage 3, off below; overlap_comm_valid)"),
     _timed("comm.persistence_threshold", "elements",
            f"stage3_param_persistence_threshold in effect (default {ds.STAGE3_PARAM_PERSISTENCE_THRESHOLD:.0e})"),
 ]
@@ -50,9 +90,11 @@ FOLD_EVENTS = ("comm",)
 class Fold(runview.Fold):
     """The last WINDOW steps' collective share, comm and compute time; collective time per op."""
 
-    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
+    VERSION = 2  # of the saved state: bump it when the fields or what they hold change
     recent: list[list[Any]] = field(default_factory=list)  # the last WINDOW steps: step, comm share, comm s, compute s
     per_op_s: dict[str, float] = field(default_factory=dict)
+    per_op_bytes: dict[str, float | None] = field(default_factory=dict)  # None once a call of the op came without
+    per_op_calls: dict[str, int] = field(default_factory=dict)
 
     def add_steps(self, block: Steps, view: RunView) -> None:
         steps, comm, total, *parts = StepWindow.tail(block, "step", "comm_s", "step_time_s",
@@ -61,8 +103,12 @@ class Fold(runview.Fold):
         StepWindow.extend(self.recent, [steps, ratios(comm, total), comm, compute])
 
     def event(self, event: dict[str, Any]) -> None:
-        if event.get("total_s") is not None and event.get("op"):
-            self.per_op_s[event["op"]] = self.per_op_s.get(event["op"], 0.0) + event["total_s"]
+        op = event.get("op")
+        if event.get("total_s") is not None and op:
+            self.per_op_s[op] = self.per_op_s.get(op, 0.0) + event["total_s"]
+            known, size = self.per_op_bytes.get(op, 0.0), event.get("bytes")
+            self.per_op_bytes[op] = known + size if known is not None and size is not None else None
+            self.per_op_calls[op] = self.per_op_calls.get(op, 0) + (event.get("count") or 0)
 
 
 def _compute_s(comm: float | None, *parts: float | None) -> float | None:
@@ -78,7 +124,10 @@ def _compute_s(comm: float | None, *parts: float | None) -> float | None:
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     fold: Fold = view.fold(__name__)
     out: dict[str, Any] = {}
-    out["comm.fraction"] = StepWindow.series(fold.recent, 1)
+    out["comm.fraction"] = shares = StepWindow.series(fold.recent, 1)
+    if shares is not None:
+        known = [step for step, share in zip(shares.steps, shares.values) if share is not None]
+        out["comm.first_step"], out["comm.last_step"] = known[0], known[-1]
     present = StepWindow.series(fold.recent, 2)
     out["comm.step_s"] = present.summary if present else None
     compute_series = StepWindow.series(fold.recent, 3)
@@ -93,10 +142,74 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if prefetch is not None and persist is not None:
         out["comm.prefetch_bucket_size"], out["comm.persistence_threshold"] = prefetch, persist
 
+    stage = values.get("run.zero_stage")
+    if config and stage is not None:
+        overlap = nested(config, "zero_optimization.overlap_comm")
+        out["comm.overlap_comm"] = bool(overlap) if overlap is not None else stage == 3
+
     if fold.per_op_s:
         top = max(fold.per_op_s, key=fold.per_op_s.__getitem__)
         out["comm.top_op"] = top
         total = sum(fold.per_op_s.values()) or 1.0
         out["comm.top_op_share"] = fold.per_op_s[top] / total
         out["comm.allgather_share"] = sum(s for op, s in fold.per_op_s.items() if "all_gather" in op) / total
+        # the world size the run stated: a log of rank 0's lines alone says at least 1, which no factor can use
+        size, world = fold.per_op_bytes.get(top), values.get("run.world_size_stated")
+        if size and world and world > 1 and fold.per_op_s[top] > 0:
+            out["comm.top_op_busbw_gbps"] = size / fold.per_op_s[top] * _bus_factor(top, world) / GB
+        if size and fold.per_op_calls.get(top):
+            out["comm.top_op_call_bytes"] = size / fold.per_op_calls[top]
+    out["comm.stage3_verdict"], out["comm.allgather_step_fraction"] = _stage3(values, out)
+    out["comm.step_verdict"] = _step(values, out)
     return out
+
+
+def _step(values: dict[str, Any], out: dict[str, Any]) -> str | None:
+    """Whether collectives dominate the step, and what the run says about why; None without their share."""
+    shares = out.get("comm.fraction")
+    if shares is None:
+        return None
+    if shares.summary < DOMINANT:
+        return "minor"
+    if out.get("comm.stage3_verdict") in ("allgathers", "exposed_allgathers"):
+        return "stage3_own"
+    if (values.get("straggler.share") or 0.0) >= WAITING:
+        return "straggler"
+    if values.get("run.host_only"):
+        return "host_only"
+    if not out.get("comm.top_op"):
+        return "unnamed"
+    call = out.get("comm.top_op_call_bytes")
+    return "small_calls" if call is not None and call < SMALL_CALL_BYTES else "named"
+
+
+def _stage3(values: dict[str, Any], out: dict[str, Any]) -> tuple[str | None, float | None]:
+    """What stage 3's own all-gathers cost the step, and the verdict on it; (None, None) while a figure it needs
+    (the stage, the straggler's cost, the collectives' or the trace's shares) is unknown."""
+    stage, waiting = values.get("run.zero_stage"), values.get("straggler.share")
+    if stage is None:
+        return None, None
+    if stage != 3:
+        return "not_stage3", None
+    if waiting is None:
+        return None, None
+    if values.get("trace.present"):
+        own = values.get("trace.allgather_exposed_fraction")
+        judged = "exposed_allgathers" if own >= STAGE3_OWN else "hidden"
+    else:
+        fraction, share = out.get("comm.fraction"), out.get("comm.allgather_share")
+        if fraction is None or share is None:
+            return None, None
+        own = fraction.summary * share
+        judged = "allgathers" if own >= STAGE3_OWN else "minor"
+    return ("straggler" if waiting >= WAITING else judged), own
+
+
+def _bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor (its PERFORMANCE.md): what each rank's link carries per byte of the
+    collective's whole buffer, so that figures of different ops and world sizes compare with the link's own."""
+    if "all_reduce" in op:
+        return 2 * (n - 1) / n
+    if any(name in op for name in ("all_gather", "reduce_scatter", "all_to_all")):
+        return (n - 1) / n
+    return 1.0

@@ -53,7 +53,7 @@ GAINS = ("already_on", "cure", "this_allocation", "a_few_allocations", "one_allo
 _planned = shown_by(CONFIG, DEVICE)
 _stepwise = shown_by(STEPS)
 
-READS = ("run.params", "run.world_size", "run.device_memory_bytes", "creep.device_bytes_per_step",
+READS = ("run.params", "run.world_size", "run.device_memory_bytes", "run.precision", "creep.device_bytes_per_step",
          "creep.device_steady")
 
 SIGNALS = [
@@ -94,7 +94,8 @@ SIGNALS = [
     _planned("memory.stage2_fit_known", "bool", "parameters, world size and device memory are all known"),
     Signal("memory.reduce_bucket_size", "elements",
            f"zero_optimization.reduce_bucket_size in effect (default {ds.REDUCE_BUCKET_SIZE:.0e})"),
-    _planned("memory.stage2_gb", "GB", "model states per GPU under ZeRO-2, no offload (ZeRO paper)"),
+    _planned("memory.stage2_gb", "GB",
+             "model states per GPU under ZeRO-2, no offload (ZeRO paper, in the run's precision)"),
     _planned("memory.stage2_fits", "bool", f"ZeRO-2 model states fit in {HEADROOM:.0%} of device memory"),
     _planned("memory.stage2_offload_gb", "GB", "model states per GPU under ZeRO-2 with optimizer offload"),
     _planned("memory.stage2_offload_fits", "bool", f"ZeRO-2 + optimizer offload fits in {HEADROOM:.0%} of device "
@@ -230,8 +231,9 @@ def _fits(values: dict[str, Any]) -> dict[str, Any]:
     device = values.get("run.device_memory_bytes")
     if not params or not world:
         return {"memory.stage2_fit_known": False}
-    stage2 = model_state_bytes(params, world, 2)
-    stage2_offload = model_state_bytes(params, world, 2, "optimizer")
+    precision = values.get("run.precision")
+    stage2 = model_state_bytes(params, world, 2, precision=precision)
+    stage2_offload = model_state_bytes(params, world, 2, "optimizer", precision=precision)
     out: dict[str, Any] = {"memory.stage2_gb": stage2 / GB, "memory.stage2_offload_gb": stage2_offload / GB,
                            "memory.stage2_fit_known": bool(device)}
     if device:

@@ -33,6 +33,8 @@ SIGNALS = [
     _device("run.device_memory_bytes", "bytes", "total memory of one accelerator"),
     _device("run.device_memory_gb", "GB", "total memory of one accelerator, 10^9 bytes"),
     _dumped("run.device_name", "name", "accelerator name"),
+    _dumped("run.host_only", "bool", "the run trains on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu in the "
+                                     "run's environment): no device, no PCIe, no streams to overlap on"),
     _dumped("run.exit_code", "code", "worst exit code among ranks that reported one"),
     _dumped("run.ranks_ended", "ranks", "ranks that said they ended (run_end, the probe's or the wrapper's for a "
                                         "rank that died)"),
@@ -91,6 +93,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "run.device_memory_bytes": mem,
         "run.device_memory_gb": mem / GB if mem else None,
         "run.device_name": start.get("device_name"),
+        "run.host_only": (start.get("env") or {}).get("DS_ACCELERATOR") == "cpu",
         "run.exit_code": max(codes, key=abs) if codes else None,
         "run.ranks_ended": len({e["rank"] for e in view.events.get("run_end", [])}) or None,
         "run.dropped_events": sum(dropped.values()) if dropped else None,
