@@ -55,6 +55,7 @@ _FIELDS: dict[str, list[Any]] = {
     "rank": [1], "quiet_s": [65.0], "phase": list(Heartbeat.model_fields["phase"].annotation.__args__),
     "op": ["all_reduce"], "seq": [50], "group": ["1"], "outer": ["backward"], "since_t": [1764579220.0],
     "for_s": [81.0], "head": [51], "beat": [_STATE], "timeout_s": [1800.0], "call": [32], "tensor": ["a scalar"],
+    "desc": ["TENSOR_MODEL_PARALLEL_GROUP"], "groups": [5],
 }
 _RECORDS = {"hang.fr_lags": [{"rank": 1, "group": "0", "seq": 30, "op": "nccl:all_reduce", "head": 31, "beat": _STATE}],
             "hang.timed_out": {"op": "ALLREDUCE", "seq": 4127, "timeout_s": 1800.0},

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, diagnose_json
+from tests.conftest import ROOT, diagnose_json, run_cli
 from zerodoctor.sources.batches import run_files, run_id_for
 from zerodoctor.sources.flight_recorder import dumps_in, is_dump
 
@@ -41,11 +41,11 @@ def test_a_directory_of_dumps_is_known_by_content_whatever_the_prefix(tmp_path):
 
 
 @pytest.mark.parametrize("scenario, behind, says", [
-    ("hang", [1], "rank 1's last collective on group 0 is #2 gloo:all_reduce, the others reached #3"),
-    ("hang-rank1-no-entries", [1], "rank 1's last collective on group 0 is #2, the others reached #3"),
+    ("hang", [1], "rank 1's last collective on group 0 (default_pg) is #2 gloo:all_reduce, the others reached #3"),
+    ("hang-rank1-no-entries", [1], "rank 1's last collective on group 0 (default_pg) is #2, the others reached #3"),
     ("hang-no-entries", [1], "rank 1's last collective on group 0 is #2, the others reached #3"),
-    ("hang-stale", [1], "rank 1's last collective on group 0 is #2, the others reached #3"),
-    ("hang-4-ranks", [1, 3], "rank 3's last collective on group 0 is #2, the others reached #3"),
+    ("hang-stale", [1], "rank 1's last collective on group 0 (default_pg) is #2, the others reached #3"),
+    ("hang-4-ranks", [1, 3], "rank 3's last collective on group 0 (default_pg) is #2, the others reached #3"),
     ("hang-hashed-subgroup", [1], "rank 1's last collective on group 4a2ad14e7181d5235b64cf37fcd715cb5ce5c8e7 is #6, "
                                   "the others reached #7"),  # rank 1's dump knows the group by pg_id 1 only
 ])
@@ -53,6 +53,29 @@ def test_every_rank_behind_is_named_from_its_entries_or_its_pg_status(scenario, 
     finding = zd707(DUMPS / scenario)
     assert finding is not None and finding["ranks"] == behind
     assert says in finding["message"]
+
+
+@pytest.mark.parametrize("scenario, faulty, says", [
+    ("nvrx-gpu_error_1st", [12], "rank 12's last collective on group 41 (TENSOR_MODEL_PARALLEL_GROUP) is #42817 "
+                                 "nccl:_all_gather_base, the others reached #42826 (behind on 5 groups)"),
+    ("nvrx-gpu_error_2nd", [9, 14], "rank 14's last collective on group 38"),
+    ("nvrx-lock_gil_1st", [9, 14], "rank 9's last collective on group 37 (TENSOR_MODEL_PARALLEL_GROUP) is #88683, "
+                                   "the others reached #88688 (behind on 3 groups)"),
+    ("nvrx-lock_gil_2nd", [10, 15], "rank 15's last collective on group 94 (EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP) "
+                                    "is #3498, the others reached #3499"),
+])
+def test_a_16_rank_megatron_job_names_only_its_faulty_ranks(scenario, faulty, says):
+    """NVRx's real dumps (16 ranks, Megatron's TP/PP/EP/DP groups; README): a ``pg_id`` is each rank's own
+    count of its groups, so each group is compared among its ``pg_config`` members only. Faulty ranks per
+    the run's fault_injection.log; in gpu_error_1st rank 14 is not behind on any group, as NVRx's own
+    reference output (tests/attribution/unit/reference_outputs) also finds. The old comparison by
+    ``pg_id`` across all ranks named all 16, in one message of ~60 clauses."""
+    finding = zd707(DUMPS / scenario)
+    assert finding is not None and finding["ranks"] == faulty
+    assert says in finding["message"]
+    text = run_cli("diagnose", "--fail-on", "never", str(DUMPS / scenario)).stdout
+    block = text[text.index("ZD707"):].split("\n\n")[0]
+    assert len(block.splitlines()) <= 6, block
 
 
 def test_dumps_of_a_healthy_job_blame_no_rank():

@@ -113,11 +113,12 @@ SIGNALS = [
     _flight_recorder("hang.fr_behind", "ranks", "how many ranks' flight recorder dumps place them behind the others "
                                                 "on a group"),
     _flight_recorder("hang.fr_behind_ranks", "ranks", "the ranks the flight recorder dumps place behind"),
-    _flight_recorder("hang.fr_lags", "records", "per rank behind: rank, group, seq (its last recorded or pg_status's "
-                                                "last "
-                                                "enqueued collective) and op (where recorded), head (the group's "
-                                                "furthest seq) "
-                                                "and beat: its last heartbeat's state, when it has one"),
+    _flight_recorder("hang.fr_lags", "records", "one per rank behind, on the group whose furthest member moved last: "
+                                                "rank, group, desc (the group's description), seq (its last "
+                                                "recorded or pg_status's last enqueued collective) and op (where "
+                                                "recorded), head (the group's furthest seq), groups (how many "
+                                                "groups it is behind on, when more than one) and beat: its last "
+                                                "heartbeat's state, when it has one"),
     Signal("hang.log_stalled_s", "s", "a console log with clock times: seconds it went on after its last step's "
                                       "line, with no error and no end (0: less than a window)"),
     Signal("hang.log_last_step", "step", "the last step logged before the log went on without steps"),
@@ -334,43 +335,76 @@ def _log_stall(view: RunView) -> dict[str, Any]:
 
 
 def _flight_recorder(view: RunView) -> dict[str, Any]:
-    """Per process group, the ranks whose place in it is behind the group's furthest.
+    """Per process group, the member ranks whose place in it is behind the group's furthest member's.
 
     A rank's place is the ``seq`` its dump gives (``sources/flight_recorder.py``: its last recorded
     collective or ``pg_status``'s last enqueued one, whichever is later). Where any rank's dump shows
     p2p ops on a group, ``pg_status`` may count those, so there only recorded collectives place a rank.
-    A dump that named a group only by ``pg_id`` (no entries of it) takes the name another rank's gave.
+    A group is compared only among its members as the dumps' ``pg_config`` lists them: a ``pg_id`` is
+    each rank's own count of the groups it joined, so rank 0's group 5 and rank 12's group 5 are
+    different groups (NVRx's 16-rank Megatron dumps: compared by ``pg_id``, all 16 ranks were "behind").
+    A place a dump knows only by ``pg_id`` takes the name other ranks' entries give that ``pg_id`` only
+    where exactly one such name is a group the rank is a member of and has no other ``pg_id`` for;
+    where no dump lists any membership (gloo's empty ``pg_config``) ``pg_id``s are compared as they are.
+    Each rank behind is given once: on the group whose furthest member moved last (the collective the
+    others wait in), with how many groups it is behind on.
     """
-    dumps = [(e["rank"], e.get("data") or {}) for e in view.events.get("log", []) if e.get("what") == "flight_recorder"]
+    dumps = [(e["rank"], e["t"], e.get("data") or {}) for e in view.events.get("log", [])
+             if e.get("what") == "flight_recorder"]
     if not dumps:
         return {}
-    names: dict[Any, str] = {}
-    for _, d in sorted(dumps, key=lambda x: x[0]):
-        if d.get("group") is not None and d.get("pg_id") is not None:
-            names.setdefault(d["pg_id"], str(d["group"]))
-    by_group: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-    for rank, d in dumps:
-        group = d.get("group") if d.get("group") is not None else names.get(d.get("pg_id"), d.get("pg_id"))
-        if group is not None:
-            by_group.setdefault(str(group), []).append((rank, d))
-    behind, lags = set(), []
+    members: dict[str, set[int]] = {}
+    named: dict[Any, set[str]] = {}  # pg_id -> the names ranks' own entries give it
+    own: dict[int, set[str]] = {}  # rank -> the names its own dump gives
+    descs: dict[str, str] = {}
+    for rank, _, d in dumps:
+        if d.get("group") is not None:
+            members.setdefault(str(d["group"]), set()).update(d.get("members") or ())
+            if d.get("desc") not in (None, "", "undefined"):  # torch writes "undefined" for a group given none
+                descs.setdefault(str(d["group"]), str(d["desc"]))
+            own.setdefault(rank, set()).add(str(d["group"]))
+            if d.get("pg_id") is not None:
+                named.setdefault(d["pg_id"], set()).add(str(d["group"]))
+    known = any(members.values())
+
+    def group_of(rank: int, d: dict[str, Any]) -> str | None:
+        if d.get("group") is not None:
+            return str(d["group"])
+        fits = {name for name in named.get(d.get("pg_id"), ()) if name not in own.get(rank, ())
+                and (not members.get(name) or rank in members[name])}
+        if len(fits) == 1:
+            return fits.pop()
+        return None if known or d.get("pg_id") is None else str(d["pg_id"])
+
+    by_group: dict[str, list[tuple[int, float, dict[str, Any]]]] = {}
+    for rank, t, d in dumps:
+        group = group_of(rank, d)
+        if group is not None and (not members.get(group) or rank in members[group]):
+            by_group.setdefault(group, []).append((rank, t, d))
+    lags: dict[int, list[tuple[float, dict[str, Any]]]] = {}
     beats = view.fold(__name__).runs
     for group, ranks in sorted(by_group.items()):
-        p2p = any(d.get("p2p") for _, d in ranks)
-        places: dict[int, tuple[int, dict[str, Any]]] = {}
-        for rank, d in ranks:  # a rank dumped twice: its later place
+        p2p = any(d.get("p2p") for _, _, d in ranks)
+        places: dict[int, tuple[int, float, dict[str, Any]]] = {}
+        for rank, t, d in ranks:  # a rank dumped twice: its later place
             seq = d.get("recorded_seq") if p2p else d.get("seq")
-            if isinstance(seq, int) and seq >= places.get(rank, (-1, d))[0]:
-                places[rank] = (seq, d)
-        head = max((seq for seq, _ in places.values()), default=None)
-        for rank, (seq, d) in sorted(places.items()):
+            if isinstance(seq, int) and seq >= places.get(rank, (-1, t, d))[0]:
+                places[rank] = (seq, t, d)
+        head = max((seq for seq, _, _ in places.values()), default=None)
+        # when the head was recorded (an entry's time_created_ns; a pg_status count has no time, its file's mtime none)
+        moved = max((t for seq, t, d in places.values() if seq == head and d.get("recorded_seq") == seq), default=0.0)
+        for rank, (seq, _, d) in sorted(places.items()):
             if seq < head:
-                behind.add(rank)
                 beat = beats.get(str(rank))
                 op = d.get("op") if d.get("recorded_seq", seq) == seq else None  # no entry: pg_status names no op
-                lags.append({"rank": rank, "group": group, "seq": seq, "op": op, "head": head,
-                             "beat": _state(beat[-1], beat[-1]["t"]) if beat else None})
-    return {"hang.fr_behind": len(behind), "hang.fr_behind_ranks": sorted(behind) or None, "hang.fr_lags": lags or None}
+                lags.setdefault(rank, []).append((moved, {
+                    "rank": rank, "group": group, "desc": descs.get(group), "seq": seq, "op": op, "head": head,
+                    "beat": _state(beat[-1], beat[-1]["t"]) if beat else None}))
+    shown = []
+    for rank, behind in sorted(lags.items()):
+        _, lag = max(behind, key=lambda place: place[0])
+        shown.append({**lag, "groups": len(behind) if len(behind) > 1 else None})
+    return {"hang.fr_behind": len(lags), "hang.fr_behind_ranks": sorted(lags) or None, "hang.fr_lags": shown or None}
 
 
 def _timeouts(view: RunView, values: dict[str, Any]) -> dict[str, Any]:

@@ -19,8 +19,11 @@ file cannot run code here.
 
 One event per process group and rank: how far the rank got on it (``seq``), from its last recorded
 collective and from ``pg_status``'s last enqueued one, so a rank whose ring buffer is empty,
-overwritten by other groups' traffic or left out of the dump is still placed. Across ranks, one
-whose ``seq`` is behind the others' never joined the collective they wait in (``signals/hang.py``).
+overwritten by other groups' traffic or left out of the dump is still placed, and the group's
+``members`` as ``pg_config`` lists them. A ``pg_id`` is the rank's own count of the groups it joined
+(rank 0's ``pg_id`` 5 and rank 12's are different groups in a Megatron job), so ``pg_status`` is
+named by this dump's own entries only; the group name is what ranks share. Across a group's members,
+one whose ``seq`` is behind the others' never joined the collective they wait in (``signals/hang.py``).
 """
 
 from __future__ import annotations
@@ -122,9 +125,22 @@ def _counter(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+def _members(config: Any) -> dict[str, list[int]]:
+    """``pg_config``'s membership per group name: its ``ranks``, a string ``"[0, 1]"`` as the writer
+    formats it (a list in the JSON dump). A group with no ranks listed (gloo's one empty entry) is left out."""
+    out = {}
+    for name, group in (config or {}).items() if isinstance(config, dict) else ():
+        ranks = group.get("ranks") if isinstance(group, dict) else None
+        text = ranks if isinstance(ranks, str) else " ".join(map(str, ranks or ()))
+        listed = [int(r) for r in re.findall(r"\d+", text)]
+        if listed:
+            out[str(name)] = listed
+    return out
+
+
 def groups_in(dump: dict[str, Any]) -> list[dict[str, Any]]:
     """Per process group of one rank's dump: its last recorded collective, its ``pg_status`` counters and
-    ``seq``, how far the rank got on it.
+    ``seq``, how far the rank got on it, and ``members``, the group's ranks as ``pg_config`` lists them.
 
     ``seq`` is the later of the two: the ring buffer may have lost the group's last entries (other
     groups' traffic, a dump without entries) and ``pg_status`` is bumped only once a collective is
@@ -152,7 +168,10 @@ def groups_in(dump: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         group = groups.setdefault(str(pg_id), {"pg_id": int(pg_id) if str(pg_id).isdigit() else None})
         group.update({field: _counter(status.get(key)) for key, field in _STATUS})
+    members = _members(dump.get("pg_config"))
     for group in groups.values():
+        if group.get("group") in members:
+            group["members"] = members[group["group"]]
         if group.pop("one_count", False):  # 1.x counted p2p ops in seq_id too: on such a group no count compares
             group.pop("recorded_seq", None)
         reached = [group.get("recorded_seq"), None if group.get("p2p") else group.get("enqueued_seq")]
