@@ -116,3 +116,15 @@ def test_a_deeply_nested_condition_is_named_not_echoed_whole(tmp_path):
     assert error.startswith(f"{rules / NAME}:6: RL201: condition '((((")
     assert error.endswith("… (2,020 characters) is not a valid expression: too many nested parentheses")
     assert len(error) < len(str(rules / NAME)) + 400
+
+
+def test_a_plain_message_with_four_optional_clauses_is_refused_as_not_flat(tmp_path):
+    four = "[ ({batch.grad_accum})]" * 4
+    rules = _rules(tmp_path, _hostile(**{"per optimizer step, but": f"per optimizer step{four}, but"}))
+    assert _errors(rules) == [f"{rules / NAME}:7: RL208: the message is not flat: 4 optional clauses (at most 3: "
+                              "where a clause decides the meaning, the branching belongs in a verdict signal)"]
+    three = "[ ({batch.grad_accum})]" * 3
+    text = _hostile(**{"per optimizer step, but": f"per optimizer step{three}, but"}).replace("ZD904", "ZD989")
+    (rules / NAME).unlink()
+    (rules / NAME.replace("ZD904", "ZD989")).write_text(text)  # ZD904 is a built-in's code: a clash is RL401
+    assert run_cli("rules", "list", "--rules", str(rules)).returncode == 0

@@ -18,7 +18,8 @@ The template language (docs/rules.md):
 - Spaces a left-out clause leaves doubled, or before ``, ; : . )``, are dropped.
 
 A verdict's message (a rule's ``messages:``) must be flat: at most ``MAX_CLAUSES`` plain ``[...]``
-clauses, none nested, no ``[if``/``[else`` (``Template.unflat`` says why one is not).
+clauses, none nested, no ``[if``/``[else`` (``Template.unflat`` says why one is not); a one-outcome rule's
+``message:`` at most ``MAX_PLAIN_CLAUSES`` (``Template.crowded``).
 
 A phrase (``phrases.yaml`` beside the rules) is a template over one record's fields, named once and
 used by every rule that words such records. A field outside every clause must be one the rule's
@@ -44,6 +45,7 @@ _PAIRS = {"(": ")", "[": "]", "{": "}"}
 _PUNCT = re.compile(r" +([,;:.)])")
 MAX_WIDTH, MAX_PRECISION = 100, 20
 MAX_CLAUSES = 2  # optional clauses in a verdict's message: more, and the branching belongs in the signal
+MAX_PLAIN_CLAUSES = 3  # in a one-outcome rule's message, nested ones counted: more, and it is a verdict's
 MAX_DEPTH = 3  # clauses inside clauses, in any template: the shipped phrases nest three deep; 3,000 broke every run
 # Python's format-spec mini-language: [[fill]align][sign][z][#][0][width][grouping][.precision][type]
 _SIZES = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?[a-zA-Z%]?", re.S)
@@ -101,10 +103,22 @@ class Template:
             reasons.append(f"{len(clauses)} optional clauses (at most {MAX_CLAUSES})")
         return reasons
 
+    def crowded(self) -> str | None:
+        """Why a one-outcome message has too many optional clauses (nested ones counted), or None."""
+        count = len(_clauses(self.parts))
+        if count <= MAX_PLAIN_CLAUSES:
+            return None
+        return (f"{count} optional clauses (at most {MAX_PLAIN_CLAUSES}: where a clause decides the meaning, the "
+                "branching belongs in a verdict signal)")
+
     def render(self, resolve: Resolver) -> str:
         """The text; raises MissingSignal when a field outside every clause has no value."""
         # a clause left out may leave two spaces where its neighbours met, or one before a comma
         return _PUNCT.sub(r"\1", re.sub(r" {2,}", " ", _render(self.parts, resolve))).strip()
+
+
+def _clauses(parts: list[Part]) -> list[Clause]:
+    return [c for p in parts if isinstance(p, Clause) for c in (p, *_clauses(p.parts))]
 
 
 def _expressions(parts: list[Part], outside: bool) -> list[Expression]:
