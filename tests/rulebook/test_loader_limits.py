@@ -94,3 +94,37 @@ def test_fifo_named_like_a_rule_file_is_refused_not_opened(tmp_path):
     os.mkfifo(rules / NAME)
     assert _errors(rules, timeout=30) == [
         f"{rules / NAME}:0: RL100: {rules / NAME}: not a regular file (a FIFO), not read"]
+
+
+def test_clauses_nested_3000_deep_are_refused_at_load_not_left_to_break_every_run(tmp_path):
+    deep = "[" * 3000 + "{batch.grad_accum}" + "]" * 3000
+    rules = _rules(tmp_path, _hostile(**{"{batch.grad_accum}": deep}))
+    # before: it loaded, every run was set aside (RecursionError) and diagnose exited 0 with no finding
+    proc = run_cli("diagnose", "--rules", str(rules), str(ROOT / "samples" / "fp16-min-scale"))
+    assert proc.returncode == 2, proc.stderr
+    [error] = [line for line in proc.stderr.splitlines() if line.startswith(str(rules))]
+    assert error.startswith(f"{rules / NAME}:7: RL204: template '{{batch.micro_batches_per_step:g}} backward")
+    assert error.endswith("[[[[[[['… (6,204 characters): clauses nested more than 3 deep at character 106")
+    assert len(error) < len(str(rules / NAME)) + 400
+
+
+def test_a_deeply_nested_condition_is_named_not_echoed_whole(tmp_path):
+    rules = _rules(tmp_path, _hostile(**{
+        "when: batch.micro_batches_per_step != batch.grad_accum":
+            "when: \"" + "(" * 1000 + "batch.grad_accum" + ")" * 1000 + " > 0\""}))
+    [error] = _errors(rules)
+    assert error.startswith(f"{rules / NAME}:6: RL201: condition '((((")
+    assert error.endswith("… (2,020 characters) is not a valid expression: too many nested parentheses")
+    assert len(error) < len(str(rules / NAME)) + 400
+
+
+def test_a_plain_message_with_four_optional_clauses_is_refused_as_not_flat(tmp_path):
+    four = "[ ({batch.grad_accum})]" * 4
+    rules = _rules(tmp_path, _hostile(**{"per optimizer step, but": f"per optimizer step{four}, but"}))
+    assert _errors(rules) == [f"{rules / NAME}:7: RL208: the message is not flat: 4 optional clauses (at most 3: "
+                              "where a clause decides the meaning, the branching belongs in a verdict signal)"]
+    three = "[ ({batch.grad_accum})]" * 3
+    text = _hostile(**{"per optimizer step, but": f"per optimizer step{three}, but"}).replace("ZD904", "ZD989")
+    (rules / NAME).unlink()
+    (rules / NAME.replace("ZD904", "ZD989")).write_text(text)  # ZD904 is a built-in's code: a clash is RL401
+    assert run_cli("rules", "list", "--rules", str(rules)).returncode == 0

@@ -47,6 +47,14 @@ Resolver = Callable[[str], Any]
 MAX_EXPONENT = 64
 
 
+SHOWN = 240  # characters of an expression or template an error quotes: a 2,000-character one is not echoed
+
+
+def shown(text: str) -> str:
+    """``text`` quoted for an error message, cut to ``SHOWN`` characters with its length said."""
+    return repr(text) if len(text) <= SHOWN else f"{text[:SHOWN]!r}… ({len(text):,} characters)"
+
+
 class ExprError(ValueError):
     """A problem in a condition or template; ``code`` is the loader's error code."""
 
@@ -91,7 +99,8 @@ class Expression:
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
-            raise ExprError("RL201", f"{self.what} {text.strip()!r} is not a valid expression: {exc.msg}") from None
+            raise ExprError("RL201", f"{self.what} {shown(text.strip())} is not a valid expression: "
+                            f"{exc.msg}") from None
         self.signals = _check(tree, known, self.what)
         self._whole = {s for s in self.signals if "." not in s}  # a phrase's record fields: bare names
         self.guaranteed = _read_when_true(tree.body, set(known))

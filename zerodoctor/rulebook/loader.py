@@ -8,8 +8,8 @@ RL103 bad value,
 RL201 condition syntax, RL202 unknown signal, RL203 forbidden construct, RL204 template,
 RL205 hold without a per-step signal, RL206 a message field outside a clause that the condition does not
 guarantee (it could print a hole), RL207 a verdict that is no verdict signal, or a message for a value it never
-takes, RL208 a verdict's message that is not flat (over two optional clauses, nested, or '[if'), RL301 doc
-section missing, RL401 duplicate code or phrase name,
+takes, RL208 a verdict's message that is not flat (over two optional clauses, nested, or '[if'), or a plain
+message with over three clauses, RL301 doc section missing, RL401 duplicate code or phrase name,
 RL402 file name does not match code and name, RL403 folder does not match category.
 """
 
@@ -272,6 +272,9 @@ def _messages(data: dict, catalog: dict[str, Signal], phrases: dict[str, Templat
         if not isinstance(message, str):
             return None
         text = _compile(lambda: Template(message, known, phrases), ("message",), err)
+        crowded = text.crowded() if text is not None else None
+        if crowded:
+            err(("message",), "RL208", f"the message is not flat: {crowded}")
         return None if text is None or verdict is not None else {"message": text}
     if verdict is None:
         err(("messages",), "RL102", "missing key 'verdict': the signal whose value picks the message")

@@ -11,14 +11,15 @@ The template language (docs/rules.md):
   a list, worded by the phrase NAME and joined by ``; ``).
   A float without a spec prints as ``:.4g`` would, a bool as yes/no.
 - ``[...]``: an optional clause, left out when a field inside it has no value (the signal is
-  missing, or the value is None or an empty list). Clauses nest.
+  missing, or the value is None or an empty list). Clauses nest, at most ``MAX_DEPTH`` deep.
 - ``[if EXPR: ...]``: an optional clause shown only when EXPR is true (and left out when it
   reads a missing signal); ``[else: ...]`` right after it is shown when it is not.
 - ``{{`` and ``}}``: literal braces; ``{"["}`` and ``{"]"}``: literal brackets (``]]`` closes two clauses).
 - Spaces a left-out clause leaves doubled, or before ``, ; : . )``, are dropped.
 
 A verdict's message (a rule's ``messages:``) must be flat: at most ``MAX_CLAUSES`` plain ``[...]``
-clauses, none nested, no ``[if``/``[else`` (``Template.unflat`` says why one is not).
+clauses, none nested, no ``[if``/``[else`` (``Template.unflat`` says why one is not); a one-outcome rule's
+``message:`` at most ``MAX_PLAIN_CLAUSES`` (``Template.crowded``).
 
 A phrase (``phrases.yaml`` beside the rules) is a template over one record's fields, named once and
 used by every rule that words such records. A field outside every clause must be one the rule's
@@ -34,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from zerodoctor.rulebook.expr import Condition, Expression, ExprError, MissingSignal, Resolver
+from zerodoctor.rulebook.expr import Condition, Expression, ExprError, MissingSignal, Resolver, shown
 from zerodoctor.messages.units import (format_bytes, format_count, format_int_list, format_large, format_ranks,
                                        format_seconds)
 
@@ -44,6 +45,8 @@ _PAIRS = {"(": ")", "[": "]", "{": "}"}
 _PUNCT = re.compile(r" +([,;:.)])")
 MAX_WIDTH, MAX_PRECISION = 100, 20
 MAX_CLAUSES = 2  # optional clauses in a verdict's message: more, and the branching belongs in the signal
+MAX_PLAIN_CLAUSES = 3  # in a one-outcome rule's message, nested ones counted: more, and it is a verdict's
+MAX_DEPTH = 3  # clauses inside clauses, in any template: the shipped phrases nest three deep; 3,000 broke every run
 # Python's format-spec mini-language: [[fill]align][sign][z][#][0][width][grouping][.precision][type]
 _SIZES = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?[a-zA-Z%]?", re.S)
 
@@ -100,10 +103,22 @@ class Template:
             reasons.append(f"{len(clauses)} optional clauses (at most {MAX_CLAUSES})")
         return reasons
 
+    def crowded(self) -> str | None:
+        """Why a one-outcome message has too many optional clauses (nested ones counted), or None."""
+        count = len(_clauses(self.parts))
+        if count <= MAX_PLAIN_CLAUSES:
+            return None
+        return (f"{count} optional clauses (at most {MAX_PLAIN_CLAUSES}: where a clause decides the meaning, the "
+                "branching belongs in a verdict signal)")
+
     def render(self, resolve: Resolver) -> str:
         """The text; raises MissingSignal when a field outside every clause has no value."""
         # a clause left out may leave two spaces where its neighbours met, or one before a comma
         return _PUNCT.sub(r"\1", re.sub(r" {2,}", " ", _render(self.parts, resolve))).strip()
+
+
+def _clauses(parts: list[Part]) -> list[Clause]:
+    return [c for p in parts if isinstance(p, Clause) for c in (p, *_clauses(p.parts))]
 
 
 def _expressions(parts: list[Part], outside: bool) -> list[Expression]:
@@ -242,12 +257,15 @@ def _parse(text: str, known: set[str], phrases: dict[str, Template]) -> list[Par
             colon = _scan(body + ":", 0, ":")  # the spec starts at the first ':' outside brackets and quotes
             expr, spec = body[:colon], body[colon + 1:].strip()
             if not expr.strip():
-                raise ExprError("RL204", f"template {text!r}: empty field at character {i}")
+                raise ExprError("RL204", f"template {shown(text)}: empty field at character {i}")
             if "{" in spec or "}" in spec:
-                raise ExprError("RL204", f"template {text!r}: nested fields in a format spec are not supported")
+                raise ExprError("RL204", f"template {shown(text)}: nested fields in a format spec are not supported")
             stack[-1].append(_field(expr, spec, known, text, phrases))
             i = end + 1
         elif char == "[":
+            if len(opened) >= MAX_DEPTH:
+                raise ExprError("RL204", f"template {shown(text)}: clauses nested more than {MAX_DEPTH} deep at "
+                                f"character {i}")
             flush()
             guard, otherwise = None, text.startswith("else:", i + 1)
             if text.startswith("if ", i + 1):
@@ -257,7 +275,8 @@ def _parse(text: str, known: set[str], phrases: dict[str, Template]) -> list[Par
             elif otherwise:
                 last = stack[-1][-1] if stack[-1] else None
                 if not (isinstance(last, Clause) and last.guard is not None):
-                    raise ExprError("RL204", f"template {text!r}: '[else:' must follow an '[if ...:' clause directly")
+                    raise ExprError("RL204", f"template {shown(text)}: '[else:' must follow an '[if ...:' clause "
+                                    "directly")
                 i += len("[else:")
             else:
                 i += 1
@@ -267,19 +286,19 @@ def _parse(text: str, known: set[str], phrases: dict[str, Template]) -> list[Par
             stack.append([])
         elif char == "]":
             if len(stack) == 1:
-                raise ExprError("RL204", f"template {text!r}: ']' without its '[' at character {i}")
+                raise ExprError("RL204", f"template {shown(text)}: ']' without its '[' at character {i}")
             flush()
             parts = stack.pop()
             guard, otherwise = opened.pop()
             stack[-1].append(Clause(guard, parts, otherwise))
             i += 1
         elif char == "}":
-            raise ExprError("RL204", f"template {text!r}: '}}' without its '{{' at character {i} (write '}}}}')")
+            raise ExprError("RL204", f"template {shown(text)}: '}}' without its '{{' at character {i} (write '}}}}')")
         else:
             literal.append(char)
             i += 1
     if len(stack) > 1:
-        raise ExprError("RL204", f"template {text!r}: a '[' clause is never closed")
+        raise ExprError("RL204", f"template {shown(text)}: a '[' clause is never closed")
     flush()
     return stack[0]
 
@@ -288,20 +307,20 @@ def _field(expr: str, spec: str, known: set[str], text: str, phrases: dict[str, 
     head, _, item = spec.partition(":")
     if head == "each":
         if item not in phrases:
-            raise ExprError("RL204", f"template {text!r}: unknown phrase '{item}' in '{spec}' (phrases: "
+            raise ExprError("RL204", f"template {shown(text)}: unknown phrase '{item}' in '{spec}' (phrases: "
                             f"{', '.join(phrases) or 'none'})")
         return Field(_compile(Expression, expr, known, text), spec, phrases[item])
     if head == "n":
         if not re.fullmatch(r"[a-z][a-z -]*[a-z]", item):
-            raise ExprError("RL204", f"template {text!r}: 'n:' takes the word counted, singular ('n:step')")
+            raise ExprError("RL204", f"template {shown(text)}: 'n:' takes the word counted, singular ('n:step')")
         return Field(_compile(Expression, expr, known, text), spec)
     checked = item if head in _PER_ITEM else spec  # list:.0% formats each item with .0%
     if checked and checked not in _FORMATS:
         size = _SIZES.fullmatch(checked)  # a message is one line: '>2000000000' would take gigabytes
         if size and size["width"] and int(size["width"]) > MAX_WIDTH:
-            raise ExprError("RL204", f"template {text!r}: width {size['width']} in '{spec}' is over {MAX_WIDTH}")
+            raise ExprError("RL204", f"template {shown(text)}: width {size['width']} in '{spec}' is over {MAX_WIDTH}")
         if size and size["precision"] and int(size["precision"]) > MAX_PRECISION:
-            raise ExprError("RL204", f"template {text!r}: precision {size['precision']} in '{spec}' is over "
+            raise ExprError("RL204", f"template {shown(text)}: precision {size['precision']} in '{spec}' is over "
                             f"{MAX_PRECISION}")
         try:
             format(1.5, checked)
@@ -309,7 +328,7 @@ def _field(expr: str, spec: str, known: set[str], text: str, phrases: dict[str, 
             try:
                 format(1, checked)
             except ValueError:
-                raise ExprError("RL204", f"template {text!r}: unknown format '{spec}' (a Python format spec, "
+                raise ExprError("RL204", f"template {shown(text)}: unknown format '{spec}' (a Python format spec, "
                                 f"or {' / '.join(_FORMATS)})") from None
     return Field(_compile(Expression, expr, known, text), spec)
 
@@ -318,7 +337,7 @@ def _compile(kind: type, expr: str, known: set[str], text: str) -> Any:
     try:
         return kind(expr, known)
     except ExprError as exc:
-        raise ExprError(exc.code, f"template {text!r}: {exc}") from None
+        raise ExprError(exc.code, f"template {shown(text)}: {exc}") from None
 
 
 def _scan(text: str, start: int, stop: str) -> int:
@@ -337,7 +356,7 @@ def _scan(text: str, start: int, stop: str) -> int:
             depth.append(_PAIRS[char])
         elif depth and char == depth[-1]:
             depth.pop()
-    raise ExprError("RL204", f"template {text!r}: '{stop}' expected after character {start - 1}")
+    raise ExprError("RL204", f"template {shown(text)}: '{stop}' expected after character {start - 1}")
 
 
 def plain(value: Any) -> Any:

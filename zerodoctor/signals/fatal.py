@@ -41,6 +41,8 @@ SIGNALS = [
     Signal("fatal.step", "step", "optimizer step during which the root fatal error happened"),
     Signal("fatal.type", "name", "exception class of the root fatal error"),
     Signal("fatal.message", "text", "error"),
+    Signal("fatal.error", "text", "the root fatal error as its log line reads: 'Type: message', or the message "
+           "alone where no exception class was printed", label="error"),
     Signal("fatal.frame", "frame", "raised in (innermost frame of the user's code)"),
     Signal("fatal.library_frame", "frame", "entered the library at (where it raised, when no frame is the user's)"),
     Signal("fatal.raised_in", "frame", "raised at (the innermost frame, the library's or the user's)"),
@@ -76,7 +78,8 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out.update({"fatal.family": root["family"], "fatal.seen": True, "fatal.ranks": len(ranks),
                 "fatal.root_ranks": ranks, "fatal.rank": root["rank"], "fatal.step": root.get("step"),
                 "fatal.type": root.get("type"),
-                "fatal.message": _cut(message) or None, "fatal.signal": root.get("signal"),
+                "fatal.message": _cut(message) or None, "fatal.error": _error(root.get("type"), _cut(message)),
+                "fatal.signal": root.get("signal"),
                 **_frames(root.get("traceback") or [])})
     named = _SIGNAL_NAME.search(message)
     if named and root["family"] in SIGNAL_FAMILIES and not out.get("fatal.signal"):
@@ -91,6 +94,12 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if named and root["family"] == "missing_shared_library":
         out["fatal.library"] = named.group(1) or named.group(2)
     return out
+
+
+def _error(type_: str | None, message: str) -> str | None:
+    """``TypeError: bad operand``: one field for the fallback's words, which would otherwise need a clause for the
+    class and one for the message (a fatal log line has no class; a bare exception, no message)."""
+    return ": ".join(part for part in (type_, message) if part) or None
 
 
 def _cut(message: str) -> str:
