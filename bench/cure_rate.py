@@ -133,6 +133,12 @@ def _errors(findings: list[dict]) -> list[str]:
     return sorted({f["rule"] for f in findings if f.get("severity") == "error"})
 
 
+def _named(findings: list[dict]) -> list[str]:
+    """The errors, then the warnings marked as such: what a person reading the first attempt is told."""
+    warnings = sorted({f["rule"] for f in findings if f.get("severity") == "warning"})
+    return _errors(findings) + [f"{rule} (warning)" for rule in warnings]
+
+
 def _last_step(attempt: Path) -> int:
     steps = [0]
     rank0 = attempt / "rank-0.jsonl"
@@ -179,23 +185,27 @@ def run_fault(fault: Fault, work: Path) -> Row:
     recorded = trail["attempts"]
     first = recorded[0]["findings"] if recorded and recorded[0].get("findings") else (
         _diagnose(attempts[0]) if attempts else [])
-    row.first = _errors(first) if any("severity" in f for f in first) else sorted({f["rule"] for f in first})
+    row.first = _named(first)
     row.fixes = [f"{a['fix']['rule']}: {a['fix']['title']} ({a['fix']['safety']})"
                  for a in recorded[1:] if a.get("fix")]
     if not row.fixes:
+        judged = _diagnose(attempts[0]) if attempts else []
+        row.first = row.first or _named(judged)
         if stopped:
-            why = f"still running after {fault.limit_s:.0f} s, stopped by the bench: no fix the wrapper can apply"
+            why = f"still running after {fault.limit_s:.0f} s, stopped by the bench"
         elif proc.returncode == 0 and len(recorded) <= 1:
             why = "the job exited 0, and a first attempt that exits 0 is never judged"
         else:
             why = trail.get("outcome") or f"exit {proc.returncode}, no resume.json"
+        advice = [f["rule"] for f in judged if f.get("severity") in ("error", "warning") and not any(
+            x.get("config_patch") or x.get("env") for x in f.get("fixes", []))]
+        if advice:
+            why += f"; {', '.join(sorted(set(advice)))} only advise (no config or environment change to apply)"
         row.cured = f"no fix offered: {why}"
-        if not row.first and attempts:
-            row.first = _errors(_diagnose(attempts[0]))
         return row
     last = attempts[-1]
     finished = _last_step(last) >= fault.steps
-    again = set(_errors(_diagnose(last))) & set(row.first)
+    again = set(_errors(_diagnose(last))) & set(_errors(first))
     row.cured = "cured" if finished and not again else (
         f"not cured: {'again ' + ', '.join(sorted(again)) if again else 'stopped at step %d' % _last_step(last)}"
         f" ({trail.get('outcome', '')})")
@@ -203,7 +213,7 @@ def run_fault(fault: Fault, work: Path) -> Row:
 
 
 def table(rows: list[Row]) -> str:
-    head = ("fault", "first attempt's errors", "fix taken", "result", "attempts", "wall")
+    head = ("fault", "first attempt's findings", "fix taken", "result", "attempts", "wall")
     body = [(r.fault.name, ", ".join(r.first) or "none", "; ".join(r.fixes) or "-", r.cured, str(r.attempts),
              f"{r.wall_s:.0f} s") for r in rows]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
