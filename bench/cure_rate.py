@@ -200,7 +200,7 @@ def run_fault(fault: Fault, work: Path) -> Row:
         advice = [f["rule"] for f in judged if f.get("severity") in ("error", "warning") and not any(
             x.get("config_patch") or x.get("env") for x in f.get("fixes", []))]
         if advice:
-            why += f"; {', '.join(sorted(set(advice)))} only advise (no config or environment change to apply)"
+            why += f"; the fixes of {', '.join(sorted(set(advice)))} are advice, no config or environment to apply"
         row.cured = f"no fix offered: {why}"
         return row
     last = attempts[-1]
