@@ -65,7 +65,7 @@ def inputs_for(config: dict[str, Any], params: float, world_size: int, hw: Hardw
 def layers_of(params: float) -> int:
     """Layers of a dense transformer of ``params`` parameters whose hidden size is 128 × its layers (GPT-3's
     shapes, Llama 7B's 32 × 4096): Ψ ≈ 12·L·h², so L = (Ψ / (12 · 128²))^(1/3)."""
-    return max(1, round((params / (12 * 128**2)) ** (1 / 3)))
+    return max(1, round(float((params / (12 * 128**2)) ** (1 / 3))))
 
 
 def calibrate(inputs: Inputs, run: dict[str, Any]) -> Inputs:

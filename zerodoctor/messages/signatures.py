@@ -22,13 +22,13 @@ from zerodoctor.messages.numbers import NUM
 @dataclass(frozen=True)
 class Signature:
     name: str
-    pattern: re.Pattern
+    pattern: re.Pattern[str]
     keywords: tuple[bytes, ...]
-    read: Callable[[re.Match], dict[str, Any]] | None = None  # what the match gives, in the event's data
+    read: Callable[[re.Match[str]], dict[str, Any]] | None = None  # what the match gives, in the event's data
     needs_deepspeed: bool = False  # other software prints it too: counts only with DeepSpeed in the traceback
 
 
-def _ints(*names: str) -> Callable[[re.Match], dict[str, Any]]:
+def _ints(*names: str) -> Callable[[re.Match[str]], dict[str, Any]]:
     return lambda m: {name: int(v) for name, v in zip(names, m.groups())}
 
 

@@ -66,7 +66,7 @@ class Fold(runview.Fold):
 
     VERSION = 1  # of the saved state: bump it when the fields or what they hold change
     window: list[float] = field(default_factory=list)  # the last SPIKE_WINDOW finite losses, no spike's among them
-    last: list | None = None  # (step, loss) of the last finite loss
+    last: list[float] | None = None  # (step, loss) of the last finite loss
     spike: dict[str, Any] | None = None  # the open spike, or the latest that came back
 
     def add_steps(self, block: Steps, view: RunView) -> None:
