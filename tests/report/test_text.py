@@ -5,7 +5,10 @@ was recognised in said so plainly."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import ROOT, run_cli
@@ -119,3 +122,18 @@ def test_every_evidence_label_stands_alone() -> None:
     leaning = {name: signal.label for name, signal in signals.catalog().items()
                if name not in _SELF_CONTAINED and _LEANS.search(signal.label)}
     assert leaning == {}
+
+
+def test_piped_output_wraps_to_columns_when_set() -> None:
+    """``diagnose … | less`` in an 80-column window with COLUMNS exported: the report is wrapped to 80 with its
+    hanging indents, as on the terminal; without COLUMNS a pipe gets one line per row (a tool reads it whole)."""
+    sample = str(ROOT / "samples/fp16-min-scale")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    whole = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", sample], env=env,
+                           capture_output=True, text=True, timeout=120).stdout.splitlines()
+    assert max(map(len, whole)) > 200
+    wrapped = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", sample], env={**env, "COLUMNS": "80"},
+                             capture_output=True, text=True, timeout=120).stdout.splitlines()
+    too_wide = [line for line in wrapped if len(line) > 80 and " " in line.strip()]
+    assert not too_wide and len(wrapped) > len(whole), too_wide
+    assert all(line.startswith("  ") for line in wrapped[1:wrapped.index("")]), wrapped  # the first finding's indent
