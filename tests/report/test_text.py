@@ -25,8 +25,23 @@ def test_console_log_diagnosis_fits_one_screen_with_the_finding_first() -> None:
     assert len(lines) <= SCREEN, proc.stdout
     not_judged = [line.split(" ", 1)[1] for line in lines if "not judged" in line]  # the count moves with the rules
     assert not_judged == ["rules not judged: this log has no per-step lines, config dump, profiler traces, heartbeats "
-                          "or flight-recorder dumps; needs run.params, hang.log_stalled_s, data.tokens_per_param; "
-                          "`--explain` lists them"]
+                          "or flight-recorder dumps; needs model parameters, time the log went on past the last step, "
+                          "expected tokens / parameters; `--explain` lists them"]
+
+
+def test_summary_and_evidence_say_words_not_identifiers() -> None:
+    """What a run lacks is said in the catalogue's labels ("whether fp16 mixed precision is on"), never the signal's
+    dotted name ("needs batch.effective_ratio, fp16.enabled" on accelerate#1589's log); a crash family in words
+    ("missing shared library", not missing_shared_library) and a value per key as "key → value", never a Python dict."""
+    corpus = ROOT / "tests/corpus"
+    proc = run_cli("diagnose", "--fail-on", "never", str(corpus / "accelerate-1589-zero2-timers/console.log"))
+    not_judged = next(line for line in proc.stdout.splitlines() if "not judged" in line)
+    assert not re.search(r"\b[a-z][a-z0-9]*\.[a-z][a-z0-9_]*\b", not_judged.split("`--explain`")[0]), not_judged
+    assert "whether fp16 mixed precision is on" in not_judged
+    proc = run_cli("diagnose", str(corpus / "heldout2-diffusers-1207-undefined-symbol-cudaruntime/console.log"))
+    assert "  evidence: crash family: missing shared library" in proc.stdout.splitlines(), proc.stdout
+    (matches,) = evidence_items({"config.close_matches": {"zero_optimisation": "zero_optimization"}})
+    assert matches.endswith(": zero_optimisation → zero_optimization"), matches
 
 
 def test_explain_lists_every_rule_not_judged() -> None:

@@ -33,7 +33,8 @@ SIGNALS = [
     _timed("offload.optimizer_fraction", "ratio", "optimizer step time / step time, per step", per_step=True),
     _stepwise("offload.optimizer_only_gb", "GB", "model states per GPU under ZeRO-3 with optimizer-only offload"),
     _stepwise("offload.optimizer_only_fits", "bool",
-              f"ZeRO-3 with optimizer-only offload fits in {HEADROOM:.0%} of device memory"),
+              f"ZeRO-3 with optimizer-only offload fits in {HEADROOM:.0%} of device memory",
+              label="whether optimizer-only offload fits in device memory"),
 ]
 
 
