@@ -152,3 +152,15 @@ def test_piped_output_wraps_to_columns_when_set() -> None:
     too_wide = [line for line in wrapped if len(line) > 80 and " " in line.strip()]
     assert not too_wide and len(wrapped) > len(whole), too_wide
     assert all(line.startswith("  ") for line in wrapped[1:wrapped.index("")]), wrapped  # the first finding's indent
+
+
+def test_a_run_waiting_on_a_stale_build_lock_is_stuck_and_exits_1() -> None:
+    """A real process waiting on a stale lock (torch 2.13, DeepSpeed 0.19.8, DS_ACCELERATOR=cpu, a private
+    TORCH_EXTENSIONS_DIR holding fused_adam/lock; ``FusedAdamBuilder().load()`` under PYTHONFAULTHANDLER=1, killed
+    with SIGABRT after 20 s): its only words are the stack in file_baton's wait. That run is stuck, an error (exit
+    1), and the finding claims no "Using … extensions root" line the log never printed."""
+    proc = run_cli("diagnose", str(ROOT / "tests/fixtures/logs/stale_build_lock_faulthandler.log"))
+    assert proc.returncode == 1, proc.stdout
+    head, message = proc.stdout.splitlines()[:2]
+    assert head.startswith("ERROR ZD712 stalled-on-jit-build-lock"), proc.stdout
+    assert message.startswith("  the run is stuck on the JIT build lock of an op (1 rank waiting"), message
