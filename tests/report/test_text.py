@@ -164,3 +164,12 @@ def test_a_run_waiting_on_a_stale_build_lock_is_stuck_and_exits_1() -> None:
     head, message = proc.stdout.splitlines()[:2]
     assert head.startswith("ERROR ZD712 stalled-on-jit-build-lock"), proc.stdout
     assert message.startswith("  the run is stuck on the JIT build lock of an op (1 rank waiting"), message
+
+
+def test_check_names_what_is_missing_in_words() -> None:
+    """``check``'s "not judged" lines say what each rule lacks by the catalogue's labels ("model parameters"),
+    not the signals' dotted names ("needs run.params, config.bucket_waste_bytes")."""
+    proc = run_cli("check", str(ROOT / "samples/batch-mismatch/ds_config.json"))
+    needs = [line for line in proc.stdout.splitlines() if ": needs " in line]
+    assert needs and all("model parameters" in line for line in needs), proc.stdout
+    assert not any(re.search(r"\b[a-z][a-z0-9]*\.[a-z][a-z0-9_]*\b", line) for line in needs), needs

@@ -70,6 +70,12 @@ def _ints(value: Any) -> bool:
     return bool(items) and all(isinstance(v, int) and not isinstance(v, bool) for v in items)
 
 
+def label_of(name: str) -> str:
+    """A signal as a person reads it: the catalogue's label ("model parameters", not run.params)."""
+    signal = _catalog().get(name)
+    return signal.label if signal else name
+
+
 def evidence_items(evidence: dict[str, Any]) -> list[str]:
     """Each evidence entry as "label: value unit"; a name outside the catalogue stays ``name=value``."""
     out = []
