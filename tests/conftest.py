@@ -59,8 +59,11 @@ def step_rows(conn) -> list[dict]:
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120,
             stdin: str | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m zerodoctor ARGS`` as a user would, capturing output; ``stdin`` is piped in."""
-    env = {**os.environ, "COLUMNS": "200"}
+    """Run ``python -m zerodoctor ARGS`` as a user would, capturing output; ``stdin`` is piped in.
+
+    COLUMNS is wide (tables, help) and past any report line, so a pipe's report keeps one line per row
+    (a piped report wraps to COLUMNS when set): tests look for whole sentences."""
+    env = {**os.environ, "COLUMNS": "1000"}
     return subprocess.run([sys.executable, "-m", "zerodoctor", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env=env, input=stdin)
 

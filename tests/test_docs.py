@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -57,3 +60,25 @@ def test_every_command_has_help(command: list[str]) -> None:
 def test_builtin_rules_have_all_doc_sections(rule) -> None:
     headings = {line.lstrip("#").strip() for line in rule.spec.doc.splitlines() if line.startswith("## ")}
     assert set(ALL_SECTIONS) <= headings, f"{rule.code} lacks {set(ALL_SECTIONS) - headings}"
+
+
+def test_readme_sample_output_is_the_real_output() -> None:
+    """The block at the top of README.md is what ``zerodoctor diagnose samples/fp16-min-scale`` prints, line for
+    line up to its '…' (the rest cut for length). A shown line that ends in '…' is the real line's head. The
+    block shows no COLUMNS, so it is a pipe's unwrapped output."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"^```\n\$ zerodoctor diagnose (samples/fp16-min-scale)\n(.*?)^```", readme, re.S | re.M)
+    assert block, "README.md lost its sample output block"
+    shown = block.group(2).splitlines()
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", block.group(1)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    real = proc.stdout.splitlines()
+    for i, line in enumerate(shown):
+        if line.strip() == "…":
+            break
+        assert i < len(real), f"README shows more lines than diagnose prints: {line!r}"
+        if line.endswith("…"):
+            assert real[i].startswith(line[:-1].rstrip()), f"README line {i + 1}: {line!r}\nreal: {real[i]!r}"
+        else:
+            assert real[i] == line, f"README line {i + 1}: {line!r}\nreal: {real[i]!r}"

@@ -23,7 +23,7 @@ from zerodoctor.pipeline import rules_from
 from zerodoctor.store.db import open_engine
 from zerodoctor.watch.daemon import Watcher
 
-ENV = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+ENV = {**os.environ, "COLUMNS": "1000", "PYTHONUNBUFFERED": "1"}  # past any line: a piped report wraps to COLUMNS
 
 
 def step_line(run: str, rank: int, step: int, *, loss: float = 1.0) -> str:

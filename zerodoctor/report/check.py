@@ -14,6 +14,7 @@ from zerodoctor.deepspeed.steptime import Inputs, StepTime
 from zerodoctor.signals.memory import HEADROOM
 from zerodoctor.report.terminal import escape, wrap_width
 from zerodoctor.report.text import finding_block
+from zerodoctor.report.units import label_of
 
 
 _PLURAL = {"error": "errors", "warning": "warnings", "info": "info"}
@@ -81,7 +82,7 @@ def render(report: CheckReport, console: Console) -> None:
     if report.unevaluated:
         console.print("[dim]not judged (signal missing):[/]")
         for u in report.unevaluated:
-            console.print(f"  [dim]{u.rule}: needs {', '.join(u.missing)}[/]")
+            console.print(f"  [dim]{u.rule}: needs {escape(', '.join(map(label_of, u.missing)))}[/]")
     console.print(summary_line(report))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 
 from rich.console import Console
 from rich.markup import escape as escape_markup
@@ -55,8 +56,13 @@ Row = tuple[str, str, str]  # (first line's indent, the indent of the lines it w
 
 
 def wrap_width(console: Console) -> int | None:
-    """The width to wrap a report to: the terminal's; None for a file or a pipe (a tool or an editor reads it whole)."""
-    return console.width if console.is_terminal else None
+    """The width to wrap a report to: the terminal's; on a pipe, ``COLUMNS`` when the user set it
+    (``zerodoctor diagnose … | less`` in an 80-column window, ``COLUMNS=100`` in a CI job's log); None for
+    a file or a pipe without it (a tool or an editor reads it whole)."""
+    if console.is_terminal:
+        return console.width
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 and console.file is sys.stdout else None
 
 
 def laid_out(rows: list[Row], width: int | None) -> str:

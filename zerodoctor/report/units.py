@@ -41,6 +41,10 @@ def quantity(value: Any, unit: str) -> str:
         if isinstance(value, int):  # a count of ranks: the label says so ("ranks in the job: 2")
             return str(value)
         return format_int_list(items[:64]) + (f", … {len(items) - 64} more" if len(items) > 64 else "")
+    if isinstance(value, dict):  # a value per key (a misspelt key's match, a key's value): "key → value", never a dict
+        return "; ".join(f"{k} → {quantity(v, unit)}" for k, v in value.items())
+    if unit == "family":  # a crash family said in words: "missing shared library", not its identifier
+        return str(value).replace("_", " ")
     if isinstance(value, (list, tuple)):
         shown = ", ".join(quantity(v, unit) for v in value[:SHOW_ITEMS])
         return shown + (f", … {len(value) - SHOW_ITEMS} more" if len(value) > SHOW_ITEMS else "")
@@ -64,6 +68,12 @@ def quantity(value: Any, unit: str) -> str:
 def _ints(value: Any) -> bool:
     items = value if isinstance(value, (list, tuple)) else [value]
     return bool(items) and all(isinstance(v, int) and not isinstance(v, bool) for v in items)
+
+
+def label_of(name: str) -> str:
+    """A signal as a person reads it: the catalogue's label ("model parameters", not run.params)."""
+    signal = _catalog().get(name)
+    return signal.label if signal else name
 
 
 def evidence_items(evidence: dict[str, Any]) -> list[str]:

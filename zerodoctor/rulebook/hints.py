@@ -61,7 +61,7 @@ class RunInputs:
 
     def unexplained(self, missing: Iterable[Signal]) -> tuple[str, ...]:
         """The ``missing`` signals whose inputs this run has: named as missing, never blamed on an input."""
-        return tuple(s.name for s in missing if all(self.has(n) for n in s.shown_by))
+        return tuple(s.label for s in missing if all(self.has(n) for n in s.shown_by))
 
 
 def hint_for(missing: list[Signal], inputs: RunInputs) -> str | None:

@@ -33,7 +33,7 @@ SIGNAL_FAMILIES = ("native_crash", "process_aborted", crashes.TEARDOWN_CRASH)
 READS = ()
 
 SIGNALS = [
-    Signal("fatal.family", "name", "crash family"),
+    Signal("fatal.family", "family", "crash family"),
     Signal("fatal.seen", "bool", "the log shows a fatal error of a rank's own (a flag: gates a rule, never shown)"),
     Signal("fatal.ranks", "ranks", "ranks that died of the crash family"),
     Signal("fatal.root_ranks", "ranks", "the ranks that died of the root cause's family"),

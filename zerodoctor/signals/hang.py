@@ -120,7 +120,8 @@ SIGNALS = [
                                                 "groups it is behind on, when more than one) and beat: its last "
                                                 "heartbeat's state, when it has one"),
     Signal("hang.log_stalled_s", "s", "a console log with clock times: seconds it went on after its last step's "
-                                      "line, with no error and no end (0: less than a window)"),
+                                      "line, with no error and no end (0: less than a window)",
+           label="time the log went on past the last step"),
     Signal("hang.log_last_step", "step", "the last step logged before the log went on without steps"),
 ]
 

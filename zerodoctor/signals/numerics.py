@@ -35,7 +35,7 @@ _stepwise = shown_by(STEPS, switch=STEP_LINES)
 READS = ("run.precision",)
 
 SIGNALS = [
-    _fp16("fp16.enabled", "bool", "fp16 mixed precision is on"),
+    _fp16("fp16.enabled", "bool", "fp16 mixed precision is on", label="whether fp16 mixed precision is on"),
     _fp16("fp16.dynamic", "bool", "fp16 with dynamic loss scaling (loss_scale 0)"),
     _fp16("fp16.static_scale", "scale", "the fixed loss_scale, when one is set"),
     _fp16("fp16.min_loss_scale", "scale", "min_loss_scale (DeepSpeed default 1)"),
@@ -90,8 +90,10 @@ SIGNALS = [
     _stepwise("numerics.first_nonfinite_scale", "scale", "loss scale at the first step with a non-finite loss or "
                                                          "grad norm"),
     _stepwise("numerics.unscaled_skips", "steps", "steps skipped for non-finite gradients with no loss scale to lower "
-                                                  "(bf16, or a precision the log does not name)"),
-    _stepwise("numerics.unscaled_skip_rate", "ratio", "those skipped steps / steps"),
+                                                  "(bf16, or a precision the log does not name)",
+              label="steps skipped with no loss scale to lower"),
+    _stepwise("numerics.unscaled_skip_rate", "ratio", "those skipped steps / steps",
+              label="share of steps skipped with no loss scale to lower"),
     verdict("numerics.skip_precision", "the precision those skips ran in: bf16 | unknown (the log does not say)",
             ("bf16", "unknown"), shown_by=(STEPS,), switch=STEP_LINES),
 ]
