@@ -902,5 +902,5 @@ SLURM_OOM = [
 
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
                            *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB,
-                           *NCCL_ASYNC, *FLOOR,
+                           *NCCL_ASYNC, *FLOOR, *SLURM_OOM,
                            *DATALOADER_SHM, *TEXT_AS_NUMBER, *COLLECTIVE_MISMATCH, *CUDA_OOM_UNTYPED]
