@@ -864,7 +864,43 @@ CUDA_OOM_UNTYPED = [
 ]
 
 
+# --- read after the held-out set of issue 33: a scale pinned at its floor, Slurm's task OOM kill ----------------
+
+# deepspeed/runtime/fp16/fused_optimizer.py FP16_Optimizer._update_scale (and unfused_optimizer.py), verbose:
+# print(f"\nGrad overflow on iteration {cur_iter}") and f"Reducing dynamic loss scale from {prev_scale} to
+# {cur_scale}" since 0.1.0 (0be026e38), logger.info from 0.9.0 (91d63e022); cur_scale = max(cur_scale /
+# scale_factor, min_loss_scale) never raises: at min_loss_scale 1 every overflow says "from 1 to 1" and skips on
+PINNED = [f"\nGrad overflow on iteration {it}\nReducing dynamic loss scale from {a} to {b}"
+          for it, a, b in ((1203, "4.0", "2.0"), (1204, "2.0", "1"), (1205, "1", "1"), (1206, "1", "1"),
+                           (1207, "1", "1"))]
+FLOOR = [
+    Message("deepspeed_fp16_collapse", "ZD201", "deepspeed 0.1-0.19 FP16_Optimizer verbose",
+            "deepspeed/runtime/fp16/fused_optimizer.py, unfused_optimizer.py", tuple(PINNED), variant="pinned_at_1"),
+]
+
+# Slurm, a step's task killed by its cgroup's OOM handler. slurmstepd (task/cgroup task_cgroup_memory.c, then
+# cgroup/v1 and v2): error("Detected %"PRIu64" oom-kill event(s) in step %s cgroup. Some of your processes may
+# have been killed by the cgroup out-of-memory handler.") 17.11.10 (dd576deca6), "in %ps" (StepId=J.S) from 20.11,
+# error("Detected %"PRIu64" oom_kill event%s in %ps. Some of the step tasks have been OOM Killed.") 23.02
+# (4d82fa26bb); log.c prefixes "slurmstepd: error: ". srun (launch.c): error("%s: %s %s: Out Of Memory", hosts,
+# "task", tasks), "srun: error: " before it. With srun --label the tasks' lines carry "%*d: " (common/
+# write_labelled_message.c _build_label: the task id, right-aligned to the widest), the rank the console names.
+SLURM_OOM = [
+    Message("host_oom_kill", "ZD405", "slurm 17.11.10-20.02", "slurmstepd task_cgroup_memory.c, srun launch.c",
+            ("slurmstepd: error: Detected 1 oom-kill event(s) in step 4312.0 cgroup. Some of your processes may have "
+             "been killed by the cgroup out-of-memory handler.", "srun: error: node07: task 2: Out Of Memory"),
+            variant="srun"),
+    Message("host_oom_kill", "ZD405", "slurm 20.11-22.05", "slurmstepd cgroup/v1 cgroup_v1.c, srun launch.c",
+            ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=4312.0. Some of your processes may have been "
+             "killed by the cgroup out-of-memory handler.", "srun: error: node07: task 2: Out Of Memory"),
+            variant="srun"),
+    Message("host_oom_kill", "ZD405", "slurm 23.02-latest", "slurmstepd task_cgroup_memory.c, srun launch.c",
+            ("slurmstepd: error: Detected 1 oom_kill event in StepId=4312.0. Some of the step tasks have been OOM "
+             "Killed.", "srun: error: node07: task 2: Out Of Memory"), variant="srun"),
+]
+
+
 MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
                            *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB,
-                           *NCCL_ASYNC,
+                           *NCCL_ASYNC, *FLOOR, *SLURM_OOM,
                            *DATALOADER_SHM, *TEXT_AS_NUMBER, *COLLECTIVE_MISMATCH, *CUDA_OOM_UNTYPED]

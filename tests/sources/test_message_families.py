@@ -31,6 +31,7 @@ PREAMBLE = [
 LOGGED = "[2024-05-01 10:00:00,123] [ERROR] [engine.py:12:step] "
 RED, RESET = "\x1b[1;31m", "\x1b[0m"
 MPI_TAG = "[1,3]<stderr>:"
+SRUN_LABEL = " 2: "
 MID_LINE = 30
 BAR = "\r".join(f" {p}%|{'█' * (p // 10)}{' ' * (10 - p // 10)}| {p * 10}/1000 [12:0{p % 10}<20:31,  1.95s/it]"
                 for p in (35, 36, 37))
@@ -49,6 +50,12 @@ def printed(m: Message, render: Callable[[str], str] = str) -> list[str]:
 def rank_prefixed(m: Message) -> list[str]:
     """torchrun's ``[rank3]:`` on every line (2.4's C++ log lines carry it already)."""
     return [line if line.startswith("[rank3]:") else f"[rank3]:{line}" for line in printed(m)]
+
+
+def srun_labelled(m: Message) -> list[str]:
+    """Slurm's ``srun --label``: each line a task wrote carries ``%*d: `` (common/write_labelled_message.c
+    _build_label, the task id right-aligned to the widest of 16 tasks); srun's own lines ("srun: error: …") none."""
+    return [line if line.startswith("srun: ") else f"{SRUN_LABEL}{line}" for line in printed(m)]
 
 
 def mpirun_tagged(m: Message) -> list[str]:
@@ -116,7 +123,7 @@ def started_mid_line(m: Message) -> list[str]:
 WRAPPINGS: dict[str, Callable[[Message], list[str]]] = {
     "plain": printed, "rank_prefix": rank_prefixed, "timestamp_level": logged, "ansi": coloured, "rich": rich_box,
     "tqdm": after_tqdm, "wrap80": lambda m: cut(printed(m), 80), "wrap120": lambda m: cut(printed(m), 120),
-    "mid_line": started_mid_line, "mpirun_tag": mpirun_tagged,
+    "mid_line": started_mid_line, "mpirun_tag": mpirun_tagged, "srun_label": srun_labelled,
 }
 TERMINAL_WIDTH = {"wrap80": 80, "wrap120": 120}   # these cut the launcher lines too
 

@@ -100,8 +100,11 @@ FAMILIES: tuple[Family, ...] = (
             # CONSTRAINT_NONE/CPUSET/MEMORY_POLICY/MEMCG; matched from "=" on, so a line begun after "oom-kill:" counts
             r"|=CONSTRAINT_[A-Z_]+,nodemask="
             # torch/csrc/DataLoader.cpp: "DataLoader worker (pid {}) is killed by signal: {}. ", strsignal(SIGKILL)
-            r"|DataLoader worker \(pid \d+\) is killed by signal: Killed",
-            keywords=(b"Killed", b"Detected ", b"Memory cgroup", b"Out of memory", b"=CONSTRAINT_"),
+            r"|DataLoader worker \(pid \d+\) is killed by signal: Killed"
+            # Slurm: slurmstepd's "Detected N oom_kill event in StepId=J.S" (23.02+, before "oom-kill event(s)") and
+            # srun's own "%s: task %s: Out Of Memory" (hosts, tasks; srun/launch.c) for the step's killed tasks
+            r"|oom_kill events? in |: tasks? [\d,\[\]-]+: Out Of Memory",
+            keywords=(b"Killed", b"Detected ", b"Memory cgroup", b"Out of memory", b"Out Of Memory", b"=CONSTRAINT_"),
             # A process SIGKILLed, in a shell's words: the bare "Killed" (an interactive shell, dash), or bash's report
             # of a foreground job in a script (jobs.c notify_of_job_status: "%s: line %d: ", then pretty_print_job's
             # "%5ld" pid and the signal's description), the name the shell's or the script's ("/bin/bash", "bash",

@@ -25,6 +25,10 @@ CLEAN_STREAK = 20  # clean steps in a row that end the calibration phase / make 
 RECENT = 100  # steps in the recent-overflow window
 COLLAPSE_OVERFLOWS_LEFT = 8  # overflows in a row left before the minimum: the scale is collapsing ...
 COLLAPSE_RATE, COLLAPSE_MIN_OVERFLOWS = 0.05, 3  # ... when this share of the recent steps, and this many, overflowed
+# The initial scale's halvings fit in the first steps (2^32, the largest initial_scale_power, comes down to 1 in 32
+# overflows, 33 with hysteresis 2): an overflow past this step is never calibration, whatever the log shows before
+CALIBRATION_STEPS = 50
+COLLAPSE_STREAK = 4  # overflows in consecutive steps past calibration: the scale halving again and again
 COSTLY_SHARE = 0.5  # skipped steps, of the steps the run shows, that make a calibration costly, never harmless
 LR_ROSE = 0.95  # lr now above this share of the highest lr before the late overflows did not rise
 MIN_SCALE_MESSAGE = "loss scale already at minimum"
@@ -47,7 +51,8 @@ SIGNALS = [
     _fp16("fp16.calibrated", "bool", f"the run went {CLEAN_STREAK} clean steps in a row: overflows before were "
                                      "calibration, after are late (a log cut mid-run may show none)"),
     _fp16("fp16.calibration_from_start", "bool", "the first overflow came at the initial scale "
-                                                 "(2^initial_scale_power): the overflows shown began at the start"),
+                                                 f"(2^initial_scale_power) within the first {CALIBRATION_STEPS} "
+                                                 "steps: the overflows shown began at the start"),
     _fp16("fp16.calibration_overflows", "steps", f"overflows before the first {CLEAN_STREAK} clean steps in a row"),
     _fp16("fp16.late_overflows", "steps", "overflows after calibration"),
     _fp16("fp16.first_late_overflow_step", "step", "first overflow after calibration"),
@@ -63,10 +68,12 @@ SIGNALS = [
                                        "every scale that overflowed after calibration: a loss_scale the run does not "
                                        "refute (none where it overflowed at every scale that held)"),
     verdict("fp16.scaler_verdict", "what the dynamic scaler did: aborted (DeepSpeed raised at min_loss_scale) | "
-            f"below_one | collapsing (at most {COLLAPSE_OVERFLOWS_LEFT} overflows from the minimum, still "
-            "overflowing) | calibration (overflows only while it found its scale) | costly_calibration (those "
-            "overflows skipped most of the steps shown) | settled (none of these)",
-            ("aborted", "below_one", "collapsing", "calibration", "costly_calibration", "settled"),
+            "below_one | at_floor (the last overflow left the scale where it was: at min_loss_scale, still "
+            f"overflowing) | collapsing (at most {COLLAPSE_OVERFLOWS_LEFT} overflows from the minimum, still "
+            f"overflowing, or {COLLAPSE_STREAK} in consecutive steps past calibration) | calibration (overflows "
+            "only while it found its scale) | costly_calibration (those overflows skipped most of the steps shown) | "
+            "settled (none of these)",
+            ("aborted", "below_one", "at_floor", "collapsing", "calibration", "costly_calibration", "settled"),
             shown_by=(STEPS,), switch=FP16_LINES),
     _fp16("fp16.skipped_clean_steps", "steps", "steps shown that did not overflow"),
     _fp16("fp16.scale_set_power", "log2", "log2 of the scale last set: an initial_scale_power that skips what "
@@ -107,11 +114,13 @@ STEP_FIELDS = {"overflow": "max", "loss_scale": "min", "lr": "max", "loss_nonfin
 class Fold(runview.Fold):
     """The overflow history folded: counts, the calibration phase, held scales, the scaler replay."""
 
-    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
+    VERSION = 2  # of the saved state: bump it when the fields or what they hold change
     known: int = 0  # steps whose overflow flag is known
     overflows: int = 0
     recent: list[int] = field(default_factory=list)  # overflow flags of the last RECENT known steps
     clean: int = 0  # clean known steps in a row, now
+    late_streak: int = 0  # overflows in consecutive steps past calibration, now (a clean step ends it)
+    last_overflow_step: int | None = None
     calibrated: bool = False  # CLEAN_STREAK clean steps in a row were seen: later overflows are late
     calibration_overflows: int = 0
     late_overflows: int = 0
@@ -200,6 +209,7 @@ class Fold(runview.Fold):
         """Steps ``start:end`` without overflow: the streak grows, the scales past CLEAN_STREAK of it are held."""
         held_from = start + max(CLEAN_STREAK - 1 - self.clean, 0)
         self.clean += end - start
+        self.late_streak = 0
         if held_from < end:
             self.calibrated = True
             if held := [s for s in scales[held_from:end] if s is not None]:
@@ -215,7 +225,9 @@ class Fold(runview.Fold):
         if not self.calibration_overflows and not self.late_overflows:  # the run's first overflow
             self.first_overflow_scale, self.first_overflow_step = scale, step
         self.clean = 0
-        if self.calibrated:
+        if self.calibrated or step > CALIBRATION_STEPS:
+            following = self.last_overflow_step is not None and step == self.last_overflow_step + 1
+            self.late_streak = self.late_streak + 1 if following else 1
             self.late_overflows += 1
             if self.first_late_step is None:
                 self.first_late_step = step
@@ -223,6 +235,7 @@ class Fold(runview.Fold):
                 self.min_late_scale = scale
         else:
             self.calibration_overflows += 1
+        self.last_overflow_step = step
         if replay is None:
             return
         if scale is not None:
@@ -281,15 +294,18 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out["fp16.recent_steps"] = len(recent)
     out["fp16.calibrated"] = fold.calibrated
     if fold.first_overflow_scale is not None:
-        out["fp16.calibration_from_start"] = fold.first_overflow_scale == (fp16_config or Fp16Config()).initial_scale
+        out["fp16.calibration_from_start"] = (fold.first_overflow_scale == (fp16_config or Fp16Config()).initial_scale
+                                              and fold.first_overflow_step is not None
+                                              and fold.first_overflow_step <= CALIBRATION_STEPS)
     out["fp16.calibration_overflows"] = fold.calibration_overflows
     out["fp16.late_overflows"] = fold.late_overflows
     out["fp16.first_late_overflow_step"] = fold.first_late_step
     out["fp16.overflows_began_step"] = fold.first_late_step if fold.calibrated else fold.first_overflow_step
     out["fp16.loss_scale_last"] = fold.scale_last
     # A console log says it on its last overflow line; a step that did not overflow ran at the scale last set.
-    said = next((e["data"]["scale"] for e in reversed(view.events.get("log", [])) if e.get("what") == "loss_scale_set"),
-                None)
+    set_line = next((e["data"] for e in reversed(view.events.get("log", [])) if e.get("what") == "loss_scale_set"),
+                    None)
+    said = set_line["scale"] if set_line is not None else None
     out["fp16.loss_scale_set"] = said if said is not None else fold.scale_last if fold.scale_last_clean else None
     out["fp16.max_held_scale"] = fold.max_held_scale
     out["fp16.min_late_overflow_scale"] = fold.min_late_scale
@@ -303,7 +319,10 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if out["fp16.dynamic"] and (hit_min or fp16_config is not None):
         out["fp16.overflows_to_min"] = 0 if hit_min else _ScalerReplay(fp16_config, fold.replay).overflows_to_min()
     if out["fp16.dynamic"]:
-        out["fp16.scaler_verdict"] = _scaler_verdict(out, fold)
+        # The last overflow line set the scale it had tried ("from 1 to 1"): max(scale / 2, min_loss_scale) is at
+        # its floor, and a scaler that does not raise there (FP16_Optimizer, ZeRO before 0.6.5) skips on
+        floor = set_line is not None and set_line.get("attempted") == said and not fold.scale_last_clean
+        out["fp16.scaler_verdict"] = _scaler_verdict(out, fold, floor)
     if fold.lr_last is not None:
         # Before the overflows began: the first after calibration, or the first of a run that never calibrated
         # (a warm-up into overflows within its first 20 steps)
@@ -320,17 +339,20 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _scaler_verdict(out: dict[str, Any], fold: Fold) -> str:
-    """Collapse told from calibration: the scaler's abort, a scale below 1, a scale still halving toward the
-    minimum; else overflows only while it found its scale, costly where they skipped most of the steps shown
-    (a log of overflow lines alone shows no clean step: its share says nothing of the run's)."""
+def _scaler_verdict(out: dict[str, Any], fold: Fold, floor: bool) -> str:
+    """Collapse told from calibration: the scaler's abort, a scale below 1, a scale pinned at its floor that still
+    overflows (``floor``), a scale still halving toward the minimum or halving in COLLAPSE_STREAK consecutive steps
+    past calibration; else overflows only while it found its scale, costly where they skipped most of the steps
+    shown (a log of overflow lines alone shows no clean step: its share says nothing of the run's)."""
     if out["fp16.hit_min_scale"]:
         return "aborted"
     if out["fp16.scale_below_one"]:
         return "below_one"
+    if floor and fold.overflows >= COLLAPSE_MIN_OVERFLOWS:
+        return "at_floor"
     left = out.get("fp16.overflows_to_min")
     if (left is not None and left <= COLLAPSE_OVERFLOWS_LEFT and out["fp16.recent_overflow_rate"] >= COLLAPSE_RATE
-            and fold.overflows >= COLLAPSE_MIN_OVERFLOWS):
+            and fold.overflows >= COLLAPSE_MIN_OVERFLOWS) or fold.late_streak >= COLLAPSE_STREAK:
         return "collapsing"
     if not fold.calibration_overflows or fold.late_overflows or not (
             fold.calibrated or out.get("fp16.calibration_from_start")):

@@ -24,8 +24,9 @@ from zerodoctor import events
 from zerodoctor.events import Event
 
 # torchrun's --log-line-prefix-template / --tee ("[rank3]:", "[default3]:") and the launcher's
-# per-rank prefix: the only rank a line carries before its message.
-_RANK_PREFIX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?")
+# per-rank prefix: the only rank a line carries before its message. Slurm's srun --label writes "%*d: " (the task
+# id right-aligned to the widest, common/write_labelled_message.c _build_label) before each line a task wrote.
+_RANK_PREFIX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?|^ *(\d{1,5}): ")
 # Open MPI's mpirun --tag-output. Open MPI 1.x-4.x write "[%s,%s]<%s>:" (jobid, rank, stdout/stderr/stddiag)
 # before each chunk their I/O forwarder read from a rank's pipe and after each newline in it
 # (orte/mca/iof/base/iof_base_output.c, v1.10.7-v4.1.6), so a line the rank wrote in pieces carries it inside
@@ -325,6 +326,12 @@ def unprefixed(text: str, tag_space: bool = True) -> tuple[int | None, str]:
     it, not the line's indentation (a traceback's frames, a header's rows), as under 4.x.
     """
     match = _RANK_PREFIX.match(text)
+    if match and match.group(2) is not None:  # srun's label; torch's own "[rank3]:" after it names the rank
+        text = text[match.end():]
+        inner = _RANK_PREFIX.match(text)
+        if inner and inner.group(1) is not None:
+            return int(inner.group(1)), text[inner.end():]
+        return int(match.group(2)), text
     if match:
         return int(match.group(1)), text[match.end():]
     if ">:" not in text:

@@ -1,0 +1,60 @@
+"""The fp16 scaler's verdict on two held-out shapes: a scale pinned at its floor that still overflows, and an
+overflow streak long after calibration.
+
+The logs are DeepSpeed's own format strings, not pastes: FP16_Optimizer._update_scale (runtime/fp16/
+fused_optimizer.py, verbose, 0.1.0-0.19) prints ``"\\nGrad overflow on iteration {cur_iter}"`` and ``"Reducing
+dynamic loss scale from {prev_scale} to {cur_scale}"``, the new scale ``max(cur_scale / scale_factor,
+min_loss_scale)``: at min_loss_scale 1 it says "from 1 to 1" and never raises.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zerodoctor.pipeline import rules_from
+from zerodoctor.pipeline.diagnose import diagnose
+
+
+def _overflows(first_iteration: int, scales: list[str]) -> list[str]:
+    lines: list[str] = []
+    for i, (tried, reduced) in enumerate(zip(scales, scales[1:])):
+        lines += ["", f"Grad overflow on iteration {first_iteration + i}",
+                  f"Reducing dynamic loss scale from {tried} to {reduced}"]
+    return lines
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return rules_from()
+
+
+def _findings(tmp_path: Path, rules, lines: list[str]) -> dict[str, str]:
+    path = tmp_path / "console.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {f.rule: f.message for f in diagnose([path], rules=rules, input_format="text").findings}
+
+
+def test_a_scale_pinned_at_1_that_still_overflows_is_a_collapse_at_the_floor(tmp_path: Path, rules) -> None:
+    """Before: "collapsing toward min_loss_scale: the run aborts after 1 more overflow", of a scaler that has
+    reached its floor and does not abort."""
+    found = _findings(tmp_path, rules, _overflows(1203, ["4.0", "2.0", "1", "1", "1", "1"]))
+    assert "pinned at its floor of 1" in found.get("ZD201", ""), found
+    assert "aborts" not in found["ZD201"]
+
+
+def test_an_overflow_streak_past_step_1000_is_a_collapse_not_calibration(tmp_path: Path, rules) -> None:
+    """Five halvings in consecutive steps from 1203 on, from the default initial scale 2^16: before, "5
+    overflows while the dynamic loss scale calibrated" (ZD202, info), as if the run had just begun."""
+    scales = [f"{65536.0 / 2 ** i}" for i in range(6)]
+    found = _findings(tmp_path, rules, _overflows(1203, scales))
+    assert "ZD202" not in found, found
+    assert "collapsing" in found.get("ZD201", ""), found
+
+
+def test_the_same_halvings_at_the_start_are_calibration(tmp_path: Path, rules) -> None:
+    """The streak's twin from iteration 0: the scaler finding its scale, which stays calibration."""
+    scales = [f"{65536.0 / 2 ** i}" for i in range(6)]
+    found = _findings(tmp_path, rules, _overflows(0, scales))
+    assert "ZD201" not in found and "ZD202" in found, found
