@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
 
-from tests.watch.conftest import append, start_watch, stop, stored_steps, wait_for
+from tests.watch.conftest import ENV, append, start_watch, stop, stored_steps, wait_for
 from tests.watch.test_watch_rotation import expect, one_pass
 from zerodoctor.pipeline import tail as tail_module
 from zerodoctor.store.schema import files, quarantine
@@ -185,3 +187,21 @@ def test_a_same_size_rewrite_in_place_is_read_again_live_as_after_a_restart(tmp_
         watcher = make_watcher()
     one_pass(watcher)
     assert len(stored_steps(tmp_path / "runs" / "zerodoctor.db")) == 200  # the new content read whole, once
+
+
+def test_watch_once_reads_a_new_run_directory_made_with_a_renamed_ones_old_name(tmp_path):
+    """``mv runs/exp runs/exp-failed`` and a new ``runs/exp`` while watch is down, then one ``--once`` (a CI
+    job's only pass). Before: the moved row took the tail of ``exp`` away, and the new file's 300 lines
+    waited for a pass that never came."""
+    runs = tmp_path / "runs"
+    append(runs / "exp" / "rank-0.jsonl", "exp", 0, range(1, LINES + 1))
+    once = [sys.executable, "-m", "zerodoctor", "watch", "--once", str(runs)]
+    assert subprocess.run(once, capture_output=True, env=ENV, timeout=120).returncode == 0
+    (runs / "exp").rename(runs / "exp-failed")
+    append(runs / "exp-failed" / "rank-0.jsonl", "exp", 0, range(LINES + 1, LINES + 11))
+    append(runs / "exp" / "rank-0.jsonl", "exp-2", 0, range(1, 301))
+    done = subprocess.run(once, capture_output=True, text=True, env=ENV, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = stored_steps(runs / "zerodoctor.db")
+    assert len(rows) == len(set(rows))
+    assert sorted(rows) == [("exp", 0, s) for s in range(1, LINES + 11)] + [("exp-2", 0, s) for s in range(1, 301)]

@@ -136,7 +136,9 @@ class Watcher:
         started: list[Path] = []
         with self.engine.begin() as conn:
             self._forget_replaced_sources(conn, formats)
-            for path, fmt in fresh:
+            queue, again = list(fresh), set()
+            while queue:
+                path, fmt = queue.pop(0)
                 stamp = _stamp(path)  # before the try: a change during it is seen at the next rescan
                 try:
                     self.tails[path] = self.pipeline.tail(conn, path, fmt)
@@ -151,11 +153,17 @@ class Watcher:
                     self._skip(path, exc, stamp)
                     continue
                 self.skipped.pop(path, None)
-                started.append(path)
+                if path not in started:
+                    started.append(path)
                 for other, tail in list(self.tails.items()):  # a moved file: its old path's tail is this one now
                     if tail.file_id == self.tails[path].file_id and other != path:
                         tail.close()
                         del self.tails[other]
+                        if other in by_path and other not in again:
+                            # A new file at the old path (a run directory renamed, one made with its old name):
+                            # tailed in this pass too, or ``--once`` never reads it.
+                            queue.append((other, by_path[other]))
+                            again.add(other)
         for run_dir in sorted({path.parent for path in started}):
             names = [p.name for p in started if p.parent == run_dir]
             log.info("tailing %s: %s", run_dir, ", ".join(names))
