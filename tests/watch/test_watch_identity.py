@@ -205,3 +205,27 @@ def test_watch_once_reads_a_new_run_directory_made_with_a_renamed_ones_old_name(
     rows = stored_steps(runs / "zerodoctor.db")
     assert len(rows) == len(set(rows))
     assert sorted(rows) == [("exp", 0, s) for s in range(1, LINES + 11)] + [("exp-2", 0, s) for s in range(1, 301)]
+
+
+@pytest.mark.parametrize("order", ["ingest-first", "discover-first"])
+def test_a_run_directory_renamed_while_watched_and_made_again_with_its_name_is_two_files(tmp_path, make_watcher,
+                                                                                       order):
+    """``mv runs/exp runs/exp-failed; mkdir runs/exp`` between two passes. Before, when a poll saw the new
+    file at the path before a rescan saw the moved one: the moved file was drained and read again from 0
+    under its new path (1,010 of 1,010 lines stored twice)."""
+    runs = tmp_path / "runs"
+    append(runs / "exp" / "rank-0.jsonl", "exp", 0, range(1, LINES + 1))
+    watcher = make_watcher()
+    one_pass(watcher)
+    (runs / "exp").rename(runs / "exp-failed")
+    append(runs / "exp-failed" / "rank-0.jsonl", "exp", 0, range(LINES + 1, LINES + 11))
+    append(runs / "exp" / "rank-0.jsonl", "exp-2", 0, range(1, 301))
+    if order == "ingest-first":
+        watcher.ingest()
+        append(runs / "exp-failed" / "rank-0.jsonl", "exp", 0, range(LINES + 11, LINES + 21))
+    one_pass(watcher)
+    one_pass(watcher)
+    rows = stored_steps(runs / "zerodoctor.db")
+    assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} step(s) stored twice"
+    last = LINES + 21 if order == "ingest-first" else LINES + 11
+    assert sorted(rows) == [("exp", 0, s) for s in range(1, last)] + [("exp-2", 0, s) for s in range(1, 301)]

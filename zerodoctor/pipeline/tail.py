@@ -20,7 +20,9 @@ Rotation is recognised the way the log shippers do it (Fluent Bit, pygtail):
   is "missing" and its row keeps identity and offsets for ``MISSING_GRACE_S`` of polls; back at
   the path it reads on; found at another path under the roots it is the same file
   (``store/files.register`` moves the row there); after the grace it is "gone" (the row still
-  kept: a file found again later still reads on).
+  kept: a file found again later still reads on). Moved away with a new file made at its path (a run
+  directory renamed, one made with its name) the open file is read on through its handle until a rescan
+  finds it at its new path and its row moves there; the new file gets a row of its own then.
 After a restart (or a closed handle) a renamed-away file is found again by its inode among its
 siblings and drained from the stored offset, then the generations rotated after it; one compressed
 since (logrotate's ``compress``: ``.1.gz``, a new inode) is found by its first bytes and read decoded. A file whose
@@ -118,6 +120,7 @@ class FileTail:
             self.handle: BinaryIO | None = None
             self.decoded: str | None = None
             self.missing_since: float | None = None
+            self.away_since: float | None = None  # moved away with a new file at its path (``_moved_away``)
             self._seen: tuple[int, int] | None = None  # (size, mtime) at the last poll
             self.resync(row)  # UnsupportedFormat for a format no parser reads
         except BaseException:
@@ -156,6 +159,15 @@ class FileTail:
             log.info("%s is back; reading on", self.name)
             self.missing_since = None
         current = (st.st_dev, st.st_ino)
+        if self.handle is not None and _identity(self.handle) != current and self._moved_away():
+            # Its run directory renamed and a new one made with the old name: the row follows the file (found
+            # at its new path by a rescan, ``store/files.register``); the new file gets a row of its own then.
+            if self.away_since is None:
+                log.info("%s was moved away and a new file made at its path; reading it on through its handle "
+                         "and waiting %.0f s for it to be found under the watched roots", self.name, MISSING_GRACE_S)
+                self.away_since = time.monotonic()
+            if time.monotonic() - self.away_since < MISSING_GRACE_S:
+                return "more" if self._read(conn, self.handle, final=False, batches=1) else "missing"
         if self.handle is not None and _identity(self.handle) != current:
             try:  # held first: the generations to read are those between the old file and this one
                 successor = open_log(self.path)
@@ -163,6 +175,7 @@ class FileTail:
                 successor = None
             self._drain_and_close(conn, "was replaced (rotated)",
                                   successor=_identity(successor[0]) if successor else current)
+            self.away_since = None
             self._opened = successor
         if self.handle is None and not self._open(conn):
             return "gone"
@@ -183,6 +196,18 @@ class FileTail:
         if self._quiet(st):
             self.let_go(conn, store)
         return "idle"
+
+    def _moved_away(self) -> bool:
+        """The open file still has a name, but not beside its path (a rotation renames it there): it was
+        moved elsewhere, its directory renamed, while a new file took its path."""
+        assert self.handle is not None
+        try:
+            if os.fstat(self.handle.fileno()).st_nlink == 0:
+                return False
+        except OSError:
+            return False
+        own = _identity(self.handle)
+        return not any((st.st_dev, st.st_ino) == own for _, st in self._siblings())
 
     def _quiet(self, st: os.stat_result) -> bool:
         """Unchanged for ``quiet_s``, and read to its end: a last line still unterminated is a writer mid-line."""
