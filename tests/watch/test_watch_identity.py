@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
 
-from tests.watch.conftest import append, start_watch, stop, stored_steps, wait_for
+from tests.watch.conftest import ENV, append, start_watch, stop, stored_steps, wait_for
 from tests.watch.test_watch_rotation import expect, one_pass
 from zerodoctor.pipeline import tail as tail_module
 from zerodoctor.store.schema import files, quarantine
@@ -185,3 +187,45 @@ def test_a_same_size_rewrite_in_place_is_read_again_live_as_after_a_restart(tmp_
         watcher = make_watcher()
     one_pass(watcher)
     assert len(stored_steps(tmp_path / "runs" / "zerodoctor.db")) == 200  # the new content read whole, once
+
+
+def test_watch_once_reads_a_new_run_directory_made_with_a_renamed_ones_old_name(tmp_path):
+    """``mv runs/exp runs/exp-failed`` and a new ``runs/exp`` while watch is down, then one ``--once`` (a CI
+    job's only pass). Before: the moved row took the tail of ``exp`` away, and the new file's 300 lines
+    waited for a pass that never came."""
+    runs = tmp_path / "runs"
+    append(runs / "exp" / "rank-0.jsonl", "exp", 0, range(1, LINES + 1))
+    once = [sys.executable, "-m", "zerodoctor", "watch", "--once", str(runs)]
+    assert subprocess.run(once, capture_output=True, env=ENV, timeout=120).returncode == 0
+    (runs / "exp").rename(runs / "exp-failed")
+    append(runs / "exp-failed" / "rank-0.jsonl", "exp", 0, range(LINES + 1, LINES + 11))
+    append(runs / "exp" / "rank-0.jsonl", "exp-2", 0, range(1, 301))
+    done = subprocess.run(once, capture_output=True, text=True, env=ENV, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = stored_steps(runs / "zerodoctor.db")
+    assert len(rows) == len(set(rows))
+    assert sorted(rows) == [("exp", 0, s) for s in range(1, LINES + 11)] + [("exp-2", 0, s) for s in range(1, 301)]
+
+
+@pytest.mark.parametrize("order", ["ingest-first", "discover-first"])
+def test_a_run_directory_renamed_while_watched_and_made_again_with_its_name_is_two_files(tmp_path, make_watcher,
+                                                                                       order):
+    """``mv runs/exp runs/exp-failed; mkdir runs/exp`` between two passes. Before, when a poll saw the new
+    file at the path before a rescan saw the moved one: the moved file was drained and read again from 0
+    under its new path (1,010 of 1,010 lines stored twice)."""
+    runs = tmp_path / "runs"
+    append(runs / "exp" / "rank-0.jsonl", "exp", 0, range(1, LINES + 1))
+    watcher = make_watcher()
+    one_pass(watcher)
+    (runs / "exp").rename(runs / "exp-failed")
+    append(runs / "exp-failed" / "rank-0.jsonl", "exp", 0, range(LINES + 1, LINES + 11))
+    append(runs / "exp" / "rank-0.jsonl", "exp-2", 0, range(1, 301))
+    if order == "ingest-first":
+        watcher.ingest()
+        append(runs / "exp-failed" / "rank-0.jsonl", "exp", 0, range(LINES + 11, LINES + 21))
+    one_pass(watcher)
+    one_pass(watcher)
+    rows = stored_steps(runs / "zerodoctor.db")
+    assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} step(s) stored twice"
+    last = LINES + 21 if order == "ingest-first" else LINES + 11
+    assert sorted(rows) == [("exp", 0, s) for s in range(1, last)] + [("exp-2", 0, s) for s in range(1, 301)]

@@ -301,6 +301,8 @@ class Pipeline:
                         tails.append(self.tail(conn, path, fmt, pool=pool, quiet_s=None))
                     except UnsupportedFormat as exc:
                         raise InputError(f"{path}: {exc}") from None
+                    except stored_files.SameFile as exc:  # two inputs naming one file: read once
+                        log.warning("%s", exc)
             total = sum(_size(t.path) for t in tails)
             with _gc_paused():
                 busy = list(tails)

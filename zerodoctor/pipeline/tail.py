@@ -20,9 +20,12 @@ Rotation is recognised the way the log shippers do it (Fluent Bit, pygtail):
   is "missing" and its row keeps identity and offsets for ``MISSING_GRACE_S`` of polls; back at
   the path it reads on; found at another path under the roots it is the same file
   (``store/files.register`` moves the row there); after the grace it is "gone" (the row still
-  kept: a file found again later still reads on).
+  kept: a file found again later still reads on). Moved away with a new file made at its path (a run
+  directory renamed, one made with its name) the open file is read on through its handle until a rescan
+  finds it at its new path and its row moves there; the new file gets a row of its own then.
 After a restart (or a closed handle) a renamed-away file is found again by its inode among its
-siblings and drained from the stored offset, then the generations rotated after it. A file whose
+siblings and drained from the stored offset, then the generations rotated after it; one compressed
+since (logrotate's ``compress``: ``.1.gz``, a new inode) is found by its first bytes and read decoded. A file whose
 inode is the stored one but whose first bytes are not (deleted and recreated while unwatched: ext4
 reuses inodes at once) is a new file, read from 0.
 """
@@ -117,6 +120,7 @@ class FileTail:
             self.handle: BinaryIO | None = None
             self.decoded: str | None = None
             self.missing_since: float | None = None
+            self.away_since: float | None = None  # moved away with a new file at its path (``_moved_away``)
             self._seen: tuple[int, int] | None = None  # (size, mtime) at the last poll
             self.resync(row)  # UnsupportedFormat for a format no parser reads
         except BaseException:
@@ -155,6 +159,15 @@ class FileTail:
             log.info("%s is back; reading on", self.name)
             self.missing_since = None
         current = (st.st_dev, st.st_ino)
+        if self.handle is not None and _identity(self.handle) != current and self._moved_away():
+            # Its run directory renamed and a new one made with the old name: the row follows the file (found
+            # at its new path by a rescan, ``store/files.register``); the new file gets a row of its own then.
+            if self.away_since is None:
+                log.info("%s was moved away and a new file made at its path; reading it on through its handle "
+                         "and waiting %.0f s for it to be found under the watched roots", self.name, MISSING_GRACE_S)
+                self.away_since = time.monotonic()
+            if time.monotonic() - self.away_since < MISSING_GRACE_S:
+                return "more" if self._read(conn, self.handle, final=False, batches=1) else "missing"
         if self.handle is not None and _identity(self.handle) != current:
             try:  # held first: the generations to read are those between the old file and this one
                 successor = open_log(self.path)
@@ -162,6 +175,7 @@ class FileTail:
                 successor = None
             self._drain_and_close(conn, "was replaced (rotated)",
                                   successor=_identity(successor[0]) if successor else current)
+            self.away_since = None
             self._opened = successor
         if self.handle is None and not self._open(conn):
             return "gone"
@@ -182,6 +196,18 @@ class FileTail:
         if self._quiet(st):
             self.let_go(conn, store)
         return "idle"
+
+    def _moved_away(self) -> bool:
+        """The open file still has a name, but not beside its path (a rotation renames it there): it was
+        moved elsewhere, its directory renamed, while a new file took its path."""
+        assert self.handle is not None
+        try:
+            if os.fstat(self.handle.fileno()).st_nlink == 0:
+                return False
+        except OSError:
+            return False
+        own = _identity(self.handle)
+        return not any((st.st_dev, st.st_ino) == own for _, st in self._siblings())
 
     def _quiet(self, st: os.stat_result) -> bool:
         """Unchanged for ``quiet_s``, and read to its end: a last line still unterminated is a writer mid-line."""
@@ -273,6 +299,7 @@ class FileTail:
               and self._fingerprint(handle) != self.fingerprint):
             log.warning("%s: a new file with the old one's inode (its first bytes differ from those read); "
                         "reading it from the start", self.name)
+            self._drain_lost_file(conn, identity)  # the old one rotated and compressed, or gone (said)
             self._reset(conn, identity)
         elif identity != self.identity:
             if self.identity != _DRAINED and (self.offset or self.lines):
@@ -288,7 +315,7 @@ class FileTail:
             return
         log.info("%s %s; reading its last lines", self.name, why)
         self._read(conn, self.handle, final=True)
-        drained = os.fstat(self.handle.fileno())
+        drained = _identity(self.handle)
         self.close()
         if successor is not None:
             self._read_rotated_after(conn, drained, successor)
@@ -296,21 +323,28 @@ class FileTail:
         self._reset(conn, _DRAINED)
 
     def _drain_lost_file(self, conn: Connection, successor: Identity) -> None:
-        """The stored inode is no longer at the path (``successor`` is): find it among the siblings
-        (renamed) and drain it, then the generations rotated after it."""
+        """The stored file is no longer at the path (``successor`` is): find it beside it and drain it from
+        the stored offset, then the generations rotated after it. Found by its inode (renamed), else by its
+        first bytes among the compressed generations (logrotate's ``compress``: ``.1`` gzipped into
+        ``.1.gz``, a new inode); what cannot be found is said, with what it loses."""
         device, inode = self.identity
         for entry, st in self._siblings():
-            if (st.st_dev, st.st_ino) == (device, inode):
+            if (st.st_dev, st.st_ino) == (device, inode) and entry.name != self.path.name:
                 old, _ = open_log(entry.path)
                 with old:
                     if self.fingerprint is not None and self._fingerprint(old) != self.fingerprint:
-                        break  # the inode was reused by an unrelated file: the old one is gone
+                        break  # the inode was reused by an unrelated file: the old one is gone, or compressed
                     log.info("%s was rotated to %s while not watched; reading its last lines", self.name, entry.name)
                     self._read(conn, old, final=True)
-                self._read_rotated_after(conn, st, successor)
+                self._read_rotated_after(conn, (st.st_dev, st.st_ino), successor)
                 return
+        if self.fingerprint is not None and self._read_rotated_after(conn, None, successor):
+            return
+        unread = [entry.name for entry, _ in self._siblings() if _generation(self.path.name, entry.name)]
         log.warning("%s was replaced while not watched and the old file is gone; lines written to it after "
-                    "byte %d (line %d) are lost", self.name, self.offset, self.lines)
+                    "byte %d (line %d) are lost%s", self.name, self.offset, self.lines,
+                    f", and {len(unread)} rotated file(s) beside it are not read ({', '.join(sorted(unread))})"
+                    if unread else "")
 
     def _siblings(self) -> list[tuple[os.DirEntry, os.stat_result]]:
         """The regular files beside the path, with their ``stat``."""
@@ -328,17 +362,19 @@ class FileTail:
                 found.append((entry, st))
         return found
 
-    def _read_rotated_after(self, conn: Connection, drained: os.stat_result, successor: Identity) -> None:
+    def _read_rotated_after(self, conn: Connection, drained: Identity | None, successor: Identity) -> bool:
         """Read whole the rotated generations between the file just drained and ``successor`` (the one
         at the path, opened before this looks): two rotations between two reads, or while not watched,
-        leave whole files between them.
+        leave whole files between them. True when the drained file was found among them.
 
-        The writer may rotate again while this reads, renaming every generation: each is opened
-        before any is read and followed by its handle, never its name. Their order is their last
-        write's (mtime), ties (one timestamp tick) broken by the name's (``.2`` before ``.1``,
-        ``-<date>`` in date order), as logrotate names them.
+        The drained file is the generation with its identity (``drained``), else, compressed since
+        (logrotate's ``compress``: a new inode), the newest whose first bytes are those read (the
+        fingerprint); ``drained`` None: it was not found by its inode, and is drained here from the stored
+        offset first. The writer may rotate again while this reads, renaming every generation: each is
+        opened before any is read and followed by its handle, never its name. Their order is their last
+        write's (mtime), ties (one timestamp tick) broken by the name's (``.2`` before ``.1``, ``-<date>``
+        in date order), as logrotate names them; a compressed copy has the mtime of the file it was.
         """
-        drained_id = (drained.st_dev, drained.st_ino)
         opened: list[tuple[tuple, BinaryIO, Identity, str]] = []
         try:
             for entry, _ in self._siblings():
@@ -350,19 +386,28 @@ class FileTail:
                     continue
                 st = os.fstat(stream.fileno())
                 opened.append(((st.st_mtime_ns, age), stream, (st.st_dev, st.st_ino), entry.name))
-            own = next((key for key, _, identity, _ in opened if identity == drained_id), None)
+            own = next((key for key, _, identity, _ in opened if identity == drained), None) if drained else None
+            if own is None and self.fingerprint is not None:
+                own = max((key for key, stream, identity, _ in opened if identity != successor
+                           and self._fingerprint(stream) == self.fingerprint), default=None)
+                if own is not None and drained is None:
+                    stream, name = next((stream, name) for key, stream, _, name in opened if key == own)
+                    log.info("%s was rotated and compressed to %s while not watched; reading its last lines",
+                             self.name, name)
+                    self._read(conn, stream, final=True)
             if own is None:
-                if opened:
+                if opened and drained is not None:
                     log.warning("%s: the rotated file read last is not among the %d rotated file(s) beside it; any "
                                 "generation rotated after it is not read", self.name, len(opened))
-                return
+                return False
             newer = sorted((key, stream, identity, name) for key, stream, identity, name in opened
-                           if key > own and identity not in (drained_id, successor))
+                           if key > own and identity not in (drained, successor))
             for _, stream, identity, name in newer:
                 self._reset(conn, identity)
                 self._read(conn, stream, final=True)
                 log.warning("%s: rotated more than once between two reads; %s read whole too (%d line(s))",
                             self.name, name, self.lines)
+            return True
         finally:
             for _, stream, _, _ in opened:
                 stream.close()

@@ -8,6 +8,8 @@ path: the nodes of one job write the same local path into one store, each its ow
 compares the row's identity with the file at the path, and points the row at another file
 (``point_at``) when a rotation replaced the one it read. A row follows its file when the file's
 run directory is renamed or moved (``register``): a run is its run id, not its directory's name.
+A second name of a file already read at another path (a hard link: ``cp -al`` of a run directory)
+gets no row of its own (``SameFile``): the file is read once, at the path whose row it has.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ from zerodoctor.store.nodes import SHARED, local_node, node_of
 from zerodoctor.store.schema import files
 
 
+class SameFile(Exception):
+    """The file at ``path`` is one a row already reads at ``other``, which still names it (a hard link)."""
+
+    def __init__(self, path: str, other: str) -> None:
+        super().__init__(f"{path} is the same file as {other} (a hard link); read once, there")
+        self.path, self.other = path, other
+
+
 def register(conn: Connection, path: Path, fmt: str, stream: BinaryIO | None = None) -> dict:
     """The row of the file at ``path`` (resolved) on its node, created at offset 0 with the identity found there.
 
@@ -32,13 +42,16 @@ def register(conn: Connection, path: Path, fmt: str, stream: BinaryIO | None = N
     or moved within the watched roots, live or while no watcher ran. Its row (same node, device,
     inode and format, no longer at its old path, and the same first bytes in ``stream``, the file
     opened at ``path``) moves to this path with its offsets, so not one line is read twice; the row
-    returned then says where it was (``moved_from``).
+    returned then says where it was (``moved_from``). A file a row reads at another path that still
+    names it (same node, device and inode: a hard link) raises ``SameFile``: reading it here too would
+    store every line twice.
     """
     key = Path(path).resolve()
     node, name = node_of(key.parent), str(key)
     row = _find(conn, node, name)
     if row is None:
         st = os.stat(key)
+        _check_not_linked(conn, node, name, st)
         if moved := _moved(conn, node, name, fmt, st, stream):
             return moved
         if not _claim(conn, node, name, st):
@@ -49,6 +62,21 @@ def register(conn: Connection, path: Path, fmt: str, stream: BinaryIO | None = N
     return row
 
 
+def _check_not_linked(conn: Connection, node: str, path: str, st: os.stat_result) -> None:
+    """Raise ``SameFile`` when another row's path still names this very file (a hard link). Its first
+    bytes need no check: one inode at both paths now is one file, whatever that row read before (a
+    stale row's tail finds the new bytes and reads them from 0, once)."""
+    for other in conn.execute(select(files.c.path).where(
+            files.c.node == node, files.c.device == st.st_dev, files.c.inode == st.st_ino,
+            files.c.path != path).order_by(files.c.id)).scalars():
+        try:
+            there = os.stat(other)
+        except OSError:
+            continue
+        if (there.st_dev, there.st_ino) == (st.st_dev, st.st_ino):
+            raise SameFile(path, other)
+
+
 def _moved(conn: Connection, node: str, path: str, fmt: str, st: os.stat_result,
            stream: BinaryIO | None) -> dict | None:
     """The row of this very file stored under another path (renamed or moved), now moved to ``path``."""
@@ -56,12 +84,6 @@ def _moved(conn: Connection, node: str, path: str, fmt: str, st: os.stat_result,
         files.c.node == node, files.c.device == st.st_dev, files.c.inode == st.st_ino, files.c.format == fmt,
         files.c.path != path).order_by(files.c.id)).mappings().all()
     for row in candidates:
-        try:
-            there = os.stat(row["path"])
-            if (there.st_dev, there.st_ino) == (st.st_dev, st.st_ino):
-                continue  # still at its path too (a hard link): that path's row reads it
-        except OSError:
-            pass  # gone from there: the file has moved
         if row["fingerprint"] is not None and (
                 stream is None or fingerprint(stream, row["offset"]) != row["fingerprint"]):
             continue  # the inode number reused by another file

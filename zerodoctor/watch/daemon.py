@@ -93,6 +93,7 @@ class Watcher:
         self.pipeline = Pipeline(engine, rules)
         self.tails: dict[Path, FileTail] = {}
         self.skipped: dict[Path, tuple[str, _Stamp]] = {}  # files found but not read: why, and what the path was
+        self.linked: dict[Path, Path] = {}  # second names of files read at another path (hard links): that path
         self.stop = threading.Event()
         self.deliveries = Deliveries(engine, notifiers or [], self.stop, notify_retry_s)
         self.wake = threading.Event()
@@ -113,39 +114,56 @@ class Watcher:
         Files are keyed by their resolved path, so a run directory reachable twice (a symlink
         alias, ``DIR DIR/../DIR``) is read once. A file that cannot be read (a FIFO, a symlink
         loop, binary data, no permission) is reported once and counted in ``skipped``, and
-        tried again only once its path has changed (``_stamp``).
+        tried again only once its path has changed (``_stamp``). A second name of a file read at another
+        path (a hard link, ``cp -al``) is said once and not read (``stored_files.SameFile``); it is tried
+        again once that path is no longer tailed (deleted, moved out), and then takes the file's row.
         """
         run_dirs = {d.resolve(): None for root in self.roots for d in (root, *sorted(root.glob("*/")))}
         by_path = {_resolved(path): fmt for d in run_dirs for path, fmt in run_files(d)}
         found = sorted(by_path.items())
         formats = {path.parent: fmt for path, fmt in found}
         self.skipped = {path: skip for path, skip in self.skipped.items() if path in by_path}
+        self.linked = {path: other for path, other in self.linked.items() if path in by_path}
         for path, tail in list(self.tails.items()):
             if formats.get(path.parent, tail.fmt) != tail.fmt:
                 tail.close()
                 del self.tails[path]
         unchanged = {path for path, (_, stamp) in self.skipped.items() if _stamp(path) == stamp}
-        fresh = self._claimed([(path, fmt) for path, fmt in found if path not in self.tails and path not in unchanged])
+        fresh = self._claimed([(path, fmt) for path, fmt in found if path not in self.tails and path not in unchanged
+                              and self.linked.get(path) not in self.tails])
         if not fresh:
             return
         started: list[Path] = []
         with self.engine.begin() as conn:
             self._forget_replaced_sources(conn, formats)
-            for path, fmt in fresh:
+            queue, again = list(fresh), set()
+            while queue:
+                path, fmt = queue.pop(0)
                 stamp = _stamp(path)  # before the try: a change during it is seen at the next rescan
                 try:
                     self.tails[path] = self.pipeline.tail(conn, path, fmt)
                 except FileNotFoundError:
                     continue  # gone between the scan and now; a later scan sees what replaces it
+                except stored_files.SameFile as exc:
+                    if self.linked.get(path) != Path(exc.other):
+                        log.info("%s", exc)
+                    self.linked[path] = Path(exc.other)
+                    continue
                 except OSError as exc:
                     self._skip(path, exc, stamp)
                     continue
                 self.skipped.pop(path, None)
-                started.append(path)
+                if path not in started:
+                    started.append(path)
                 for other, tail in list(self.tails.items()):  # a moved file: its old path's tail is this one now
                     if tail.file_id == self.tails[path].file_id and other != path:
                         tail.close()
                         del self.tails[other]
+                        if other in by_path and other not in again:
+                            # A new file at the old path (a run directory renamed, one made with its old name):
+                            # tailed in this pass too, or ``--once`` never reads it.
+                            queue.append((other, by_path[other]))
+                            again.add(other)
         for run_dir in sorted({path.parent for path in started}):
             names = [p.name for p in started if p.parent == run_dir]
             log.info("tailing %s: %s", run_dir, ", ".join(names))
