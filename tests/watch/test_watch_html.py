@@ -48,8 +48,9 @@ def test_live_page_and_index_follow_the_run(tmp_path: Path) -> None:
         assert "fp16-min-scale.html" in index.read_text()
 
         _append(run_dir, slice(HEALTHY_LINES, None))  # the overflows, then DeepSpeed's abort
-        # the page, then the index: each written whole, one after the other
-        wait_for(lambda: "ZD201" in page.read_text() and "fp16-loss-scale-collapse" in index.read_text(), timeout=60)
+        # the page, then the index: each written whole, one after the other; the index shows the run's worst
+        # finding, its first error: the loss that diverged at step 31 (ZD200), before the scale's collapse (ZD201)
+        wait_for(lambda: "ZD201" in page.read_text() and "loss-diverged" in index.read_text(), timeout=60)
         assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # os.replace left no temporary file
 
         # nothing new, nothing written: a page is written only after a judgement
@@ -74,7 +75,7 @@ def test_live_page_and_index_follow_the_run(tmp_path: Path) -> None:
     _, err = again.communicate(timeout=120)
     assert again.returncode == 0, err
     listed = index.read_text()
-    assert "healthy-zero2.html" in listed and "fp16-loss-scale-collapse" in listed
+    assert "healthy-zero2.html" in listed and "loss-diverged" in listed
 
 
 def test_an_open_page_takes_the_new_findings_and_plots_in_place_without_a_reload(tmp_path: Path) -> None:

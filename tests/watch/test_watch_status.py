@@ -25,7 +25,10 @@ def test_status_json_contract_and_text_reasons(tmp_path):
     assert [r["run"] for r in report["runs"]] == ["r1", "r2"]
     r1 = report["runs"][0]
     assert set(r1) == {"run", "files", "findings", "last_event_t"}
-    assert r1["files"] == [{"path": str(log.resolve()), "events": 6, "quarantined": 2, "offset": log.stat().st_size}]
+    from zerodoctor.store.nodes import local_node
+
+    assert r1["files"] == [{"path": str(log.resolve()), "events": 6, "quarantined": 2, "offset": log.stat().st_size,
+                            "node": local_node()}]
     assert [f["rule"] for f in r1["findings"]] == ["ZD204"] and r1["findings"][0]["severity"] == "error"
     assert r1["last_event_t"] == 1006.0
     assert report["runs"][1]["findings"] == []
