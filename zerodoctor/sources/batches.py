@@ -285,6 +285,8 @@ def _parsed_batches(path: Path, parser: Parser, *, start: int, first_line: int, 
     if final:
         try:
             batch.add(parser.finish(), batch.last_line)
+        except BadLine as exc:  # a line the parser held to the end (a cut timer line) is bad as any other
+            batch.rejected.append(Rejected(name, batch.last_line, f"{exc} at end of input", b"", 0))
         except Exception as exc:  # noqa: BLE001 - what the parser held is lost, the read is not
             batch.rejected.append(Rejected(name, batch.last_line, f"{_parser_error(exc)} at end of input", b"", 0))
     yield batch

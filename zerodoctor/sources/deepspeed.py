@@ -70,7 +70,7 @@ _NONPOSITIVE_KEYS = {"Train batch size": TRAIN_BATCH, "Micro batch size per gpu"
                      "Gradient accumulation steps": GRAD_ACCUM}
 
 
-class DeepSpeedDialect:
+class DeepSpeedDialect(timers.GluesCutLines):
     name = "deepspeed"
     keywords = (b"OVERFLOW!", b"Grad overflow", b"Overflow detected", b"Reducing dynamic loss", b"Using static loss",
                 b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size",
@@ -97,21 +97,6 @@ class DeepSpeedDialect:
     def holding(self) -> bool:
         return (self.config.holding or self.comms.holding or self.flops.holding or self._batch_wrapped > 0
                 or self.cut.held is not None)
-
-    def feed(self, line: Line) -> list[Event]:
-        if self.cut.held is not None:
-            glued, piece = self.cut.take(line)
-            out = self._glued(glued) if glued is not None else []
-            return out if piece else out + self._feed(line)
-        return self._feed(line)
-
-    def _glued(self, line: Line) -> list[Event]:
-        """A cut line's pieces glued: read once, as whole as they came (never held again)."""
-        self._gluing = True
-        try:
-            return self._feed(line)
-        finally:
-            self._gluing = False
 
     def _feed(self, line: Line) -> list[Event]:
         if self.holding:

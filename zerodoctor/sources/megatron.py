@@ -38,7 +38,7 @@ _PHASES = ("fwd_s", "bwd_s", "optim_s")
 Pending = tuple[Line, int, dict[str, Any]]
 
 
-class MegatronDialect:
+class MegatronDialect(timers.GluesCutLines):
     name = "megatron"
     # the iteration line's "elapsed time per iteration (ms):" (and "| consumed samples:", where a terminal's cut
     # left that alone on the first piece), the block header's "time across ranks (ms):", the single timer line's
@@ -60,21 +60,6 @@ class MegatronDialect:
     @property
     def holding(self) -> bool:
         return self._block is not None or self.cut.held is not None
-
-    def feed(self, line: Line) -> list[Event]:
-        if self.cut.held is not None:
-            glued, piece = self.cut.take(line)
-            out = self._glued(glued) if glued is not None else []
-            return out if piece else out + self._feed(line)
-        return self._feed(line)
-
-    def _glued(self, line: Line) -> list[Event]:
-        """A cut line's pieces glued: read once, as whole as they came (never held again)."""
-        self._gluing = True
-        try:
-            return self._feed(line)
-        finally:
-            self._gluing = False
 
     def _feed(self, line: Line) -> list[Event]:
         text = line.text

@@ -36,6 +36,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from zerodoctor.events import Event
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.messages.units import LOGGED
 from zerodoctor.sources.text import HARD_WRAP_MIN, Line, clock
@@ -180,3 +181,29 @@ class CutLine:
             return dataclasses.replace(first, text=text), True
         self.held = (first, text, pieces)
         return None, True
+
+
+class GluesCutLines:
+    """A dialect whose performance lines a terminal may cut (``cut``): ``feed`` glues a cut line back from its pieces
+    and reads it whole, once, with ``_gluing`` set so that its reader does not hold it again; every other line goes
+    to the dialect's own ``_feed``."""
+
+    cut: CutLine
+    _gluing: bool = False
+
+    def feed(self, line: Line) -> list[Event]:
+        if self.cut.held is not None:
+            glued, piece = self.cut.take(line)
+            out = self._glued(glued) if glued is not None else []
+            return out if piece else out + self._feed(line)
+        return self._feed(line)
+
+    def _glued(self, line: Line) -> list[Event]:
+        self._gluing = True
+        try:
+            return self._feed(line)
+        finally:
+            self._gluing = False
+
+    def _feed(self, line: Line) -> list[Event]:
+        raise NotImplementedError
