@@ -50,7 +50,10 @@ def test_host_memory_kept_per_step_is_a_creep_with_a_forecast(tmp_path):
     creep = found.get("ZD404")
     assert creep is not None, sorted(found)
     rate = creep["evidence"]["creep.host_bytes_per_step"]
-    assert 2 * leak * 0.8 <= rate <= 2 * leak * 1.3  # both ranks share the host: the host fills twice as fast
+    # both ranks share the host: the host fills twice as fast (1.00x of 2 x leak on an idle machine, 3 runs; 0.80x
+    # once with another test suite running beside it: a heartbeat written late pairs its RSS with a later step).
+    # One rank's rate alone would be 0.5x.
+    assert 2 * leak * 0.7 <= rate <= 2 * leak * 1.3
     assert creep["evidence"]["creep.host_steps_left"] > 0
 
 
