@@ -323,6 +323,9 @@ def watch(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Log only problems (quarantined lines, errors)."),
     table: bool = typer.Option(False, "--table", help="On a terminal, keep a live table of runs below the findings."),
     html: Optional[Path] = typer.Option(None, "--html", help="Keep a live HTML page per run and an index.html here."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", metavar="HOST:PORT",
+                                          help="Serve Prometheus metrics on http://HOST:PORT/metrics (findings, "
+                                          "per-rank step numbers, ingest health; docs/prometheus.md)."),
 ) -> None:
     """Tail run directories into the store; print each new finding once, as the run goes."""
     import logging
@@ -344,6 +347,7 @@ def watch(
             html.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise fail(f"{html}: cannot keep pages there: {exc.strerror}") from None
+    served = _metrics_address(metrics, once=once)
     from zerodoctor.report.terminal import PlainFormatter
 
     handler = logging.StreamHandler()
@@ -374,6 +378,7 @@ def watch(
         roots = list(dict.fromkeys(d.resolve() for d in dirs))  # DIR and DIR/../DIR are one root
         watcher = Watcher(engine, roots, loaded, announce, notifiers=targets, lock=lock)
         lock.stop = watcher.stop  # a stop signal also ends a wait for a dead watcher's lock
+        server = _serve_metrics(watcher, served) if served is not None else None
         pages = None
         if html is not None:
             from zerodoctor.report.live import LivePages
@@ -387,8 +392,44 @@ def watch(
         finally:
             if pages is not None:
                 pages.flush(force=True)  # the last judgements, whatever their wait
+            if server is not None:
+                server.close()
         if once and watcher.skipped:
             raise fail(f"{len(watcher.skipped)} file(s) could not be read and were skipped (see above)")
+
+
+def _metrics_address(text: Optional[str], *, once: bool) -> tuple[str, int] | None:
+    """``--metrics HOST:PORT`` checked before anything starts: a typo is exit 2, not a watch with no metrics."""
+    if text is None:
+        return None
+    if once:
+        raise fail("--metrics serves a watch that keeps running; --once exits after one look (drop one of them)")
+    try:
+        from zerodoctor.watch.metrics import address
+    except ImportError as exc:
+        raise fail(f"--metrics needs prometheus-client ({exc}): pip install 'zerodoctor[metrics]'") from None
+
+    try:
+        return address(text)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
+def _serve_metrics(watcher, where: tuple[str, int]):  # noqa: ANN001, ANN202 - a Watcher; a metrics Server
+    """The exporter bound before the first look, so a port in use is exit 2 before any line is read."""
+    import logging
+
+    from zerodoctor.watch.metrics import LiveMetrics, serve
+
+    watcher.metrics = LiveMetrics()
+    try:
+        server = serve(watcher.metrics, *where)
+    except OSError as exc:
+        raise fail(f"--metrics {where[0]}:{where[1]}: cannot serve there: {exc.strerror or exc}") from None
+    host, port = server.address
+    shown_host = f"[{host}]" if ":" in host else host
+    logging.getLogger("zerodoctor.watch").info("serving Prometheus metrics on http://%s:%d/metrics", shown_host, port)
+    return server
 
 
 def _watch_loop(watcher, console, *, once: bool, poll: bool, table: bool, flush) -> None:  # noqa: ANN001

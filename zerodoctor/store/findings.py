@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, select, update
 
 from zerodoctor.store.db import insert_new
-from zerodoctor.store.schema import deliveries, findings
+from zerodoctor.store.schema import deliveries, findings, runs
 
 
 def record(conn: Connection, run_id: int, bodies: list[dict[str, Any]], now: float) -> None:
@@ -63,3 +63,13 @@ def mark_said(conn: Connection, said: dict[int, dict[str, Any]], *, again: bool 
         conn.execute(update(findings).where(findings.c.id == fid).values(notified=True, said=what))
     if again and said:
         conn.execute(delete(deliveries).where(deliveries.c.finding_id.in_(list(said))))
+
+
+def acknowledged_among(conn: Connection, names: list[str]) -> set[tuple[str, str]]:
+    """(run name, rule) of the findings a person acknowledged among these runs': ``watch --metrics`` reads it at
+    each snapshot, since ``zerodoctor ack`` runs in another process and a run that ended is not judged again."""
+    if not names:
+        return set()
+    query = (select(runs.c.name, findings.c.rule).join(runs, runs.c.id == findings.c.run_id)
+             .where(runs.c.name.in_(names), findings.c.acknowledged_t.is_not(None)))
+    return {(name, rule) for name, rule in conn.execute(query)}

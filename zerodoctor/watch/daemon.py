@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
@@ -47,6 +47,9 @@ from zerodoctor.watch.lock import WriterLock, busy_dir
 from zerodoctor.watch.notify import Deliveries, Notifier
 from zerodoctor.pipeline.tail import FileTail
 
+if TYPE_CHECKING:  # prometheus_client is an optional extra: imported only by ``watch --metrics``
+    from zerodoctor.watch.metrics import LiveMetrics
+
 log = logging.getLogger("zerodoctor.watch")
 
 
@@ -76,16 +79,20 @@ class Watcher:
             rank that hangs, or dies, writes nothing, and silence is what the hang rules judge.
         judge_budget_s: the most one judgement of one run may take (default ``budget.JUDGE_BUDGET_S``);
             past it the run is set aside with that reason and every other run goes on (``watch/budget.py``).
+        metrics: fed what each pass stores and each judgement finds, and published after a look
+            (``watch --metrics``: ``watch/metrics.py``).
     """
 
     def __init__(self, engine: Engine, roots: list[Path], rules: list[Rule], announce: Announce, *,
                  notifiers: list[Notifier] | None = None, on_judged: Callable[[Judgement], None] | None = None,
                  judge_every_s: float = 0.2, tick_s: float = 1.0,
                  rescan_s: float = 5.0, notify_retry_s: float = 30.0, lock: WriterLock | None = None,
-                 recheck_s: float = 2.0, judge_budget_s: float | None = None) -> None:
+                 recheck_s: float = 2.0, judge_budget_s: float | None = None,
+                 metrics: LiveMetrics | None = None) -> None:
         self.engine, self.roots, self.rules, self.announce = engine, roots, rules, announce
         self.judge_budget_s = budget.JUDGE_BUDGET_S if judge_budget_s is None else judge_budget_s
         self.on_judged = on_judged
+        self.metrics = metrics
         self.lock = lock
         self._scanned = False
         self._refused: dict[Path, str] = {}  # run directories another watcher writes, and who
@@ -215,6 +222,8 @@ class Watcher:
             self._changed.update(runs)
             for name in runs:
                 self._files_of.setdefault(name, set()).add(tail.path)
+            if self.metrics is not None:
+                self.metrics.stored(tail.path, batch)
 
         def unreadable(tail: FileTail, exc: OSError) -> None:
             log.error("%s: %s", tail.path, exc)
@@ -232,6 +241,8 @@ class Watcher:
             with self.engine.connect() as conn:
                 self._resync(conn)
             return False
+        if self.metrics is not None:
+            self.metrics.passed()
         for path, tail in list(self.tails.items()):
             if polled.get(tail) == "gone":
                 tail.close()
@@ -310,6 +321,8 @@ class Watcher:
                     again[fid] = changes.said_of(body)
             stored_findings.mark_said(conn, first)
             stored_findings.mark_said(conn, again, again=True)
+        if self.metrics is not None:
+            self.metrics.judged(name, found)
         if self.on_judged is not None:  # after the announcements: a page that fails costs no finding its line
             try:
                 with self.interrupts.judging(f"the page of run {name}", self.judge_budget_s):
@@ -372,6 +385,16 @@ class Watcher:
         if final and not self.stop.is_set():
             self.ingest(let_go=True)
         self.judge(force=True)
+        self.publish(force=True)
+
+    def publish(self, *, force: bool = False) -> None:
+        """Hand ``metrics`` the series of this look (at most once per its ``every_s`` unless ``force``): built
+        here, on the one thread that writes, and swapped in whole for the scrapes (``watch/metrics.py``)."""
+        if self.metrics is None or not (force or self.metrics.due()):
+            return
+        offsets = {tail.path: tail.offset if tail.decoded is None else None for tail in self.tails.values()}
+        with self.engine.connect() as conn:
+            self.metrics.publish(conn, offsets)
 
     def once(self) -> None:
         """Ingest every complete line there is now, judge what changed, and return."""
@@ -416,6 +439,7 @@ class Watcher:
                         self.wake.set()
                     wait = self.judge()
                     self.notify()
+                    self.publish()
                     if every_tick is not None and time.monotonic() >= next_tick:
                         every_tick()
                         next_tick = time.monotonic() + self.tick_s
