@@ -86,7 +86,9 @@ class LiveMetrics(Collector):
         self._found: dict[str, dict[str, Finding]] = {}  # run → its last judgement's findings, by rule
         self._ever: dict[str, dict[str, _Said]] = {}  # run → every rule it had a finding of, labels as last seen
         self._active: dict[str, float] = {}  # run → when this watch last stored or judged something of it
-        self._runs_of: dict[Path, str] = {}
+        self._runs_of: dict[Path, tuple[str, int | None]] = {}  # file → its run, and its rank where it is one's
+        self._rank_families: tuple[Metric, ...] = ()  # built again only after a change (``_changed``)
+        self._changed = True
         self.passes = 0
         self.every_s, self._next = every_s, 0.0
         self._snapshot: tuple[Metric, ...] = ()
@@ -96,8 +98,9 @@ class LiveMetrics(Collector):
     def stored(self, path: Path, batch: Batch) -> None:
         """A batch read from ``path`` was stored: its ranks' last values, skipped steps and events counted."""
         now = time.time()
+        self._changed = True
         if batch.rejected:
-            self._quarantined[self._run_of(path)] += len(batch.rejected)
+            self._quarantined[self._run_of(path)[0]] += len(batch.rejected)
         for e in batch.events:
             if isinstance(e.get("rank"), int):
                 self._rank(e["run"], e["rank"]).events += 1
@@ -136,12 +139,15 @@ class LiveMetrics(Collector):
                 continue
             if offset is not None:
                 lag += max(0, st.st_size - offset)
-            rank = rank_of(path.name)
-            if rank is not None and (run := self._run_of(path)) in self._ranks and rank in self._ranks[run]:
-                self._ranks[run][rank].wrote_t = st.st_mtime
+            run, rank = self._run_of(path)
+            kept = self._ranks.get(run, {}).get(rank) if rank is not None else None
+            if kept is not None and kept.wrote_t != st.st_mtime:
+                kept.wrote_t, self._changed = st.st_mtime, True
         self._forget_idle()
+        if self._changed:  # 64 ranks: ~700 samples, most of a snapshot's cost; idle, the last ones stand
+            self._rank_families, self._changed = tuple(self._rank_series()), False
         acknowledged = stored_findings.acknowledged_among(conn, list(self._ever))
-        families = [*self._finding_series(acknowledged), *self._rank_series(), *self._health(lag)]
+        families = [*self._finding_series(acknowledged), *self._rank_families, *self._health(lag)]
         self._snapshot = tuple(families)  # one assignment: a scrape reads the old tuple or this one, whole
         cost = time.monotonic() - started
         self._next = time.monotonic() + max(self.every_s, 10 * cost)
@@ -159,9 +165,9 @@ class LiveMetrics(Collector):
             ranks[rank] = _Rank()
         return ranks[rank]
 
-    def _run_of(self, path: Path) -> str:
+    def _run_of(self, path: Path) -> tuple[str, int | None]:
         if path not in self._runs_of:
-            self._runs_of[path] = run_id_for(path)
+            self._runs_of[path] = run_id_for(path), rank_of(path.name)
         return self._runs_of[path]
 
     def _take_steps(self, run: str, columns: Columns) -> None:
@@ -200,6 +206,7 @@ class LiveMetrics(Collector):
         for run in sorted(self._active, key=self._active.__getitem__)[:len(self._active) - RUNS_KEPT]:
             for kept in (self._active, self._ranks, self._found, self._ever, self._quarantined):
                 kept.pop(run, None)
+            self._changed = True
 
     def _finding_series(self, acknowledged: set[tuple[str, str]]) -> Iterator[Metric]:
         out = GaugeMetricFamily("zerodoctor_findings", "1 while the run has a finding of the rule, 0 once it is "
