@@ -101,9 +101,11 @@ def test_writer_flushes_on_its_own_within_a_second(tmp_path):
 def test_environment_is_allow_listed():
     env = allowed_env({"NCCL_SOCKET_IFNAME": "eth0", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
                        "HF_TOKEN": "hf_x", "AWS_SECRET_ACCESS_KEY": "x", "NCCL_IB_KEY": "x", "HOME": "/root",
-                       "CUDA_VISIBLE_DEVICES": "0,1"})
+                       "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_ARRAY_JOB_ID": "4242", "SLURM_ARRAY_TASK_ID": "3",
+                       "SLURM_JOB_NODELIST": "gpu[001-004]", "SLURM_JOB_ACCOUNT": "ml", "JOB_COMPLETION_INDEX": "1"})
     assert env == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_SOCKET_IFNAME": "eth0",
-                   "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+                   "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "SLURM_ARRAY_JOB_ID": "4242",
+                   "SLURM_ARRAY_TASK_ID": "3", "SLURM_JOB_NODELIST": "gpu[001-004]", "JOB_COMPLETION_INDEX": "1"}
 
 
 def test_requested_bytes_from_the_allocator_message():

@@ -182,3 +182,24 @@ def test_metrics_refuses_a_bad_address_and_once(tmp_path: Path) -> None:
                                f"127.0.0.1:{taken.getsockname()[1]}"], capture_output=True, text=True, env=ENV,
                               timeout=60)
     assert done.returncode == 2 and "cannot serve there: Address already in use" in done.stderr, done.stderr
+
+
+def test_run_info_names_the_slurm_job(tmp_path: Path) -> None:
+    """A run is found by the Slurm job id a person searches for: zerodoctor_run_info carries what rank 0's
+    run_start recorded. The start is the sample's real rank-0 run_start with Slurm's variables added as the
+    probe records them under an array job's step (names from Slurm's sbatch/srun documentation)."""
+    start = json.loads((SAMPLE / "rank-0.jsonl").read_text().splitlines()[0])
+    start["env"].update(SLURM_JOB_ID="4243", SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID="1", SLURM_STEP_ID="0",
+                        SLURM_JOB_NODELIST="gpu[001-002]")
+    engine = open_engine(tmp_path / "store.db")
+    metrics = LiveMetrics()
+    try:
+        with engine.connect() as conn:
+            metrics.judged("fp16-min-scale", [], start)
+            metrics.publish(conn, {})
+    finally:
+        engine.dispose()
+    info = [s.labels for f in metrics.collect() for s in f.samples if s.name == "zerodoctor_run_info"]
+    assert info == [{"run": "fp16-min-scale", "host": "vm", "zero_stage": "2", "precision": "fp16",
+                     "slurm_job_id": "4243", "slurm_array_job_id": "4242", "slurm_array_task_id": "1",
+                     "slurm_step_id": "0", "slurm_job_nodelist": "gpu[001-002]"}]

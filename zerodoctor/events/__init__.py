@@ -57,7 +57,9 @@ class RunStart(_Envelope):
     device_memory_bytes: Int64 | None = Field(None, description="total memory of the accelerator")
     host_memory_bytes: Int64 | None = Field(
         None, description="host memory the rank may use: MemTotal, or the cgroup's limit when lower")
-    env: dict[str, str] | None = Field(None, description="allow-listed environment (never secrets)")
+    env: dict[str, str] | None = Field(None, description="allow-listed environment (never secrets), the scheduler's "
+                                       "names included: Slurm's job, array and step ids and node list, a Kubernetes "
+                                       "Indexed Job's index")
 
 
 class Step(_Envelope):

@@ -21,6 +21,9 @@ ENV_NAMES = frozenset({
     "CUDA_DEVICE_MAX_CONNECTIONS", "OMP_NUM_THREADS", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK",
     "MASTER_ADDR", "MASTER_PORT", "DS_ACCELERATOR", "DS_SKIP_CUDA_CHECK", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
     "TORCH_NCCL_BLOCKING_WAIT", "TORCH_DISTRIBUTED_DEBUG", "SLURM_JOB_ID", "SLURM_NNODES", "SLURM_PROCID",
+    # the names a person searches for a job by: Slurm's array and step ids and node list (``watch --metrics``
+    # serves them as zerodoctor_run_info), and an Indexed Job's index under Kubernetes (the pod's name is ``host``)
+    "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID", "SLURM_JOB_NODELIST", "JOB_COMPLETION_INDEX",
 })
 ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_")
 _SECRET_HINTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")

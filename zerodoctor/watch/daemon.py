@@ -322,7 +322,8 @@ class Watcher:
             stored_findings.mark_said(conn, first)
             stored_findings.mark_said(conn, again, again=True)
         if self.metrics is not None:
-            self.metrics.judged(name, found)
+            view = self.pipeline.view(name)
+            self.metrics.judged(name, found, view.first_start() if view is not None else None)
         if self.on_judged is not None:  # after the announcements: a page that fails costs no finding its line
             try:
                 with self.interrupts.judging(f"the page of run {name}", self.judge_budget_s):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import Connection
 
@@ -51,6 +51,10 @@ _GAUGES = {
 }
 # step field → the ``phase`` label of zerodoctor_rank_step_phase_seconds: the split of a step's time
 PHASES = {"fwd_s": "forward", "bwd_s": "backward", "optim_s": "optimizer", "comm_s": "communication"}
+# zerodoctor_run_info's labels ← the environment rank 0's run_start recorded: the names a person searches a job by
+SCHEDULER_NAMES = {"slurm_job_id": "SLURM_JOB_ID", "slurm_array_job_id": "SLURM_ARRAY_JOB_ID",
+                   "slurm_array_task_id": "SLURM_ARRAY_TASK_ID", "slurm_step_id": "SLURM_STEP_ID",
+                   "slurm_job_nodelist": "SLURM_JOB_NODELIST"}
 
 
 @dataclass
@@ -85,6 +89,7 @@ class LiveMetrics(Collector):
         self._quarantined: Counter[str] = Counter()
         self._found: dict[str, dict[str, Finding]] = {}  # run → its last judgement's findings, by rule
         self._ever: dict[str, dict[str, _Said]] = {}  # run → every rule it had a finding of, labels as last seen
+        self._info: dict[str, dict[str, str]] = {}  # run → zerodoctor_run_info's labels
         self._active: dict[str, float] = {}  # run → when this watch last stored or judged something of it
         self._runs_of: dict[Path, tuple[str, int | None]] = {}  # file → its run, and its rank where it is one's
         self._rank_families: tuple[Metric, ...] = ()  # built again only after a change (``_changed``)
@@ -112,8 +117,14 @@ class LiveMetrics(Collector):
     def passed(self) -> None:
         self.passes += 1
 
-    def judged(self, run: str, found: Iterable[Finding]) -> None:
-        """A run was judged: its findings now (a rule it had before and lacks now is gone: 0)."""
+    def judged(self, run: str, found: Iterable[Finding], start: Mapping[str, Any] | None = None) -> None:
+        """A run was judged: its findings now (a rule it had before and lacks now is gone: 0), and ``start``, rank
+        0's ``run_start``: the scheduler's names for the job, rank 0's host (under Kubernetes, its pod), the stage."""
+        if start:
+            env = start.get("env") or {}
+            facts = {**{label: start.get(label) for label in ("host", "zero_stage", "precision")},
+                     **{label: env.get(name) for label, name in SCHEDULER_NAMES.items()}}
+            self._info[run] = {label: str(value) for label, value in facts.items() if value not in (None, "")}
         self._found[run] = {f.rule: f for f in found}
         said = self._ever.setdefault(run, {})
         for f in self._found[run].values():
@@ -147,7 +158,7 @@ class LiveMetrics(Collector):
         if self._changed:  # 64 ranks: ~700 samples, most of a snapshot's cost; idle, the last ones stand
             self._rank_families, self._changed = tuple(self._rank_series()), False
         acknowledged = stored_findings.acknowledged_among(conn, list(self._ever))
-        families = [*self._finding_series(acknowledged), *self._rank_families, *self._health(lag)]
+        families = [*self._finding_series(acknowledged), *self._run_info(), *self._rank_families, *self._health(lag)]
         self._snapshot = tuple(families)  # one assignment: a scrape reads the old tuple or this one, whole
         cost = time.monotonic() - started
         self._next = time.monotonic() + max(self.every_s, 10 * cost)
@@ -204,7 +215,7 @@ class LiveMetrics(Collector):
         if len(self._active) <= RUNS_KEPT:
             return
         for run in sorted(self._active, key=self._active.__getitem__)[:len(self._active) - RUNS_KEPT]:
-            for kept in (self._active, self._ranks, self._found, self._ever, self._quarantined):
+            for kept in (self._active, self._ranks, self._found, self._ever, self._quarantined, self._info):
                 kept.pop(run, None)
             self._changed = True
 
@@ -216,6 +227,14 @@ class LiveMetrics(Collector):
             for rule, labels in sorted(said.items()):
                 stands = rule in found and (run, rule) not in acknowledged
                 out.add_metric([run, rule, labels.name, labels.category, labels.severity], 1.0 if stands else 0.0)
+        yield out
+
+    def _run_info(self) -> Iterator[Metric]:
+        out = InfoMetricFamily("zerodoctor_run", "The run's facts from rank 0's run_start: the Slurm job, array and "
+                               "step ids and node list it ran as, its host (a pod's name under Kubernetes), its ZeRO "
+                               "stage and precision; join on run to find a run by its job id.", labels=["run"])
+        for run, labels in sorted(self._info.items()):
+            out.add_metric([run], labels)
         yield out
 
     def _rank_series(self) -> Iterator[Metric]:
