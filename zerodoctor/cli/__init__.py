@@ -457,7 +457,8 @@ def _watch_loop(watcher, console, *, once: bool, poll: bool, table: bool, flush)
 
 @app.command()
 def ack(
-    run: str = typer.Argument(..., help="The run, as watch and status name it."),
+    run: str = typer.Argument(..., help="The run, as watch and status name it, or the Slurm job id or pod name "
+                              "it ran as."),
     rules: List[str] = typer.Argument(..., help="The rules whose findings you know of (ZD404 ...)."),
     db: Optional[str] = typer.Option(None, help="Store (SQLAlchemy URL or SQLite path); default: runs/zerodoctor.db."),
 ) -> None:
@@ -475,9 +476,8 @@ def ack(
     engine = open_engine(url)
     try:
         with engine.begin() as conn:
+            run = _one_run(stored_runs.known_as(conn, run), run)
             run_id = stored_runs.named(conn, run)
-            if run_id is None:
-                raise fail(f"{run}: no such run in the store")
             unknown = stored_findings.acknowledge(conn, run_id, codes, time.time())
             if unknown:
                 raise fail(f"run {run} has no finding of {', '.join(unknown)}; nothing acknowledged")
@@ -486,14 +486,26 @@ def ack(
     typer.echo(f"acknowledged {', '.join(codes)} of run {run}: watch will not say them again")
 
 
+def _one_run(found: list[str], name: str) -> str:
+    """The one run ``name`` means (``store.runs.known_as``); exit 2 where it means none, or several."""
+    if not found:
+        raise fail(f"{name}: no such run in the store (nor one run as Slurm job {name}, or on a host or pod so named)")
+    if len(found) > 1:
+        raise fail(f"{name} names {len(found)} runs: {', '.join(found)}; give one of them")
+    return found[0]
+
+
 @app.command()
 def status(
+    names: Optional[List[str]] = typer.Argument(None, help="Only these runs: their names, or the Slurm job ids "
+                                                "(4242, array task 4242_3) or pod names they ran as."),
     db: Optional[str] = typer.Option(None, help="Store to read (SQLAlchemy URL or SQLite path); "
                                      "default: runs/zerodoctor.db."),
     fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
 ) -> None:
     """Per run and file: events stored, lines quarantined, byte offset, findings, time of the last event."""
     from zerodoctor.report.status import render, to_json
+    from zerodoctor.store import runs as stored_runs
     from zerodoctor.store.status import collect
     from zerodoctor.store.db import DEFAULT_DB_NAME, open_engine, url_for
 
@@ -503,7 +515,13 @@ def status(
     engine = open_engine(url, read_only=True)
     try:
         with engine.connect() as conn:
-            statuses = collect(conn)
+            wanted = set()
+            for name in names or ():
+                found = stored_runs.known_as(conn, name)
+                if not found:
+                    _one_run(found, name)  # exit 2, naming it
+                wanted.update(found)  # an array job's id: every task's run
+            statuses = [s for s in collect(conn) if not names or s.run in wanted]
     finally:
         engine.dispose()
     if fmt.value == "json":

@@ -35,6 +35,30 @@ def named(conn: Connection, name: str) -> int | None:
     return conn.execute(select(runs.c.id).where(runs.c.name == storable_text(name))).scalar()
 
 
+def known_as(conn: Connection, name: str) -> list[str]:
+    """The runs a person may mean by ``name``: the run so named; else those whose rank 0's ``run_start`` recorded
+    ``name`` as its Slurm job id (``SLURM_JOB_ID``), its array job (``SLURM_ARRAY_JOB_ID``: every task) or task
+    (``<array job>_<task>``, as Slurm's ``%A_%a`` writes it), or as its host (under Kubernetes, the pod's name).
+
+    A person searches a job by the id the scheduler printed, not by the id zerodoctor gave the run. Only read
+    when no run has the name: one ``run_start`` per run, by the (run, kind) index.
+    """
+    if named(conn, name) is not None:
+        return [name]
+    query = (select(runs.c.name, events.c.payload).join(runs, runs.c.id == events.c.run_id)
+             .where(events.c.kind == "run_start", events.c.rank == 0).order_by(runs.c.id))
+    found: list[str] = []
+    for run, payload in conn.execute(query):
+        start = json.loads(payload) if isinstance(payload, str) else dict(payload)
+        env = start.get("env") or {}
+        array = env.get("SLURM_ARRAY_JOB_ID")
+        names = {env.get("SLURM_JOB_ID"), array, start.get("host"),
+                 f"{array}_{env.get('SLURM_ARRAY_TASK_ID')}" if array else None}
+        if name in names and run not in found:
+            found.append(run)
+    return found
+
+
 def run_events(conn: Connection, run_id: int, *, kinds: tuple[str, ...] | None = None,
                exclude: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
     """The run's non-step events in time order, as ``{**payload, rank, t, step, kind}`` (streamed)."""
