@@ -54,3 +54,18 @@ def test_status_and_ack_take_the_scheduler_names(tmp_path: Path) -> None:
     assert acked.exit_code == 0 and "of run fp16-min-scale" in acked.stdout, acked.output
     after = json.loads(runner.invoke(app, ["status", "4243", "--db", db, "--format", "json"]).stdout)
     assert [f.get("acknowledged") for f in after["runs"][0]["findings"] if f["rule"] == "ZD201"] == [True]
+
+
+def test_a_slurm_output_file_names_its_job(tmp_path: Path) -> None:
+    """The sample's real console.log saved as sbatch's default output file (slurm-%j.out) and read into a store
+    by ``diagnose --db``: ``status 4244`` finds the run that file names."""
+    out = tmp_path / "slurm-4244.out"
+    shutil.copy(SAMPLE / "console.log", out)
+    db = str(tmp_path / "store.db")
+    runner = CliRunner()
+    read = runner.invoke(app, ["diagnose", "--db", db, "--format", "json", str(out)])
+    assert read.exit_code == 1, read.output  # its findings are errors
+    shown = runner.invoke(app, ["status", "4244", "--db", db, "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    assert [r["run"] for r in json.loads(shown.stdout)["runs"]] == ["slurm-4244"]
+    assert runner.invoke(app, ["status", "424", "--db", db]).exit_code == 2  # a prefix of the id is not the job

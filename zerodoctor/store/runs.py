@@ -38,16 +38,19 @@ def named(conn: Connection, name: str) -> int | None:
 def known_as(conn: Connection, name: str) -> list[str]:
     """The runs a person may mean by ``name``: the run so named; else those whose rank 0's ``run_start`` recorded
     ``name`` as its Slurm job id (``SLURM_JOB_ID``), its array job (``SLURM_ARRAY_JOB_ID``: every task) or task
-    (``<array job>_<task>``, as Slurm's ``%A_%a`` writes it), or as its host (under Kubernetes, the pod's name).
+    (``<array job>_<task>``, as Slurm's ``%A_%a`` writes it), or as its host (under Kubernetes, the pod's name);
+    and a run read from sbatch's output file, named ``slurm-<job>`` by it.
 
     A person searches a job by the id the scheduler printed, not by the id zerodoctor gave the run. Only read
     when no run has the name: one ``run_start`` per run, by the (run, kind) index.
     """
     if named(conn, name) is not None:
         return [name]
+    # a log read from sbatch's default output file, slurm-%j.out (an array's slurm-%A_%a.out), is named by it
+    found: list[str] = [run for (run,) in conn.execute(select(runs.c.name).order_by(runs.c.id))
+                        if run == f"slurm-{name}" or run.startswith(f"slurm-{name}_")]
     query = (select(runs.c.name, events.c.payload).join(runs, runs.c.id == events.c.run_id)
              .where(events.c.kind == "run_start", events.c.rank == 0).order_by(runs.c.id))
-    found: list[str] = []
     for run, payload in conn.execute(query):
         start = json.loads(payload) if isinstance(payload, str) else dict(payload)
         env = start.get("env") or {}
