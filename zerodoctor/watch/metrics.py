@@ -87,7 +87,7 @@ class LiveMetrics(Collector):
     def __init__(self, *, every_s: float = PUBLISH_S) -> None:
         self._ranks: dict[str, dict[int, _Rank]] = {}
         self._quarantined: Counter[str] = Counter()
-        self._found: dict[str, dict[str, Finding]] = {}  # run → its last judgement's findings, by rule
+        self._found: dict[str, set[str]] = {}  # run → the rules of its last judgement's findings
         self._ever: dict[str, dict[str, _Said]] = {}  # run → every rule it had a finding of, labels as last seen
         self._info: dict[str, dict[str, str]] = {}  # run → zerodoctor_run_info's labels
         self._active: dict[str, float] = {}  # run → when this watch last stored or judged something of it
@@ -105,7 +105,9 @@ class LiveMetrics(Collector):
         now = time.time()
         self._changed = True
         if batch.rejected:
-            self._quarantined[self._run_of(path)[0]] += len(batch.rejected)
+            run = self._run_of(path)[0]
+            self._quarantined[run] += len(batch.rejected)
+            self._active[run] = now
         for e in batch.events:
             if isinstance(e.get("rank"), int):
                 self._rank(e["run"], e["rank"]).events += 1
@@ -125,10 +127,10 @@ class LiveMetrics(Collector):
             facts = {**{label: start.get(label) for label in ("host", "zero_stage", "precision")},
                      **{label: env.get(name) for label, name in SCHEDULER_NAMES.items()}}
             self._info[run] = {label: str(value) for label, value in facts.items() if value not in (None, "")}
-        self._found[run] = {f.rule: f for f in found}
-        said = self._ever.setdefault(run, {})
-        for f in self._found[run].values():
+        said, self._found[run] = self._ever.setdefault(run, {}), set()
+        for f in found:
             said[f.rule] = _Said(f.name, f.category, f.severity)
+            self._found[run].add(f.rule)
         self._active[run] = time.time()
 
     def due(self) -> bool:
@@ -223,7 +225,7 @@ class LiveMetrics(Collector):
         out = GaugeMetricFamily("zerodoctor_findings", "1 while the run has a finding of the rule, 0 once it is "
                                 "gone or acknowledged.", labels=["run", "rule", "name", "category", "severity"])
         for run, said in sorted(self._ever.items()):
-            found = self._found.get(run, {})
+            found = self._found.get(run, set())
             for rule, labels in sorted(said.items()):
                 stands = rule in found and (run, rule) not in acknowledged
                 out.add_metric([run, rule, labels.name, labels.category, labels.severity], 1.0 if stands else 0.0)
