@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -134,6 +135,13 @@ def snapshot(request: pytest.FixtureRequest):
         pending.unlink(missing_ok=True)
 
     return check
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now, for a store two test processes meet at."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture
