@@ -233,6 +233,8 @@ def main() -> None:
             print(f"step {engine.global_steps} loss {loss.item():.4f}", flush=True)
     if rank0:
         print(f"done: {engine.global_steps} steps, {engine.skipped_steps} skipped", flush=True)
+    if deepspeed.comm.comms_logger.enabled:  # the comms logger's table, as a run that turned it on prints it at the end
+        deepspeed.comm.log_summary()
     if os.environ.get("SAMPLE_DESTROY_PG", "1") == "1" and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 

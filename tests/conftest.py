@@ -7,6 +7,8 @@ import difflib
 import json
 import os
 import secrets
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +135,38 @@ def snapshot(request: pytest.FixtureRequest):
         pending.unlink(missing_ok=True)
 
     return check
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now, for a store two test processes meet at."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real filesystem of 512 KiB (a tmpfs mounted for the test): filled with ``fill``, a real full disk."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs (a real full disk) needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Write zeros to ``path`` until its filesystem has no space left."""
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

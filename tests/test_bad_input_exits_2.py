@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, fill, run_cli
 
 
 def _one_error_line(proc: subprocess.CompletedProcess, expected: str) -> None:
@@ -57,26 +57,12 @@ def test_world_size_at_or_over_2_63_is_a_usage_error(tmp_path):
 
 
 @pytest.fixture
-def full_disk(tmp_path: Path):
+def full_disk(small_disk: Path):
     """A real filesystem with no space left: a 512 KiB tmpfs, filled up."""
-    mount = tmp_path / "full"
-    mount.mkdir()
-    if shutil.which("mount") is None or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True).returncode != 0:
-        pytest.skip("mounting a small tmpfs (a real full disk) needs root")
-    try:
-        (mount / "runs" / "r").mkdir(parents=True)
-        shutil.copy(ROOT / "samples" / "healthy-zero2" / "rank-0.jsonl", mount / "runs" / "r")
-        with open(mount / "filler", "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    (small_disk / "runs" / "r").mkdir(parents=True)
+    shutil.copy(ROOT / "samples" / "healthy-zero2" / "rank-0.jsonl", small_disk / "runs" / "r")
+    fill(small_disk / "filler")
+    return small_disk
 
 
 def test_a_full_disk_at_start_is_one_line_exit_2(full_disk):

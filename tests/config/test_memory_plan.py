@@ -34,7 +34,8 @@ def test_deepspeed_estimators_print_gib_labelled_gb() -> None:
 
 @pytest.mark.parametrize(("params", "world", "gpu", "pick"), [
     (7_500_000_000, 64, "80GB", (1, "none")),        # stage 1 fits: no reason to shard gradients
-    (7_500_000_000, 2, "80GB", (2, "optimizer")),    # 67.5 GB of states under stage 2: offload the optimizer
+    (7_500_000_000, 2, "80GB", (1, "optimizer")),    # 67.5 GB of states under stage 2: offload the optimizer
+    (7_500_000_000, 4, "40GB", (2, "optimizer")),    # stage 1 + offload (30 GB, whole gradients) does not fit
     (30_000_000_000, 8, "80GB", (3, "optimizer")),   # only ZeRO-3 with optimizer offload gets under 56 GB
     (70_000_000_000, 16, "24GB", (3, "optimizer+param")),
     (1_000_000_000_000, 8, "24GB", None),

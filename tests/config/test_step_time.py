@@ -196,3 +196,17 @@ def test_the_picks_error_and_the_fetch_cost_are_the_benchs_own_figures() -> None
     again = bench.leave_one_out(bench.tables(moved))
     assert again[0]["fetch_s"] == held[0] and again[0]["error"] != result["leave_one_out"][0]["error"]
     assert any(a["fetch_s"] != h for a, h in zip(again[1:], held[1:]) if h is not None)  # the others see it
+
+
+def test_stage_1_with_the_optimizer_offloaded_is_priced_and_picked_as_the_simpler_offload() -> None:
+    """DeepSpeed offloads the optimizer at stage 1 too (stage 2's optimizer with whole gradients): the model prices
+    it (the gradients cross PCIe once a step, not once a micro-step), and the pick takes it before stage 2 + offload
+    unless that one is clearly faster."""
+    inputs = replace(worked(), micro_steps=4)
+    stage1, stage2 = predict(1, "optimizer", inputs), predict(2, "optimizer", inputs)
+    assert stage1.optimizer.value == stage2.optimizer.value > 0
+    assert stage1.pcie.value < stage2.pcie.value
+    tied = _timed({(1, "optimizer"): 5.0, (2, "optimizer"): 5.0})
+    assert (recommend(tied).stage, recommend(tied).offload) == (1, "optimizer")
+    clear = _timed({(1, "optimizer"): 5.0, (2, "optimizer"): 3.0})
+    assert (recommend(clear).stage, recommend(clear).offload) == (2, "optimizer")

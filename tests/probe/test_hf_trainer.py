@@ -22,7 +22,8 @@ SCRIPT = Path(__file__).with_name("hf_trainer_script.py")
 def hf_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("hf")
     command = [sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp), "--name", "hf", "--",
-               sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", str(SCRIPT), str(tmp / "out")]
+               sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+               str(SCRIPT), str(tmp / "out")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env={**os.environ, "DS_ACCELERATOR": "cpu"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -56,11 +56,14 @@ _FIELDS: dict[str, list[Any]] = {
     "op": ["all_reduce"], "seq": [50], "group": ["1"], "outer": ["backward"], "since_t": [1764579220.0],
     "for_s": [81.0], "head": [51], "beat": [_STATE], "timeout_s": [1800.0], "call": [32], "tensor": ["a scalar"],
     "desc": ["TENSOR_MODEL_PARALLEL_GROUP"], "groups": [5],
+    "step_s": [1.2], "mark": ["measured", "assumed"], "now_s": [24.1], "missing": ["model parameters, step time"],
 }
 _RECORDS = {"hang.fr_lags": [{"rank": 1, "group": "0", "seq": 30, "op": "nccl:all_reduce", "head": 31, "beat": _STATE}],
             "hang.timed_out": {"op": "ALLREDUCE", "seq": 4127, "timeout_s": 1800.0},
             "mismatch.first": {"rank": 2, "op": "ALLREDUCE", "call": 32, "tensor": "a scalar"},
-            "mismatch.other": {"rank": 3, "op": "ALLREDUCE", "call": 33, "tensor": "a scalar"}}
+            "mismatch.other": {"rank": 3, "op": "ALLREDUCE", "call": 33, "tensor": "a scalar"},
+            **{f"price.{name}": {"step_s": 1.2, "mark": "measured", "now_s": 24.1}
+               for name in ("no_offload", "optimizer_only", "stage2", "stage2_offload", "overlap")}}
 _KINDS = {"hang.recovered_kind": ["rank", "collective", "silent"]}  # names a template tells apart
 BOOK: dict[str, Template] = {}
 assert not load_phrases(builtin_rules_dir() / PHRASES, BOOK)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, diagnose_json, run_cli
+from tests.conftest import ROOT, diagnose_json, free_port, run_cli
 from zerodoctor.sources.batches import make_parser
 from zerodoctor.sources.flight_recorder import FlightRecorderError, dumps_in, load
 
@@ -29,7 +29,7 @@ def dump_events(path: Path, run_id: str) -> list:
 def dumps(tmp_path_factory) -> Path:
     """Rank 0 waits in an all_reduce (#3) that rank 1 never calls; both dump their flight recorder."""
     out = tmp_path_factory.mktemp("fr")
-    port = str(29500 + os.getpid() % 400)
+    port = str(free_port())  # not torch's default 29500: another checkout's tests may run beside these
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [subprocess.Popen([sys.executable, str(HELPER), str(r), port, str(out / "nccl_trace_rank_")], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (0, 1)]

@@ -22,8 +22,11 @@ from zerodoctor.messages.units import TYPED
 
 # The options a pick chooses from, simplest first: no offload, then optimizer offload (CPU Adam, PCIe once a step),
 # then ZeRO-3 (parameters gathered every layer), then ZeRO-3 with offloads. The order breaks a tie of step times
-# and is the whole order when no step time is known.
-PREFERENCE = ((1, "none"), (2, "none"), (2, "optimizer"), (3, "none"), (3, "optimizer"), (3, "optimizer+param"))
+# and is the whole order when no step time is known. Stage 1 with the optimizer offloaded (DeepSpeed runs it with
+# stage 2's optimizer, gradients left whole: engine.py _configure_zero_optimizer's partition_grads) is the simpler
+# offload: its gradients cross PCIe once a step, stage 2's once a micro-step.
+PREFERENCE = ((1, "none"), (2, "none"), (1, "optimizer"), (2, "optimizer"), (3, "none"), (3, "optimizer"),
+              (3, "optimizer+param"))
 # The step-time model's error on the ratio of two options' step times, per kind of ratio: the held-out (leave-one-
 # out) median of |predicted / published - 1| that bench/steptime_published.py measures against published step
 # times (rows in brackets). A comparison the bench has no published pair for takes the largest of these.

@@ -135,6 +135,10 @@ class Inputs:
     qwz: bool = False  # zero_quantized_weights
     qgz: bool = False  # zero_quantized_gradients
     compute_s: Figure | None = None
+    # The optimizer step's rate where nothing is offloaded, parameters per second per node: None on a GPU, whose own
+    # step is small beside the rest; on DeepSpeed's CPU accelerator the "device" is the host, and its step runs at
+    # CPU Adam's pace with or without offload.
+    local_adam: Figure | None = None
 
     @property
     def nodes(self) -> int:
@@ -240,6 +244,10 @@ def predict(stage: int, offload: str, inputs: Inputs) -> StepTime:
         if offload == "optimizer+param":  # each rank's partition comes over PCIe before every gather
             seconds += 2 * k * share * b / host.value
         pcie = Figure(seconds, host.mark, "host copies")
+    elif inputs.local_adam is not None:
+        local = min(inputs.gpus_per_node, inputs.world_size)
+        owned = share if stage >= 1 else psi  # stage 0 updates every parameter on every rank
+        optimizer = Figure(owned * local / inputs.local_adam.value, inputs.local_adam.mark, "the host's optimizer")
     return StepTime(stage, offload, compute, comm, fetch, pcie, optimizer, parts)
 
 

@@ -392,8 +392,8 @@ class FileTail:
                            and self._fingerprint(stream) == self.fingerprint), default=None)
                 if own is not None and drained is None:
                     stream, name = next((stream, name) for key, stream, _, name in opened if key == own)
-                    log.info("%s was rotated and compressed to %s while not watched; reading its last lines",
-                             self.name, name)
+                    log.info("%s was %s to %s while not watched; reading its last lines", self.name,
+                             "compressed" if name.endswith(".gz") else "copied", name)
                     self._read(conn, stream, final=True)
             if own is None:
                 if opened and drained is not None:

@@ -18,10 +18,12 @@ from functools import partial
 from typing import Any
 
 from zerodoctor.deepspeed import defaults as ds
+from zerodoctor.deepspeed.modelstates import weight_bytes
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
 from zerodoctor.signals.inputs import COMM_TIMES, STEPS
 from zerodoctor.signals.base import StepWindow, nested, ratios, shown_by, verdict
+from zerodoctor.signals.config import BUCKET_TARGET_COLLECTIVES, round_up
 from zerodoctor.signals.config_values import config_int
 from zerodoctor.messages.units import GB
 
@@ -38,9 +40,14 @@ DOMINANT = 0.5
 # Calls smaller than this pay their latency more than their bytes (NCCL's bus bandwidth flattens out from
 # some megabytes in nccl-tests' sweeps): such collectives are too many, not too slow.
 SMALL_CALL_BYTES = 1 << 20
+# A collective's largest call carrying this share of its bucket or more was cut by the bucket (DeepSpeed flushes a
+# bucket when the next gradient would overflow it, so full buckets come out between half and all of their size):
+# a larger bucket makes fewer calls. Calls far below it (a scalar all_reduce, a model smaller than its bucket) are
+# not the bucket's doing, and no bucket size changes them.
+FILLED = 0.5
 
 READS = ("run.zero_stage", "run.world_size_stated", "run.host_only", "straggler.share", "trace.present",
-         "trace.allgather_exposed_fraction")
+         "trace.allgather_exposed_fraction", "run.params", "run.precision")
 
 SIGNALS = [
     _timed("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
@@ -77,6 +84,19 @@ SIGNALS = [
              ("named", "small_calls", "unnamed", "stage3_own", "straggler", "host_only", "minor")),
     _timed("comm.overlap_comm", "bool",
            "overlap_comm in effect (DeepSpeed's default: on under stage 3, off below; overlap_comm_valid)"),
+    _timed("comm.top_op_bucket_key", "name",
+           "the zero_optimization key that sizes the calls of the collective with the most time: reduce_bucket_size "
+           "for gradient reductions, allgather_bucket_size for stage 1-2's all-gather after the step, "
+           "stage3_prefetch_bucket_size for ZeRO-3's parameter gathers"),
+    _timed("comm.top_op_bucket", "elements", "that key's value in effect (the config's, else DeepSpeed's default)",
+           label="bucket size of the collective with the most time"),
+    _timed("comm.top_op_fills_bucket", "bool",
+           f"the largest call of the collective with the most time carries {FILLED:.0%} of its bucket or more, and the "
+           "bucket holds fewer elements than the model has parameters: the bucket cuts the calls, so a larger one "
+           "makes fewer", label="whether the collective's calls fill their bucket"),
+    _timed("comm.bucket_patch", "patch",
+           f"merge patch raising that bucket to about {BUCKET_TARGET_COLLECTIVES} collectives per step (ZD622's aim), "
+           "never above DeepSpeed's default; only where the bucket is smaller"),
     _timed("comm.persistence_threshold", "elements",
            f"stage3_param_persistence_threshold in effect (default {ds.STAGE3_PARAM_PERSISTENCE_THRESHOLD:.0e})"),
 ]
@@ -90,11 +110,12 @@ FOLD_EVENTS = ("comm",)
 class Fold(runview.Fold):
     """The last WINDOW steps' collective share, comm and compute time; collective time per op."""
 
-    VERSION = 2  # of the saved state: bump it when the fields or what they hold change
+    VERSION = 3  # of the saved state: bump it when the fields or what they hold change
     recent: list[list[Any]] = field(default_factory=list)  # the last WINDOW steps: step, comm share, comm s, compute s
     per_op_s: dict[str, float] = field(default_factory=dict)
     per_op_bytes: dict[str, float | None] = field(default_factory=dict)  # None once a call of the op came without
     per_op_calls: dict[str, int] = field(default_factory=dict)
+    per_op_largest: dict[str, float] = field(default_factory=dict)  # bytes of the op's largest call (mean of an event)
 
     def add_steps(self, block: Steps, view: RunView) -> None:
         steps, comm, total, *parts = StepWindow.tail(block, "step", "comm_s", "step_time_s",
@@ -109,6 +130,8 @@ class Fold(runview.Fold):
             known, size = self.per_op_bytes.get(op, 0.0), event.get("bytes")
             self.per_op_bytes[op] = known + size if known is not None and size is not None else None
             self.per_op_calls[op] = self.per_op_calls.get(op, 0) + (event.get("count") or 0)
+            if size and event.get("count"):
+                self.per_op_largest[op] = max(self.per_op_largest.get(op, 0.0), size / event["count"])
 
 
 def _compute_s(comm: float | None, *parts: float | None) -> float | None:
@@ -159,8 +182,35 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
             out["comm.top_op_busbw_gbps"] = size / fold.per_op_s[top] * _bus_factor(top, world) / GB
         if size and fold.per_op_calls.get(top):
             out["comm.top_op_call_bytes"] = size / fold.per_op_calls[top]
+        out.update(_bucket(top, fold.per_op_largest.get(top), config, values))
     out["comm.stage3_verdict"], out["comm.allgather_step_fraction"] = _stage3(values, out)
     out["comm.step_verdict"] = _step(values, out)
+    return out
+
+
+def _bucket(op: str, largest: float | None, config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """The config key that sizes ``op``'s calls, its value, and whether the calls fill it (``FILLED``); nothing for
+    an op no bucket sizes, and no judgement without the op's call sizes or the model's parameter count."""
+    stage = values.get("run.zero_stage")
+    if "reduce" in op:
+        key, default = "reduce_bucket_size", ds.REDUCE_BUCKET_SIZE
+    elif "all_gather" in op and stage == 3:
+        key, default = "stage3_prefetch_bucket_size", ds.STAGE3_PREFETCH_BUCKET_SIZE
+    elif "all_gather" in op and stage in (1, 2):
+        key, default = "allgather_bucket_size", ds.ALLGATHER_BUCKET_SIZE
+    else:
+        return {}
+    bucket = config_int(nested(config, f"zero_optimization.{key}", default), default)
+    if bucket is None:
+        return {}
+    out: dict[str, Any] = {"comm.top_op_bucket_key": key, "comm.top_op_bucket": bucket}
+    params = values.get("run.params")
+    if largest is not None and params:
+        bucket_bytes = bucket * weight_bytes(values.get("run.precision"))
+        out["comm.top_op_fills_bucket"] = largest >= FILLED * bucket_bytes and bucket < params
+        proposed = min(default, round_up(params / BUCKET_TARGET_COLLECTIVES))
+        if bucket < proposed:  # a bucket already at the aim, or above it, is not what makes the calls small
+            out["comm.bucket_patch"] = {"zero_optimization": {key: proposed}}
     return out
 
 

@@ -266,7 +266,7 @@ def _buckets(config: dict[str, Any], stage: int, params: int, device: int | None
         if size > params:
             large.append(key)
             waste += int((size - params) * element * buffers)
-            patch[key] = _round_up(params)
+            patch[key] = round_up(params)
         elif size * BUCKET_MAX_COLLECTIVES < params:
             small[key] = size
     out: dict[str, Any] = {"config.bucket_outliers": large}
@@ -276,14 +276,14 @@ def _buckets(config: dict[str, Any], stage: int, params: int, device: int | None
             out["config.bucket_waste_share"] = waste / device
     out["config.small_buckets"] = sorted(small)
     if small:
-        target = _round_up(params / BUCKET_TARGET_COLLECTIVES)
+        target = round_up(params / BUCKET_TARGET_COLLECTIVES)
         out["config.small_bucket_collectives"] = params / min(small.values())
         out["config.small_bucket_patch"] = {"zero_optimization": {
             key: int(min(dict((k, d) for k, d, _ in BUCKETS)[key], max(target, size))) for key, size in small.items()}}
     return out
 
 
-def _round_up(value: float) -> int:
+def round_up(value: float) -> int:
     """``value`` rounded up to two significant digits: a size people can read that is never smaller."""
     rounded = float(f"{value:.2g}")
     if rounded < value:

@@ -112,6 +112,8 @@ class Watcher:
         self._in_progress: set[str] = set()  # runs whose ranks send heartbeats and have not all ended
         self._run_states: dict[str, str] = {}  # what this watch last said of each run (``watch/changes.py``)
         self._files_of: dict[str, set[Path]] = {}  # run → the files its events came from (``_clocks_for``)
+        self._write_failures = 0  # store writes refused in a row (a full disk): the next pass waits, doubling
+        self._write_retry_at = 0.0
 
     # -- one pass -------------------------------------------------------------------
 
@@ -214,6 +216,8 @@ class Watcher:
     def ingest(self, *, let_go: bool = False) -> bool:
         """One pass over every tailed file (``Pipeline.ingest_pass``, ``let_go`` passed on); True when some file
         has more lines waiting."""
+        if time.monotonic() < self._write_retry_at:  # the store refused the last pass's writes: not yet
+            return False
         if self.lock is not None and self.lock.check():  # not one write on a lock the store dropped
             self._recover()
 
@@ -236,11 +240,14 @@ class Watcher:
             # store failing (or a bug): nothing of the pass is kept, its lines are read again.
             if self._store_away(exc):
                 raise  # the loop waits for the store, then reads the offsets again (``_recover``)
-            log.error("store write failed, will read those lines again: %s", describe(exc, self.engine.url),
-                      exc_info=not isinstance(exc, SQLAlchemyError))
+            self._write_failed(exc)
             with self.engine.connect() as conn:
                 self._resync(conn)
             return False
+        if self._write_failures:
+            log.warning("the store takes writes again after %d refused passes; nothing read was lost",
+                        self._write_failures)
+            self._write_failures, self._write_retry_at = 0, 0.0
         if self.metrics is not None:
             self.metrics.passed()
         for path, tail in list(self.tails.items()):
@@ -248,6 +255,17 @@ class Watcher:
                 tail.close()
                 del self.tails[path]
         return "more" in polled.values()
+
+    def _write_failed(self, exc: Exception) -> None:
+        """A pass whose writes the store refused (a full disk, a read-only file) waits before the next one,
+        doubling from ``STORE_RETRY_S``: every append wakes the loop, and a full disk under 64 writers
+        logged this 263 times in 10 s, each pass reading the same lines again for nothing."""
+        self._write_failures += 1
+        first, longest = STORE_RETRY_S
+        wait = min(first * 2 ** (self._write_failures - 1), longest)
+        self._write_retry_at = time.monotonic() + wait
+        log.error("store write failed (%d in a row), will read those lines again in %g s: %s", self._write_failures,
+                  wait, describe(exc, self.engine.url), exc_info=not isinstance(exc, SQLAlchemyError))
 
     def judge(self, *, force: bool = False) -> float | None:
         """Judge the changed runs that are due; return seconds until the next one is (None: none waits)."""
