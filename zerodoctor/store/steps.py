@@ -136,7 +136,8 @@ def rows_of(conn: Connection, run_id: int, *, lo: int | None = None, hi: int | N
 
 
 def merge(cols: Columns, fields: dict[str, Any]) -> dict[str, list[Any]]:
-    """One row per step, in step order: ``step``, ``t`` (the latest) and each ``name → merge`` over its ranks,
+    """One row per step, in step order: ``step``, ``t`` (the latest) and each ``name → merge`` over its ranks
+    (``ranks``: not merged, the values by rank),
     of the field ``name`` or, for ``name → (field, merge)``, of ``field`` under another name (one field merged
     two ways: the plots' mean loss beside a plugin's worst).
 
@@ -151,8 +152,26 @@ def merge(cols: Columns, fields: dict[str, Any]) -> dict[str, list[Any]]:
                                  "t": np.maximum.reduceat(cols.values["t"][order], starts).tolist()}
     for name, spec in fields.items():
         field, how = (name, spec) if isinstance(spec, str) else spec
-        out[name] = _reduce(cols.column(field)[order], _ordered(cols.mask(field), order), starts, how)
+        if how == "ranks":
+            out[name] = _by_rank(cols.column(field)[order], _ordered(cols.mask(field), order),
+                                 cols.values["rank"][order], starts)
+        else:
+            out[name] = _reduce(cols.column(field)[order], _ordered(cols.mask(field), order), starts, how)
     return out
+
+
+def _by_rank(values: np.ndarray, mask: np.ndarray | None, ranks: np.ndarray, starts: np.ndarray
+             ) -> list[dict[int, Any]]:
+    """Each group's values by rank (the ``ranks`` merge: a fold that compares ranks step by step, over a
+    window of its own), the ranks that did not report the field left out."""
+    import numpy as np
+
+    if mask is not None:
+        kept = np.cumsum(np.r_[0, mask.astype(np.int64)])  # a group's bounds among the kept values
+        values, ranks, starts = values[mask], ranks[mask], kept[starts]
+    bounds = [*starts.tolist(), len(values)]
+    keys, vals = ranks.tolist(), values.tolist()
+    return [dict(zip(keys[a:b], vals[a:b])) for a, b in zip(bounds, bounds[1:])]
 
 
 def _ordered(mask: np.ndarray | None, order: np.ndarray) -> np.ndarray | None:
