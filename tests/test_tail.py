@@ -80,3 +80,31 @@ def test_a_new_tail_opens_its_file_once(tmp_path, encoding):
     assert [r["events"] for r in rows] == [4, 3]
     ours = sorted(p for p in opened if p.startswith(str(path.parent)))
     assert ours == [str(path), str(path.with_name("rank-1.jsonl"))]
+
+
+def test_a_file_unchanged_since_a_read_to_its_end_is_not_read_again(tmp_path, monkeypatch):
+    """A live pass over 4,096 rank files reads only those that grew: an unchanged one costs the poll's stat."""
+    from zerodoctor.pipeline.tail import FileTail
+
+    path = tmp_path / "r" / "rank-0.jsonl"
+    append(path, "r", 0, range(1, 4))
+    engine = open_engine(tmp_path / "store.db")
+    pipeline = Pipeline(engine, rules=[])
+    reads = []
+    real = FileTail._read
+    monkeypatch.setattr(FileTail, "_read", lambda self, *a, **kw: reads.append(1) or real(self, *a, **kw))
+    try:
+        with engine.begin() as conn:
+            tail = pipeline.tail(conn, path, "jsonl")
+        polls = []
+        for _ in range(3):
+            polls.append(pipeline.ingest_pass([tail])[tail])
+        assert polls == ["idle"] * 3 and len(reads) == 1  # the first poll read to the end; the others only stat
+        append(path, "r", 0, range(4, 6))
+        pipeline.ingest_pass([tail])
+        assert len(reads) == 2
+        with engine.connect() as conn:
+            assert sorted(r["step"] for r in step_rows(conn)) == [1, 2, 3, 4, 5]
+        tail.close()
+    finally:
+        engine.dispose()

@@ -60,6 +60,8 @@ def history(seed: int, n: int) -> tuple[dict[str, list], list[dict]]:
             cols[name].append(maybe(rng.uniform(0.5, 1.5) * mean, 0.1))
         cols["mem_allocated_bytes"].append(maybe(10**10 + 1000 * i + rng.randrange(100), 0.1))
         cols["alloc_retries"].append(maybe(rng.choice((0, 0, 0, 1, 3)), 0.1))
+    for name in ("comm_s", "step_time_s", "fwd_s", "bwd_s", "optim_s"):  # the straggler fold's: values by rank
+        cols[f"straggler_{name}_by_rank"] = [{} if v is None else {0: v, 1: 0.9 * v} for v in cols[name]]
     for name in Reads.of(CORE).step_fields:  # as the store merges them: every declared field, None where unreported
         cols.setdefault(name, [None] * n)
     return cols, beats

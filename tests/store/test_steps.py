@@ -147,3 +147,29 @@ def test_an_infinite_time_is_stored_and_summed_as_it_is(tmp_path: Path):
         totals, _ = steps.rank_totals(conn, ingestor.run_id(conn, "r"), {"time": ("step_time_s", "sum")})
     assert totals[0]["time"] == math.inf and totals[0]["steps"] == 2
     engine.dispose()
+
+
+def test_compaction_asks_once_which_ranks_have_enough_small_chunks(tmp_path: Path):
+    """A live pass over 4,096 ranks compacts the few that have COMPACT_EVERY small chunks, found by one grouped
+    read; a look-up per rank was a query each (and on SQLite a read of every chunk of the run each)."""
+    from sqlalchemy import event
+
+    engine = open_engine(tmp_path / "store.db")
+    pipeline = Pipeline(engine, rules_from())
+    source = tmp_path / "run" / "rank-0.jsonl"
+    source.parent.mkdir()
+    source.write_text("")
+    ranks = range(200)
+    batch = Batch.of([{"v": 1, "t": 1.0, "run": "run", "rank": r, "kind": "step", "step": 1, "samples": 2}
+                      for r in ranks], end=1, last_line=1)
+    with engine.begin() as conn:
+        tail = pipeline.tail(conn, source, "jsonl")
+        pipeline.store(conn, tail, batch, raw=bytes)
+    tail.close()
+    statements = []
+    event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    with engine.begin() as conn:
+        steps.compact(conn, pipeline.views["run"].run_id, [(tail.file_id, r) for r in ranks], folded_through=1)
+    queries = [s for s in statements if not s.startswith("BEGIN")]
+    assert len(queries) == 1, queries[:3]
+    engine.dispose()

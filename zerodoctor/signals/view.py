@@ -43,7 +43,7 @@ WINDOW = 1024  # steps a per-step signal keeps: the "now" of a days-long run, an
 MAX_PENDING = 4096  # steps waiting for lagging ranks; beyond it the oldest are handed on without them
 _RANK_FACTS = ("steps", "first_step", "last_step", "last_t")
 
-Merge = Literal["min", "max", "sum", "mean"]  # STEP_FIELDS: across the ranks of one step
+Merge = Literal["min", "max", "sum", "mean", "ranks"]  # STEP_FIELDS: across the ranks of one step (ranks: by rank)
 Aggregate = Literal["sum", "max", "min"]  # RANK_FIELDS: over one rank's steps
 
 

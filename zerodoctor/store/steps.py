@@ -63,11 +63,22 @@ def compact(conn: Connection, run_id: int, holders: Iterable[tuple[int, int]], f
     already holds its rows.
     """
     c = step_chunks.c
+    # One grouped read names the holders with enough small chunks to merge: a look-up per holder cost a query
+    # per rank that wrote, at every pass (4,096 of them at 4,096 ranks); most have fewer than COMPACT_EVERY.
+    full = set(conn.execute(
+        select(c.file_id, c.rank).where(c.run_id == run_id, c.level < 3, c.rows < _SMALL_ROWS,
+                                        c.last_step <= folded_through)
+        .group_by(c.file_id, c.rank, c.level).having(func.count() >= COMPACT_EVERY)).tuples())
     for file_id, rank in holders:
+        if (file_id, rank) not in full:
+            continue
         for level in range(3):
+            # ``last_step + 0``: a bound no index serves, so the planner looks the holder up by its own index
+            # (SQLite chose the run's (run_id, last_step) index and read every chunk of the run per holder:
+            # at 4,096 ranks, 37 of a live pass's 64 s)
             ids = conn.execute(
                 select(c.id).where(c.run_id == run_id, c.file_id == file_id, c.rank == rank, c.level == level,
-                                   c.rows < _SMALL_ROWS, c.last_step <= folded_through)
+                                   c.rows < _SMALL_ROWS, c.last_step + 0 <= folded_through)
                 .order_by(c.id).limit(COMPACT_EVERY)).scalars().all()
             if len(ids) < COMPACT_EVERY:
                 break
@@ -125,7 +136,8 @@ def rows_of(conn: Connection, run_id: int, *, lo: int | None = None, hi: int | N
 
 
 def merge(cols: Columns, fields: dict[str, Any]) -> dict[str, list[Any]]:
-    """One row per step, in step order: ``step``, ``t`` (the latest) and each ``name → merge`` over its ranks,
+    """One row per step, in step order: ``step``, ``t`` (the latest) and each ``name → merge`` over its ranks
+    (``ranks``: not merged, the values by rank),
     of the field ``name`` or, for ``name → (field, merge)``, of ``field`` under another name (one field merged
     two ways: the plots' mean loss beside a plugin's worst).
 
@@ -140,8 +152,26 @@ def merge(cols: Columns, fields: dict[str, Any]) -> dict[str, list[Any]]:
                                  "t": np.maximum.reduceat(cols.values["t"][order], starts).tolist()}
     for name, spec in fields.items():
         field, how = (name, spec) if isinstance(spec, str) else spec
-        out[name] = _reduce(cols.column(field)[order], _ordered(cols.mask(field), order), starts, how)
+        if how == "ranks":
+            out[name] = _by_rank(cols.column(field)[order], _ordered(cols.mask(field), order),
+                                 cols.values["rank"][order], starts)
+        else:
+            out[name] = _reduce(cols.column(field)[order], _ordered(cols.mask(field), order), starts, how)
     return out
+
+
+def _by_rank(values: np.ndarray, mask: np.ndarray | None, ranks: np.ndarray, starts: np.ndarray
+             ) -> list[dict[int, Any]]:
+    """Each group's values by rank (the ``ranks`` merge: a fold that compares ranks step by step, over a
+    window of its own), the ranks that did not report the field left out."""
+    import numpy as np
+
+    if mask is not None:
+        kept = np.cumsum(np.r_[0, mask.astype(np.int64)])  # a group's bounds among the kept values
+        values, ranks, starts = values[mask], ranks[mask], kept[starts]
+    bounds = [*starts.tolist(), len(values)]
+    keys, vals = ranks.tolist(), values.tolist()
+    return [dict(zip(keys[a:b], vals[a:b])) for a, b in zip(bounds, bounds[1:])]
 
 
 def _ordered(mask: np.ndarray | None, order: np.ndarray) -> np.ndarray | None:
@@ -219,7 +249,8 @@ def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, 
     c = step_chunks.c
     where = c.run_id == run_id
     if after_id is not None:
-        where = where & (c.id > after_id) & c.folded.is_(False)
+        # ``run_id + 0``: read the chunks past the mark by their ids, not every chunk of the run by its index
+        where = (c.run_id + 0 == run_id) & (c.id > after_id) & c.folded.is_(False)
     query = select(c.id, c.file_id, c.rank, c.rows, c.first_step, c.last_step, c.last_t, c.summary).where(where)
     totals: dict[int, dict[str, Any]] = {}
     holders: set[tuple[int, int]] = set()
