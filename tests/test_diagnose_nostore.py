@@ -109,3 +109,25 @@ def test_a_malformed_line_is_counted_and_kept_aside_without_a_store(tmp_path: Pa
         (r.line, r.reason, r.raw, r.size) for r in report.rejected]
     shown = run_cli("diagnose", "--fail-on", "never", str(path))
     assert f"{path}:{line}: " in shown.stdout and "quarantined" in shown.stderr
+
+
+def test_held_step_rows_are_let_go_once_folded(monkeypatch) -> None:
+    """Folded in memory, a run holds only the steps still waiting for a lagging rank, never the run: read 10 lines
+    a batch from each rank in turn, what is held after each settle stays under two batches, and nothing at the end;
+    the report is the one a whole-file read gives."""
+    from zerodoctor.pipeline import memory
+
+    sample = ROOT / "samples" / "offload-zero2-torch-adam"
+    rules = rules_from()
+    whole = to_json(diagnose([sample], rules=rules))
+    held: list[int] = []
+    settle = memory.MemoryPipeline.settle
+
+    def settle_and_count(self, *, final: bool = False) -> None:
+        settle(self, final=final)
+        held.append(sum(part.n for view in self.views.values() for part in view.held.parts))
+
+    monkeypatch.setattr(memory, "BATCH_LINES", 10)
+    monkeypatch.setattr(memory.MemoryPipeline, "settle", settle_and_count)
+    assert to_json(diagnose([sample], rules=rules)) == whole
+    assert len(held) > 10 and max(held) < 2 * 10 and held[-1] == 0
