@@ -81,8 +81,8 @@ class Pipeline:
     Args:
         lasting: the store outlives this command (``watch``, ``diagnose --db``): views are saved
             with the rows and findings recorded with first/last seen. ``False``: a scratch store
-            read once (``diagnose``), where the views live only in memory and findings go only to
-            the report.
+            read once, where the views live only in memory and findings go only to the report (the
+            tests' stores; ``diagnose`` without ``--db`` keeps no store at all: ``pipeline/memory.py``).
     """
 
     def __init__(self, engine: Engine, rules: list[Rule], *, modules: list[ModuleType] | None = None,
