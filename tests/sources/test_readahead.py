@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
@@ -185,7 +186,7 @@ def test_a_pool_that_refuses_work_leaves_the_file_to_the_in_process_reader(tmp_p
     in_process = _stored(path, tmp_path / "plain.db", jobs=1)
 
     def broken(self, *args):
-        raise readahead.BrokenProcessPool("a worker was killed")
+        raise BrokenProcessPool("a worker was killed")
 
     monkeypatch.setattr(readahead.Pool, "submit", broken)
     assert _stored(path, tmp_path / "ahead.db") == in_process

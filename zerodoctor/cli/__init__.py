@@ -112,7 +112,7 @@ def diagnose(
     paths: List[Path] = typer.Argument(..., help="Run directories (runs/<id>/), events JSONL files or console logs; "
                                        "'-' reads a log from standard input."),
     db: Optional[str] = typer.Option(None, help="Store to use (SQLAlchemy URL or SQLite path); "
-                                     "default: a scratch file."),
+                                     "default: none, nothing is written."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
     fmt: Format = typer.Option(Format.text, "--format", help="Output format (html: one self-contained page with plots; "
                                "concise: one line per finding; github: GitHub Actions annotations)."),

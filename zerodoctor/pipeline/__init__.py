@@ -1,9 +1,11 @@
 """The pipeline: files → store rows and run views (one transaction); one run → a ``Judgement``.
 
-Shared by ``diagnose`` (which stops at end of file) and ``watch`` (which never stops):
+Shared by ``watch`` (which never stops) and ``diagnose --db`` (which stops at end of file):
 both read files through ``FileTail``, both keep each run's view up to date from the
 batches they store, in the transaction that stores them with the file's offset, and both
 judge a run from its view, so a judgement costs what is new, never the whole run.
+``diagnose`` without a store feeds the same views the same batches in memory (``pipeline/memory.py``):
+the store is imported here only by the methods that use it, so that path never imports SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -16,10 +18,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Iterable, Iterator
-
-from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from zerodoctor import signals
 from zerodoctor.rulebook.engine import judge_view
@@ -32,12 +31,11 @@ from zerodoctor.sources.batches import Batch, UnsupportedFormat, detect_format, 
 from zerodoctor.sources.chrome_trace import traces_in
 from zerodoctor.sources.flight_recorder import dumps_in
 from zerodoctor.sources.readahead import Pool
-from zerodoctor.store import files as stored_files
-from zerodoctor.store import findings as stored_findings
-from zerodoctor.store import runs as stored_runs
-from zerodoctor.store import setaside
-from zerodoctor.store.ingest import Ingestor
-from zerodoctor.pipeline.tail import QUIET_S, FileTail, Polled
+
+if TYPE_CHECKING:  # the store (SQLAlchemy, ~0.3 s to import) only where a store is used: never in diagnose without one
+    from sqlalchemy import Connection, Engine
+
+    from zerodoctor.pipeline.tail import FileTail, Polled
 
 Progress = Callable[[int, int], None]  # (bytes read so far, bytes in all) over the inputs
 COMMIT_EVENTS = 50_000  # a pass commits (views saved with the rows) at least this often
@@ -83,12 +81,14 @@ class Pipeline:
     Args:
         lasting: the store outlives this command (``watch``, ``diagnose --db``): views are saved
             with the rows and findings recorded with first/last seen. ``False``: a scratch store
-            read once (``diagnose``), where the views live only in memory and findings go only to
-            the report.
+            read once, where the views live only in memory and findings go only to the report (the
+            tests' stores; ``diagnose`` without ``--db`` keeps no store at all: ``pipeline/memory.py``).
     """
 
     def __init__(self, engine: Engine, rules: list[Rule], *, modules: list[ModuleType] | None = None,
                  lasting: bool = True) -> None:
+        from zerodoctor.store.ingest import Ingestor
+
         self.engine, self.rules, self.lasting = engine, rules, lasting
         self.modules = modules or signals.signal_modules()
         self.reads = Reads.of(self.modules)
@@ -101,9 +101,12 @@ class Pipeline:
 
     # -- ingest ---------------------------------------------------------------------
 
-    def tail(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None,
-             quiet_s: float | None = QUIET_S) -> FileTail:
-        return FileTail(conn, path, fmt, pool=pool, quiet_s=quiet_s)
+    def tail(self, conn: Connection, path: Path, fmt: str, *, pool: Pool | None = None, **quiet_s: float | None
+             ) -> FileTail:
+        """A tail of ``path`` storing into this pipeline; ``quiet_s`` as ``FileTail`` takes it (its default there)."""
+        from zerodoctor.pipeline.tail import FileTail
+
+        return FileTail(conn, path, fmt, pool=pool, **quiet_s)
 
     def store(self, conn: Connection, tail: FileTail, batch: Batch, raw: Callable[[], bytes]) -> Batch:
         """Store one batch read from ``tail`` (what the tail calls, in ``conn``'s transaction): the views
@@ -140,6 +143,8 @@ class Pipeline:
         rolled back, the views forget what it brought (``rolled_back``) and the error is raised: the
         caller reads the offsets again (``resync``) or gives up.
         """
+        from sqlalchemy.exc import SQLAlchemyError
+
         pending = 0
 
         def store(conn: Connection, tail: FileTail, batch: Batch, raw: Callable[[], bytes]) -> Batch:
@@ -191,6 +196,8 @@ class Pipeline:
 
     def resync(self, conn: Connection, tails: Iterable[FileTail]) -> None:
         """After a failed pass: the tails' offsets and the views are read again from the store."""
+        from zerodoctor.store import files as stored_files
+
         tails = list(tails)
         self.rolled_back()
         rows = stored_files.rows(conn, [tail.file_id for tail in tails])
@@ -199,6 +206,8 @@ class Pipeline:
 
     def _bring_views_up_to_date(self, conn: Connection, batch: Batch) -> None:
         """Before a batch is stored: each run it names has a view matching the store (another writer may have saved)."""
+        from zerodoctor.store import runs as stored_runs
+
         for name in batch.runs():
             if name in self.set_aside:
                 continue
@@ -214,6 +223,8 @@ class Pipeline:
 
     def _load(self, conn: Connection, name: str, run_id: int) -> RunView | None:
         """The run's view from the store; None where the run is (or now gets) set aside."""
+        from zerodoctor.store import setaside
+
         why = setaside.reason(conn, run_id, self.reads.version)
         if why is not None:
             self.views.pop(name, None)
@@ -227,6 +238,8 @@ class Pipeline:
     @contextmanager
     def _isolated(self, name: str) -> Iterator[None]:
         """One run's view work: anything it raises but the store failing sets that run aside instead."""
+        from sqlalchemy.exc import SQLAlchemyError
+
         try:
             yield
         except SQLAlchemyError:
@@ -257,6 +270,8 @@ class Pipeline:
         self._mark_set_aside(conn)
 
     def _mark_set_aside(self, conn: Connection) -> None:
+        from zerodoctor.store import setaside
+
         for name in sorted(self._unmarked):
             setaside.mark(conn, self.ingestor.run_id(conn, name), self.reads.version, self.set_aside[name])
         self._unmarked.clear()
@@ -272,6 +287,8 @@ class Pipeline:
 
     def forget_file(self, conn: Connection, file_id: int) -> None:
         """Delete a file's rows; the views of the runs it fed are rebuilt from what remains."""
+        from zerodoctor.store import runs as stored_runs
+
         run_ids = self.ingestor.forget_file(conn, file_id)
         stored_runs.forget_state(conn, run_ids)  # set-aside marks too: what remains is tried again
         for name in [n for n, v in self.views.items() if v.run_id in run_ids]:
@@ -290,6 +307,8 @@ class Pipeline:
         the next. ``jobs``: processes that parse large JSONL files ahead (default: one per core; 1:
         none, all read here).
         """
+        from zerodoctor.store import files as stored_files
+
         tails: list[FileTail] = []
         # worker processes start only if a file is large enough to be parsed ahead
         pool = Pool(jobs) if jobs != 1 else None
@@ -371,6 +390,8 @@ class Pipeline:
         view.quiet = quiet
         found, unevaluated, values = judge_view(self.rules, view, self.modules)
         if self.lasting:
+            from zerodoctor.store import findings as stored_findings
+
             with self.engine.begin() as conn:
                 stored_findings.record(conn, view.run_id, [f.to_json() for f in found], time.time())
         return Judgement(name, found, unevaluated, values, view.config, view.world_size_stated, rules=len(self.rules))

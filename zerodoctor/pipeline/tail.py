@@ -46,17 +46,16 @@ from typing import BinaryIO, Callable, Iterator, Literal
 
 from sqlalchemy import Connection
 
-from zerodoctor.sources.batches import Batch, Parser, make_parser, read_batches, run_id_for
+from zerodoctor.sources.batches import BATCH_LINES, Batch, Parser, make_parser, read_batches, run_id_for
 from zerodoctor.sources.readahead import Pool, ReadAhead
 from zerodoctor.sources.readable import HEAD_BYTES, UnreadableFile, check_regular, open_log, pread
+from zerodoctor.sources.rejects import say_rejected
 from zerodoctor.store import files as stored_files
 
 log = logging.getLogger("zerodoctor.watch")
 
 Identity = tuple[int, int] | tuple[None, None]
 _DRAINED: Identity = (None, None)
-SHOW_REJECTED = 5
-BATCH_LINES = 20_000
 MISSING_GRACE_S = 30.0  # a file away from its path this long is gone (a run directory moved out of the roots)
 # A file unchanged this long is quiet: what its parser holds open for lines that may still come (a traceback
 # waiting for more of its message) is let go. A traceback prints in one burst; a crashed rank writes nothing after.
@@ -476,7 +475,4 @@ def _identity(handle: BinaryIO) -> Identity:
 
 
 def _log_rejected(name: str, batch: Batch) -> None:
-    for r in batch.rejected[:SHOW_REJECTED]:
-        log.warning("%s:%d: %s (quarantined)", name, r.line, r.reason)
-    if len(batch.rejected) > SHOW_REJECTED:
-        log.warning("%s: … and %d more line(s) quarantined", name, len(batch.rejected) - SHOW_REJECTED)
+    say_rejected(log, name, batch.rejected)

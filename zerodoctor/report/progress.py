@@ -11,9 +11,6 @@ import sys
 from contextlib import contextmanager
 from typing import Callable, Iterator, TextIO
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-
 MIN_BYTES = 4 << 20
 
 OnProgress = Callable[[int, int], None]
@@ -26,6 +23,10 @@ def ingest_progress(stream: TextIO | None = None, min_bytes: int = MIN_BYTES) ->
     if not stream.isatty():
         yield None
         return
+    # rich's progress bar (~40 ms to import) only where it may be drawn: a pipe, a CI log never pays for it
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
     progress = Progress(TextColumn("reading"), BarColumn(), DownloadColumn(binary_units=True), TransferSpeedColumn(),
                         TimeRemainingColumn(), console=Console(file=stream), transient=True)
     task = None

@@ -27,7 +27,8 @@ from functools import cached_property
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal
 
-from zerodoctor.events.columns import Steps
+from zerodoctor.events.columns import Columns, Steps
+from zerodoctor.signals.held import HeldSteps
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -162,8 +163,11 @@ def _claim(table: dict, key: str, value: Any, owner: dict[str, str], what: str, 
 class RunView:
     """What signals know of one run: folds, per-rank totals, rare events, facts of the run."""
 
-    def __init__(self, run_id: int, name: str, reads: Reads) -> None:
+    def __init__(self, run_id: int, name: str, reads: Reads, *, held: HeldSteps | None = None) -> None:
+        """``held``: the run has no store (``diagnose`` without ``--db``): its step rows are held in memory until
+        folded (``add_steps``), and every method given a connection is given None."""
         self.run_id, self.name, self.reads = run_id, name, reads
+        self.held = held
         self.folds: dict[str, Fold] = {m: cls() for m, cls in reads.folds.items()}
         self.events: dict[str, list[dict[str, Any]]] = {}
         self.formats: dict[str, str] = {}
@@ -241,6 +245,12 @@ class RunView:
         for e in events:
             self._add_event(e)
 
+    def add_steps(self, cols: Columns) -> None:
+        """Take this run's step rows of one batch (a view with no store: ``held``); ``catch_up`` then adds them
+        to each rank's totals and ``settle`` hands them to the folds, as it does stored chunks."""
+        assert self.held is not None, "a stored run's steps are read back from the store (catch_up)"
+        self.held.add(cols, self.reads.rank_fields, late_upto=self.released_through)
+
     def _add_event(self, e: dict[str, Any]) -> None:
         if self.last_t is None or e["t"] > self.last_t:
             self.last_t = e["t"]
@@ -251,23 +261,30 @@ class RunView:
             for module in modules:
                 self.folds[module].event(e)
 
-    def catch_up(self, conn: Connection) -> None:
-        """Add the step chunks stored since the mark to each rank's totals, in the storing transaction."""
-        from zerodoctor.store import steps as stored_steps
+    def catch_up(self, conn: Connection | None) -> None:
+        """Add the step chunks stored since the mark (or, with no store, the rows ``held`` since the last call)
+        to each rank's totals, in the storing transaction."""
+        from zerodoctor.events.merges import add_totals
 
-        totals, small = stored_steps.rank_totals(conn, self.run_id, self.reads.rank_fields, after_id=self.mark,
-                                                 late_upto=self.released_through)
-        self._small.update(small)
+        if self.held is not None:
+            totals = self.held.take_totals()
+        else:
+            from zerodoctor.store import steps as stored_steps
+
+            totals, small = stored_steps.rank_totals(conn, self.run_id, self.reads.rank_fields, after_id=self.mark,
+                                                     late_upto=self.released_through)
+            self._small.update(small)
         for rank, new in totals.items():
             self.late_rows += new.pop("late")
-            self.mark = max(self.mark or 0, new.pop("max_id"))
+            if "max_id" in new:
+                self.mark = max(self.mark or 0, new.pop("max_id"))
             old = self.per_rank.get(rank)
-            self.per_rank[rank] = new if old is None else stored_steps.add_totals(old, new, self.reads.rank_fields)
+            self.per_rank[rank] = new if old is None else add_totals(old, new, self.reads.rank_fields)
         if self.per_rank:
             self.last_step = max(t["last_step"] for t in self.per_rank.values())
             self.last_t = max(self.last_t or 0.0, *(t["last_t"] for t in self.per_rank.values()))
 
-    def settle(self, conn: Connection, *, final: bool = False) -> None:
+    def settle(self, conn: Connection | None, *, final: bool = False) -> None:
         """Hand every finished step to the folds, merged by the store, in step order (all when the input ended)."""
         if not self._unfolded:
             return
@@ -276,6 +293,8 @@ class RunView:
             frontier = min(t["last_step"] for t in self.per_rank.values())
             upto = max(frontier, self.last_step - MAX_PENDING)  # a rank that stopped must not hold the rest forever
         self._fold_steps(conn, upto)
+        if self.held is not None:
+            self.held.drop_through(self.released_through)
 
     def compact(self, conn: Connection) -> None:
         """Merge the small chunks of ranks that got new ones, where the folds have had all their steps."""
@@ -285,7 +304,7 @@ class RunView:
             stored_steps.compact(conn, self.run_id, sorted(self._small), self.released_through)
         self._small.clear()
 
-    def as_of_now(self, conn: Connection) -> RunView:
+    def as_of_now(self, conn: Connection | None) -> RunView:
         """What a judgement sees: a copy whose folds also hold the steps still waiting for lagging ranks.
 
         A rank that reports a NaN at a step the others have not reached yet (or never will:
@@ -304,17 +323,18 @@ class RunView:
         """Some rank reported a step the folds have not had yet."""
         return self.last_step is not None and (self.released_through is None or self.last_step > self.released_through)
 
-    def fold_again(self, conn: Connection, *, judged: bool = False) -> None:
+    def fold_again(self, conn: Connection | None, *, judged: bool = False) -> None:
         """Bring the folds a load left empty (``behind``: unsaved, ``Fold.saved``, or saved by other code
         than this) up to the others: one read of the run's steps and of the events they fold, paid only by
         whoever asks for them — a judgement for the folds signals read (``judged``), the plots of a live
-        page for the rest. They start empty: what they were handed since the load is in the store too."""
-        from zerodoctor.store import runs as stored
-        from zerodoctor.store import steps as stored_steps
-
+        page for the rest. They start empty: what they were handed since the load is in the store too.
+        A view with no store is never loaded: every fold was fed live, none is behind."""
         modules = {m for m in self.behind if self.reads.folds[m].judged} if judged else set(self.behind)
         if not modules:
             return
+        from zerodoctor.store import runs as stored
+        from zerodoctor.store import steps as stored_steps
+
         for module in modules:
             self.folds[module] = self.reads.folds[module]()
         if self.released_through is not None:
@@ -328,11 +348,15 @@ class RunView:
                 self.folds[module].event(e)
         self.behind -= modules
 
-    def _fold_steps(self, conn: Connection, upto: int) -> None:
-        from zerodoctor.store import steps as stored_steps
+    def _fold_steps(self, conn: Connection | None, upto: int) -> None:
+        if self.held is not None:
+            blocks = self.held.merged(self.reads.step_fields, after=self.released_through, upto=upto)
+        else:
+            from zerodoctor.store import steps as stored_steps
 
-        for block in stored_steps.merged_steps(conn, self.run_id, self.reads.step_fields, after=self.released_through,
-                                         upto=upto):
+            blocks = stored_steps.merged_steps(conn, self.run_id, self.reads.step_fields,
+                                               after=self.released_through, upto=upto)
+        for block in blocks:
             for fold in self.folds.values():
                 fold.add_steps(block, self)
             self.released_through = block.columns["step"][-1]

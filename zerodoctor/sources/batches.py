@@ -28,6 +28,7 @@ from zerodoctor.sources.readable import open_log
 from zerodoctor.sources.rejects import BadLine, Rejected
 
 SNIFF_BYTES = 64 * 1024
+BATCH_LINES = 20_000  # lines a batch holds at most: what a reader hands on at once, stored or folded
 _run_of = operator.attrgetter("run")
 
 
@@ -228,7 +229,7 @@ def read_batches(
     start: int = 0,
     first_line: int = 1,
     final: bool = True,
-    batch_lines: int = 20_000,
+    batch_lines: int = BATCH_LINES,
     stream: BinaryIO | None = None,
     unterminated: bool = True,
 ) -> Iterator[Batch]:

@@ -15,15 +15,15 @@ offsets are positions in the decoded bytes) are never read ahead.
 from __future__ import annotations
 
 import io
-import multiprocessing
 import os
 import threading
 from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterator
+
+if TYPE_CHECKING:  # the process pool (~20 ms to import) only where a file is large enough to start one
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 from zerodoctor.sources.batches import Batch, make_parser, read_batches, run_id_for
 
@@ -55,6 +55,9 @@ class Pool:
 
     def submit(self, *args: object) -> Future:
         if self._executor is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
             # The children only read and parse: the store connection they inherit is never used,
             # and they leave by os._exit, so nothing of it is finalised there.
             self._executor = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("fork"))
@@ -130,6 +133,8 @@ class ReadAhead:
         self._planned = self._stop
 
     def _plan(self) -> None:
+        from concurrent.futures.process import BrokenProcessPool
+
         while len(self._pending) < self.pool.depth and self._planned < self._stop:
             start = self._planned
             end = self._stop

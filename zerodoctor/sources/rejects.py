@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+
+SHOW_REJECTED = 5  # a batch's first bad lines are said one by one, the rest counted: a garbled file says 6 lines
 
 
 class BadLine(ValueError):
@@ -21,3 +24,11 @@ class Rejected:
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}: {self.reason}"
+
+
+def say_rejected(log: logging.Logger, name: str, rejected: list[Rejected]) -> None:
+    """Warn of the lines of ``name`` one batch kept aside, as they are read (the report lists them too)."""
+    for r in rejected[:SHOW_REJECTED]:
+        log.warning("%s:%d: %s (quarantined)", name, r.line, r.reason)
+    if len(rejected) > SHOW_REJECTED:
+        log.warning("%s: … and %d more line(s) quarantined", name, len(rejected) - SHOW_REJECTED)

@@ -6,7 +6,7 @@ steps of one rank from one stored batch are one row of ``step_chunks``: their co
 arrays (numpy, little-endian int64 / float64) in one blob, with the step range, the row count
 and the last time beside it for the queries (``events/columns.py`` has the arrays). The merges a
 signal declares (min/max/sum/mean over the ranks of a step, sum/max/min over a rank's steps)
-run on those arrays.
+run on those arrays (``events/merges.py``, which a run folded without a store shares).
 
 A live ``watch`` stores a few steps per rank per pass, so chunks are small there; once the
 view has folded them, ``compact`` merges each rank's small chunks into one (a level up), so a
@@ -16,17 +16,14 @@ its rows are already in the view's totals, so an incremental scan skips it.
 
 from __future__ import annotations
 
-import operator
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import msgspec
 from sqlalchemy import Connection, delete, func, insert, select
 
 from zerodoctor.events.columns import Columns, Steps
+from zerodoctor.events.merges import add_totals, merge
 from zerodoctor.store.schema import step_chunks
-
-if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run without steps never needs it
-    import numpy as np
 
 COMPACT_EVERY = 64  # small chunks of one rank that make one chunk a level up
 # A chunk at least this long is never compacted: a batch read from a file's backlog (diagnose --db, watch
@@ -135,78 +132,6 @@ def rows_of(conn: Connection, run_id: int, *, lo: int | None = None, hi: int | N
     return Columns.concat(parts) if parts else None
 
 
-def merge(cols: Columns, fields: dict[str, Any]) -> dict[str, list[Any]]:
-    """One row per step, in step order: ``step``, ``t`` (the latest) and each ``name → merge`` over its ranks
-    (``ranks``: not merged, the values by rank),
-    of the field ``name`` or, for ``name → (field, merge)``, of ``field`` under another name (one field merged
-    two ways: the plots' mean loss beside a plugin's worst).
-
-    A merge over ranks none of which reported the field is None.
-    """
-    import numpy as np
-
-    order = np.argsort(cols.values["step"], kind="stable")
-    steps = cols.values["step"][order]
-    starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
-    out: dict[str, list[Any]] = {"step": steps[starts].tolist(),
-                                 "t": np.maximum.reduceat(cols.values["t"][order], starts).tolist()}
-    for name, spec in fields.items():
-        field, how = (name, spec) if isinstance(spec, str) else spec
-        if how == "ranks":
-            out[name] = _by_rank(cols.column(field)[order], _ordered(cols.mask(field), order),
-                                 cols.values["rank"][order], starts)
-        else:
-            out[name] = _reduce(cols.column(field)[order], _ordered(cols.mask(field), order), starts, how)
-    return out
-
-
-def _by_rank(values: np.ndarray, mask: np.ndarray | None, ranks: np.ndarray, starts: np.ndarray
-             ) -> list[dict[int, Any]]:
-    """Each group's values by rank (the ``ranks`` merge: a fold that compares ranks step by step, over a
-    window of its own), the ranks that did not report the field left out."""
-    import numpy as np
-
-    if mask is not None:
-        kept = np.cumsum(np.r_[0, mask.astype(np.int64)])  # a group's bounds among the kept values
-        values, ranks, starts = values[mask], ranks[mask], kept[starts]
-    bounds = [*starts.tolist(), len(values)]
-    keys, vals = ranks.tolist(), values.tolist()
-    return [dict(zip(keys[a:b], vals[a:b])) for a, b in zip(bounds, bounds[1:])]
-
-
-def _ordered(mask: np.ndarray | None, order: np.ndarray) -> np.ndarray | None:
-    return None if mask is None else mask[order]
-
-
-def _reduce(values: np.ndarray, mask: np.ndarray | None, starts: np.ndarray, how: str) -> list[Any]:
-    """``how`` of each group of ``values`` (groups begin at ``starts``), None where the mask has no value."""
-    import numpy as np
-
-    if values.dtype == bool:
-        values = values.astype(np.int64)
-    floating = values.dtype == np.float64
-    if how == "max":
-        fill = -np.inf if floating else np.iinfo(np.int64).min
-        result = np.maximum.reduceat(values if mask is None else np.where(mask, values, fill), starts)
-    elif how == "min":
-        fill = np.inf if floating else np.iinfo(np.int64).max
-        result = np.minimum.reduceat(values if mask is None else np.where(mask, values, fill), starts)
-    else:
-        total = np.add.reduceat(values if mask is None else np.where(mask, values, 0), starts)
-        if how == "mean":
-            counts = np.add.reduceat(np.ones(len(values), dtype=np.int64) if mask is None else mask.astype(np.int64),
-                                     starts)
-            result = total / np.maximum(counts, 1)
-        else:
-            result = total
-    out = result.tolist()
-    if mask is not None:
-        present = np.logical_or.reduceat(mask, starts)
-        for i in np.flatnonzero(~present).tolist():
-            out[i] = None
-    return out
-
-
 def merged_steps(conn: Connection, run_id: int, fields: dict[str, Any], *, after: int | None = None,
                  upto: int | None = None, block: int = 8192) -> Iterator[Steps]:
     """The run's steps in ``(after, upto]`` merged over ranks (``merge``), in step order, in blocks of
@@ -273,20 +198,6 @@ def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, 
 def _columns_of(conn: Connection, chunk_id: int) -> Columns:
     n, data = conn.execute(select(step_chunks.c.rows, step_chunks.c.columns).where(step_chunks.c.id == chunk_id)).one()
     return Columns.decode(n, data)
-
-
-def add_totals(old: dict[str, Any], new: dict[str, Any], aggregates: dict[str, tuple[str, str]]) -> dict[str, Any]:
-    """One rank's totals over two sets of its rows (the keys ``rank_totals`` gives)."""
-    out = {"steps": old["steps"] + new["steps"], "first_step": min(old["first_step"], new["first_step"]),
-           "last_step": max(old["last_step"], new["last_step"]), "last_t": max(old["last_t"], new["last_t"])}
-    for key in ("max_id", "late"):
-        if key in old or key in new:
-            out[key] = (max if key == "max_id" else operator.add)(old.get(key, 0), new.get(key, 0))
-    for name, (_, agg) in aggregates.items():
-        a, b = old.get(name), new.get(name)
-        out[name] = (b if a is None else a if b is None else
-                     a + b if agg == "sum" else max(a, b) if agg == "max" else min(a, b))
-    return out
 
 
 def step_range(conn: Connection, run_id: int) -> tuple[int | None, int | None]:

@@ -1,0 +1,111 @@
+"""Events: step columns → steps merged across ranks, and totals per rank: the arithmetic on ``Columns``
+that a stored run (``store/steps.py``, on its chunks) and a run folded in memory (``signals/held.py``,
+``diagnose`` without a store) share, so both hand the folds the same steps. No SQL here: the one-shot
+path imports this and never SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+from zerodoctor.events.columns import Columns
+
+if TYPE_CHECKING:  # numpy (~100 ms) is imported where arrays are made: a run without steps never needs it
+    import numpy as np
+
+_PICK = {"sum": 1, "min": 2, "max": 3}  # where an aggregate sits in a ``Columns.summary`` entry
+
+
+def merge(cols: Columns, fields: dict[str, Any]) -> dict[str, list[Any]]:
+    """One row per step, in step order: ``step``, ``t`` (the latest) and each ``name → merge`` over its ranks
+    (``ranks``: not merged, the values by rank), of the field ``name`` or, for ``name → (field, merge)``, of
+    ``field`` under another name (one field merged two ways: the plots' mean loss beside a plugin's worst).
+
+    A merge over ranks none of which reported the field is None.
+    """
+    import numpy as np
+
+    order = np.argsort(cols.values["step"], kind="stable")
+    steps = cols.values["step"][order]
+    starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+    out: dict[str, list[Any]] = {"step": steps[starts].tolist(),
+                                 "t": np.maximum.reduceat(cols.values["t"][order], starts).tolist()}
+    for name, spec in fields.items():
+        field, how = (name, spec) if isinstance(spec, str) else spec
+        if how == "ranks":
+            out[name] = _by_rank(cols.column(field)[order], _ordered(cols.mask(field), order),
+                                 cols.values["rank"][order], starts)
+        else:
+            out[name] = _reduce(cols.column(field)[order], _ordered(cols.mask(field), order), starts, how)
+    return out
+
+
+def _by_rank(values: np.ndarray, mask: np.ndarray | None, ranks: np.ndarray, starts: np.ndarray
+             ) -> list[dict[int, Any]]:
+    """Each group's values by rank (the ``ranks`` merge: a fold that compares ranks step by step, over a
+    window of its own), the ranks that did not report the field left out."""
+    import numpy as np
+
+    if mask is not None:
+        kept = np.cumsum(np.r_[0, mask.astype(np.int64)])  # a group's bounds among the kept values
+        values, ranks, starts = values[mask], ranks[mask], kept[starts]
+    bounds = [*starts.tolist(), len(values)]
+    keys, vals = ranks.tolist(), values.tolist()
+    return [dict(zip(keys[a:b], vals[a:b])) for a, b in zip(bounds, bounds[1:])]
+
+
+def _ordered(mask: np.ndarray | None, order: np.ndarray) -> np.ndarray | None:
+    return None if mask is None else mask[order]
+
+
+def _reduce(values: np.ndarray, mask: np.ndarray | None, starts: np.ndarray, how: str) -> list[Any]:
+    """``how`` of each group of ``values`` (groups begin at ``starts``), None where the mask has no value."""
+    import numpy as np
+
+    if values.dtype == bool:
+        values = values.astype(np.int64)
+    floating = values.dtype == np.float64
+    if how == "max":
+        fill = -np.inf if floating else np.iinfo(np.int64).min
+        result = np.maximum.reduceat(values if mask is None else np.where(mask, values, fill), starts)
+    elif how == "min":
+        fill = np.inf if floating else np.iinfo(np.int64).max
+        result = np.minimum.reduceat(values if mask is None else np.where(mask, values, fill), starts)
+    else:
+        total = np.add.reduceat(values if mask is None else np.where(mask, values, 0), starts)
+        if how == "mean":
+            counts = np.add.reduceat(np.ones(len(values), dtype=np.int64) if mask is None else mask.astype(np.int64),
+                                     starts)
+            result = total / np.maximum(counts, 1)
+        else:
+            result = total
+    out = result.tolist()
+    if mask is not None:
+        present = np.logical_or.reduceat(mask, starts)
+        for i in np.flatnonzero(~present).tolist():
+            out[i] = None
+    return out
+
+
+def totals_of(summary: dict[str, list[Any]], aggregates: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """Each declared ``name → (field, aggregate)`` of one rank's rows, from their ``Columns.summary``."""
+    out: dict[str, Any] = {}
+    for name, (field, agg) in aggregates.items():
+        known = summary.get(field)
+        out[name] = None if known is None else known[_PICK[agg]]
+    return out
+
+
+def add_totals(old: dict[str, Any], new: dict[str, Any], aggregates: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """One rank's totals over two sets of its rows (``steps``, first/last step and time, each aggregate)."""
+    out = {"steps": old["steps"] + new["steps"], "first_step": min(old["first_step"], new["first_step"]),
+           "last_step": max(old["last_step"], new["last_step"]), "last_t": max(old["last_t"], new["last_t"])}
+    for key in ("max_id", "late"):
+        if key in old or key in new:
+            out[key] = (max if key == "max_id" else operator.add)(old.get(key, 0), new.get(key, 0))
+    for name, (_, agg) in aggregates.items():
+        a, b = old.get(name), new.get(name)
+        out[name] = (b if a is None else a if b is None else
+                     a + b if agg == "sum" else max(a, b) if agg == "max" else min(a, b))
+    return out
