@@ -80,3 +80,31 @@ def test_a_job_that_prints_is_not_waiting(tmp_path: Path) -> None:
     assert watch.look(time.time()) == []  # printed just now
     assert watch.look(time.time() + 10) == [lock]  # ten seconds of silence: the lock is stale
     assert watch.look(time.time() + 20) == []  # said once
+
+
+def test_a_lock_a_build_holds_is_not_stale(tmp_path: Path) -> None:
+    """A ninja running in the lock's directory (torch runs it there: ``cwd=build_directory``), this job's or
+    another's sharing the cache, holds the lock however long the job is silent. The "ninja" is a copy of sleep."""
+    import shutil
+
+    from zerodoctor.launch.build_lock import BuildLockWatch
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lock = tmp_path / "ext" / "toy" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    os.utime(lock, (time.time() - 600,) * 2)
+    (run_dir / "console.log").write_text("step 1\n")
+    ninja = tmp_path / "bin" / "ninja"
+    ninja.parent.mkdir()
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", ninja)
+    watch = BuildLockWatch(run_dir, "r", {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}, quiet_s=3)
+    build = subprocess.Popen([str(ninja), "60"], cwd=lock.parent)
+    try:
+        time.sleep(0.5)
+        assert watch.look(time.time() + 10) == []
+    finally:
+        build.kill()
+        build.wait()
+    assert watch.look(time.time() + 10) == [lock]

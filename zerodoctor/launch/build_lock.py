@@ -6,7 +6,8 @@ torch's JIT builds (``torch.utils.cpp_extension.load``, which DeepSpeed's op bui
 made with ``O_EXCL`` and removed when the build ends. A build killed meanwhile leaves it, and every later process
 polls for it to go, forever and silent on torch 2.x (the "Using … as PyTorch extensions root" line is logged at INFO
 by a logger left at WARNING). No log can show that wait; the wrapper sees it: no output and no event for
-``QUIET_S`` (``ZERODOCTOR_LOCK_QUIET_S``), a lock older than that silence, and no compiler among the job's processes.
+``QUIET_S`` (``ZERODOCTOR_LOCK_QUIET_S``), a lock older than that silence, and no build running in the lock's
+directory (ninja or a compiler with it as their working directory, this job's or another's sharing the cache).
 ``signals/crashes.py`` counts the ranks it names, as it does a stack dump's (ZD712).
 """
 
@@ -23,7 +24,7 @@ from zerodoctor.probe.privacy import file_mode
 from zerodoctor.sources.names import WRAPPER_EVENTS, rank_event_files
 
 QUIET_S = float(os.environ.get("ZERODOCTOR_LOCK_QUIET_S", "120"))  # two minutes without a byte: no rank is starting
-# What a build runs (ninja, then the compilers and the linker): where one runs, the lock is held, not stale
+# What a build runs (ninja, then the compilers and the linker): where one runs in the lock's directory, it is held
 BUILDERS = {"ninja", "c++", "g++", "gcc", "cc", "cc1plus", "clang", "clang++", "nvcc", "cicc", "ptxas", "ld", "hipcc"}
 
 
@@ -64,7 +65,8 @@ class BuildLockWatch:
         if last is None or now - last < self.quiet_s:
             return []
         stale = [lock for lock in self._locks() if lock not in self.said and _mtime(lock) <= last]
-        if not stale or self._building():
+        stale = [lock for lock in stale if not _building_in(lock.parent)]
+        if not stale:
             return []
         for lock in stale:
             self._write(lock, now, now - last, now - _mtime(lock))
@@ -81,16 +83,6 @@ class BuildLockWatch:
         for root in self.roots:
             found += [*root.glob("*/lock"), *root.glob("*/*/lock")]
         return sorted(p for p in found if p.is_file())
-
-    def _building(self) -> bool:
-        for pid in job_processes(self.run_dir):
-            try:
-                argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-            except OSError:
-                continue
-            if os.path.basename(argv0) in BUILDERS:
-                return True
-        return False
 
     def _ranks(self) -> list[int]:
         """The job's ranks, from the RANK their launcher gave them; rank 0 alone where none has one."""
@@ -114,6 +106,28 @@ class BuildLockWatch:
         fd = os.open(self.run_dir / WRAPPER_EVENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, file_mode(self.run_dir))
         with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
+
+
+def _building_in(directory: Path) -> bool:
+    """Whether a build runs in ``directory``: torch runs ninja there (``cwd=build_directory``) and the compilers
+    inherit it, whichever job (this one, or another sharing the cache) started them."""
+    try:
+        entries = os.listdir("/proc")
+        target = directory.resolve()
+    except OSError:
+        return False
+    for pid in entries:
+        if not pid.isdigit():
+            continue
+        try:
+            if Path(os.readlink(f"/proc/{pid}/cwd")) != target:
+                continue
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if os.path.basename(argv0) in BUILDERS:
+            return True
+    return False
 
 
 def _mtime(path: Path) -> float:
