@@ -36,6 +36,8 @@ def parse_args() -> argparse.Namespace:
                         "deterministic on CPU (a lower lr, in effect, cures it)")
     p.add_argument("--cpu-fp16-shim", action="store_true", help="let DeepSpeed's CPU accelerator do fp16")
     p.add_argument("--hub_token", help="unused: as HF scripts take one to push to the Hub (the probe must redact it)")
+    p.add_argument("--max_grad_norm", type=float, help="unused by the loop: TrainingArguments' flag, as HF scripts "
+                                                       "that call deepspeed.initialize themselves still take it")
     p.add_argument("--loader", action="store_true", help="feed batches through a torch DataLoader")
     p.add_argument("--slow-data-rank", type=int, default=None, help="fault: this rank's loader is slower ...")
     p.add_argument("--slow-data-s", type=float, default=0.0, help="... by this many seconds per batch")

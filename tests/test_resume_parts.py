@@ -154,20 +154,31 @@ def test_a_fix_and_resume_run_directory_reads_as_its_attempts(tmp_path) -> None:
 
 
 def test_when_fix_and_resume_itself_fails_the_jobs_own_status_stands(tmp_path) -> None:
-    """A real MemoryError (ZD406, a safe config fix) from a command that passes no DeepSpeed config: the relaunch
-    cannot be built, which is said in one line, and ``run`` exits with the job's own status."""
+    """A real MemoryError (ZD406, a safe config fix: its config offloads the optimizer, pinned) from a command that
+    passes no DeepSpeed config on its command line: the relaunch cannot be built, which is said in one line, and
+    ``run`` exits with the job's own status. The job prints its config as DeepSpeed's engine does
+    (runtime/config.py ``DeepSpeedConfig.print``: ``"{}:".format(name)``, then ``"  json = {}"`` of json.dumps with
+    indent 4), so the run shows which offload sections the patch may touch."""
     import subprocess
     import sys
 
     from tests.conftest import ROOT
 
+    config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "offload_optimizer": {
+        "device": "cpu", "pin_memory": True}}}
+    script = (f"import json; print('DeepSpeedEngine configuration:'); "
+              f"print('  json = ' + json.dumps({config!r}, sort_keys=True, indent=4, separators=(',', ':'))); "
+              "bytearray(1 << 62)")
     done = subprocess.run([sys.executable, "-m", "zerodoctor", "run", "--runs-dir", str(tmp_path), "--name", "j",
-                           "--fix-and-resume", "--", sys.executable, "-c", "bytearray(1 << 62)"],
+                           "--fix-and-resume", "--", sys.executable, "-c", script],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 1, done.stderr
     assert "MemoryError" in done.stderr  # the job's own output passed through
     trail = json.loads((tmp_path / "j" / "resume.json").read_text())
     assert [f["rule"] for f in trail["attempts"][0]["findings"]] == ["ZD406"]
+    # the patch unpins the one offload section the config has: no offload_param block for a ZeRO-2 run
+    assert trail["attempts"][0]["findings"][0]["fixes"][0]["config_patch"] == {
+        "zero_optimization": {"offload_optimizer": {"pin_memory": False}}}
     assert trail["outcome"].startswith("fix-and-resume failed: RelaunchError: the command passes no config")
     assert "exiting with the job's own status 1" in done.stderr
 

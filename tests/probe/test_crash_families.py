@@ -27,6 +27,12 @@ FAMILIES = [
 ]
 
 
+def _findings(path) -> dict[str, dict]:
+    proc = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never",
+                           str(path)], capture_output=True, text=True, timeout=180, cwd=ROOT)
+    return {f["rule"]: f for f in json.loads(proc.stdout)["findings"]}
+
+
 def _rules(*paths) -> set[str]:
     proc = subprocess.run([sys.executable, "-m", "zerodoctor", "diagnose", "--format", "json", "--fail-on", "never",
                            *map(str, paths)], capture_output=True, text=True, timeout=180, cwd=ROOT)
@@ -91,3 +97,20 @@ def test_an_auto_value_deepspeed_compares_with_a_number_is_named_a_config_fault(
     copied = tmp_path / "pasted.log"
     copied.write_bytes((run.run_dir / "console.log").read_bytes())
     assert "ZD627" in _rules(copied)
+
+
+@pytest.mark.parametrize(("clipping", "args", "meant"), [("1.0", (), 1.0), ("auto", ("--max_grad_norm", "0.5"), 0.5)],
+                         ids=["quoted", "auto-with-max-grad-norm"])
+def test_the_text_a_run_shows_the_number_of_gets_a_patch_deepspeed_accepts(tmp_path, clipping, args, meant) -> None:
+    """ZD627 had advice only. Where the run shows the number meant (a number in quotes; an "auto" whose
+    TrainingArguments flag, ``--max_grad_norm``, the command gives) its fix writes it, and DeepSpeed's own parser
+    accepts the patched config (``zerodoctor fix``)."""
+    run = record_run(tmp_path, "clip", {**CONFIG, "gradient_clipping": clipping}, "--steps", "4", *args)
+    finding = _findings(run.run_dir)["ZD627"]
+    (fix,) = [f for f in finding["fixes"] if f.get("config_patch")]
+    assert fix["config_patch"] == {"gradient_clipping": meant} and fix["safety"] == "safe", fix
+    (tmp_path / "ds.json").write_text(json.dumps({**CONFIG, "gradient_clipping": clipping}))
+    done = subprocess.run([sys.executable, "-m", "zerodoctor", "fix", str(tmp_path / "ds.json"), "--from",
+                           str(run.run_dir), "-o", str(tmp_path / "fixed.json")], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert json.loads((tmp_path / "fixed.json").read_text())["gradient_clipping"] == meant, done.stderr

@@ -14,6 +14,20 @@ MICRO_BATCH = "train_micro_batch_size_per_gpu"
 GRAD_ACCUM = "gradient_accumulation_steps"
 BATCH_KEYS = (TRAIN_BATCH, MICRO_BATCH, GRAD_ACCUM)
 
+# The config values the Trainer fills and matches, and the argument each comes from: transformers'
+# integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_process (fill_match, must_match).
+TRAINER_ARGUMENTS = {
+    "optimizer.params.lr": "--learning_rate",
+    "scheduler.params.warmup_max_lr": "--learning_rate",
+    MICRO_BATCH: "--per_device_train_batch_size",
+    GRAD_ACCUM: "--gradient_accumulation_steps",
+    "gradient_clipping": "--max_grad_norm",
+    "optimizer.params.eps": "--adam_epsilon",
+    "optimizer.params.weight_decay": "--weight_decay",
+    "fp16.enabled": "--fp16",
+    "bf16.enabled": "--bf16",
+}
+
 # zero_optimization (deepspeed/runtime/zero/config.py), in elements
 REDUCE_BUCKET_SIZE = 500_000_000
 ALLGATHER_BUCKET_SIZE = 500_000_000

@@ -28,6 +28,7 @@ from typing import BinaryIO, Callable
 from zerodoctor.probe import RUN_DIR_ENV, RUN_ID_ENV
 from zerodoctor.probe.crash import FAULT_SUFFIX
 from zerodoctor.probe.privacy import RUN_DIR_MODE, file_mode, redact_argv, redact_config
+from zerodoctor.launch.build_lock import BuildLockWatch
 from zerodoctor.launch.rank_deaths import closing_events, teardown_events
 from zerodoctor.sources.names import rank_event_files, rank_of
 
@@ -152,9 +153,10 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
                       file_mode(run_dir))
     with os.fdopen(console, "ab") as log:
         tees = [_Tee(sys.stdout.fileno(), log, lock), _Tee(sys.stderr.fileno(), log, lock)]
+        job_env = child_env(run_dir, run_id, site_dir, env)
         try:
             proc = subprocess.Popen(command, stdout=tees[0].child_fd, stderr=tees[1].child_fd,
-                                    env=child_env(run_dir, run_id, site_dir, env), process_group=0)
+                                    env=job_env, process_group=0)
         except OSError as exc:
             for tee in tees:
                 os.close(tee.child_fd)
@@ -162,12 +164,15 @@ def run(command: list[str], runs_dir: Path, name: str | None = None, *, append: 
             raise RunError(f"{command[0]}: {exc.strerror}") from None
         for tee in tees:
             tee.start()
+        lock_watch = BuildLockWatch(run_dir, run_id, job_env)  # a silent wait on a stale build lock: wrapper.jsonl
+        lock_watch.start()
         previous = _forward_signals(proc.pid, forwarded)
         if started is not None:
             started(proc.pid)
         try:
             returncode = _wait(proc)
         finally:
+            lock_watch.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         for tee in tees:

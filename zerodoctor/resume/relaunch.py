@@ -19,26 +19,13 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from zerodoctor.deepspeed.defaults import GRAD_ACCUM, MICRO_BATCH
+from zerodoctor.deepspeed.defaults import TRAINER_ARGUMENTS
 from zerodoctor.resume.checkpoints import Saved
 
 CONFIG_FLAGS = ("--deepspeed", "--deepspeed_config", "--deepspeed-config")
 # TrainingArguments' flag takes the config's path (DeepSpeed's own ``--deepspeed`` is a switch before
 # ``--deepspeed_config PATH``).
 TRAINER_CONFIG_FLAG = "--deepspeed"
-# The config values the Trainer fills and matches, and the argument each comes from: transformers'
-# integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_process (fill_match, must_match).
-TRAINER_ARGUMENTS = {
-    "optimizer.params.lr": "--learning_rate",
-    "scheduler.params.warmup_max_lr": "--learning_rate",
-    MICRO_BATCH: "--per_device_train_batch_size",
-    GRAD_ACCUM: "--gradient_accumulation_steps",
-    "gradient_clipping": "--max_grad_norm",
-    "optimizer.params.eps": "--adam_epsilon",
-    "optimizer.params.weight_decay": "--weight_decay",
-    "fp16.enabled": "--fp16",
-    "bf16.enabled": "--bf16",
-}
 _BOOLEAN_WORDS = {"true", "false", "yes", "no", "1", "0", "t", "f", "y", "n"}  # HfArgumentParser's string_to_bool
 _ABSENT = object()
 

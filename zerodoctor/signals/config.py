@@ -97,6 +97,11 @@ SIGNALS = [
     _dumped("config.unknown_keys", "keys", "keys DeepSpeed does not know (and ignores)"),
     _dumped("config.close_matches", "keys", "unknown key → the known key it is close to, where one is (dotted)"),
     _dumped("config.unknown_keys_patch", "patch", "merge patch renaming each misspelt key to its close match"),
+    _dumped("config.numbers_for_text", "keys", "each config value DeepSpeed reads as a number that is text, where the "
+                                               "run shows the number: a number in quotes, or an \"auto\" whose "
+                                               "TrainingArguments flag the command line gives → that number"),
+    _dumped("config.unpin_patch", "patch", "merge patch turning pin_memory off in each offload section the config "
+                                           "has that offloads to the host or NVMe and pins"),
     _dumped("config.auto_keys", "keys", "values written as \"auto\", for HF Trainer or Accelerate to fill"),
     _dumped("config.sequence_parallel_size", "ranks", "sequence_parallel_size (default 1)"),
     _dumped("config.accelerate_dp_size", "ranks", "world size / sequence_parallel_size: the ranks Accelerate fills "
@@ -121,6 +126,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     out.update(_checkpointing(config))
     out.update(_warmup(config, values, finished=bool(view.events.get("run_end"))))
     out.update(_unknown_keys(config))
+    out.update(_text_numbers(config, out["config.string_numbers"], view.first_start().get("argv") or []))
+    out.update(_unpinned(config))
     out.update(_auto(config, values.get("run.world_size")))
     stage = _number(nested(config, "zero_optimization.stage", 0))
     offload_param = nested(config, "zero_optimization.offload_param.device")
@@ -160,6 +167,38 @@ def _patch_at(patch: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 def _string_numbers(config: dict[str, Any], quoted: dict[str, Any]) -> dict[str, Any]:
     found = [(p, v) for p, v in _leaves(config) if isinstance(v, str) and _number(v) is not None]
     return {"config.string_numbers": {**quoted, **{".".join(p): _number(v) for p, v in found}}}
+
+
+def _text_numbers(config: dict[str, Any], quoted: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+    """The numbers meant where the config holds text: a number in quotes as that number, and an "auto" that
+    nothing filled (a script calling deepspeed.initialize itself) as the value of the TrainingArguments flag the
+    Trainer would have filled it from (``ds.TRAINER_ARGUMENTS``), where the command line gives one."""
+    out = dict(quoted)
+    for key, flag in ds.TRAINER_ARGUMENTS.items():
+        if nested(config, key) == "auto" and (given := _flag_value(argv, flag)) is not None:
+            out[key] = given
+    return {"config.numbers_for_text": out} if out else {}
+
+
+def _flag_value(argv: list[str], flag: str) -> float | int | None:
+    """The number ``flag`` takes in ``argv`` (``--flag 0.5`` or ``--flag=0.5``), or None."""
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return _number(argv[i + 1])
+        if arg.startswith(flag + "="):
+            return _number(arg[len(flag) + 1:])
+    return None
+
+
+def _unpinned(config: dict[str, Any]) -> dict[str, Any]:
+    """pin_memory off in each offload section the config has that offloads and pins (DeepSpeed pins by default):
+    never a section the run does not have (an offload_param block added to a stage-2 config is ZD602's)."""
+    patch = {}
+    for section in ("offload_optimizer", "offload_param"):
+        node = nested(config, f"zero_optimization.{section}")
+        if isinstance(node, dict) and node.get("device") in ("cpu", "nvme") and node.get("pin_memory") is not False:
+            patch[section] = {"pin_memory": False}
+    return {"config.unpin_patch": {"zero_optimization": patch}} if patch else {}
 
 
 def _quoted_by_trainer(view: RunView) -> dict[str, Any]:

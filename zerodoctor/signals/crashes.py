@@ -50,6 +50,8 @@ SIGNALS = [
     Signal("crash.extension_lock_waiters", "ranks",
            "how many ranks' logs end waiting for another process's JIT build of an op"),
     Signal("crash.ranks_extension_lock_waiters", "ranks", "the ranks waiting on the JIT build lock"),
+    Signal("crash.extension_lock", "text", "the stale JIT build lock file the wrapper found while the job was "
+                                           "silent (``zerodoctor run``)", label="stale build lock"),
 ]
 
 
@@ -75,6 +77,8 @@ def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:
     seen["error_exits"] = _error_exits(run, ended)
     out["crash.error_exit_code"] = next((e["exit_code"] for e in ended if e["rank"] in seen["error_exits"]), None)
     seen["extension_lock_waiters"] = _lock_waiters(run)
+    out["crash.extension_lock"] = next((e["data"]["lock"] for e in reversed(run.events.get("log", []))
+                                        if e.get("what") == "extension" and "lock" in (e.get("data") or {})), None)
     for name, ranks in seen.items():
         out[f"crash.{name}"] = len(ranks)
         out[f"crash.ranks_{name}"] = sorted(ranks) or None
@@ -90,7 +94,8 @@ def _error_exits(run: RunView, ended: list[dict[str, Any]]) -> set[int]:
 
 
 def _lock_waiters(run: RunView) -> set[int]:
-    """Ranks caught waiting on the build lock, or whose last word was the extensions root."""
+    """Ranks caught waiting on the build lock (a stack dump in file_baton's wait, or the wrapper's sighting of a
+    silent job and a stale lock: launch/build_lock.py), or whose last word was the extensions root."""
     last: dict[int, tuple[float, str]] = {}
     waiting: set[int] = set()
     for log in run.events.get("log", []):

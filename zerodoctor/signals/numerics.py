@@ -32,11 +32,16 @@ COLLAPSE_STREAK = 4  # overflows in consecutive steps past calibration: the scal
 COSTLY_SHARE = 0.5  # skipped steps, of the steps the run shows, that make a calibration costly, never harmless
 LR_ROSE = 0.95  # lr now above this share of the highest lr before the late overflows did not rise
 MIN_SCALE_MESSAGE = "loss scale already at minimum"
+# What a dynamic scaler does at min_loss_scale: ZeRO's DynamicLossScaler (runtime/fp16/loss_scaler.py, stages 1-3)
+# raises MIN_SCALE_MESSAGE there since DeepSpeed 0.6.5 (raise_error_at_min_scale, on by default); FP16_Optimizer and
+# FP16_UnfusedOptimizer (fused_optimizer.py, unfused_optimizer.py: stage 0) keep max(scale / 2, min_loss_scale) in
+# every version, with no hysteresis, and skip every step that still overflows, as ZeRO did before 0.6.5
+RAISES_SINCE = (0, 6, 5)
 
 _fp16 = shown_by(STEPS, switch=FP16_LINES)
 _stepwise = shown_by(STEPS, switch=STEP_LINES)
 
-READS = ("run.precision",)
+READS = ("run.precision", "run.zero_stage")
 
 SIGNALS = [
     _fp16("fp16.enabled", "bool", "fp16 mixed precision is on", label="whether fp16 mixed precision is on"),
@@ -70,15 +75,24 @@ SIGNALS = [
     verdict("fp16.scaler_verdict", "what the dynamic scaler did: aborted (DeepSpeed raised at min_loss_scale) | "
             "below_one | at_floor (the last overflow left the scale where it was: at min_loss_scale, still "
             f"overflowing) | collapsing (at most {COLLAPSE_OVERFLOWS_LEFT} overflows from the minimum, still "
-            f"overflowing, or {COLLAPSE_STREAK} in consecutive steps past calibration) | calibration (overflows "
+            f"overflowing, or {COLLAPSE_STREAK} in consecutive steps past calibration) | collapsing_to_floor (the "
+            "same where the scaler skips on at the minimum, never aborting) | calibration (overflows "
             "only while it found its scale) | costly_calibration (those overflows skipped most of the steps shown) | "
             "settled (none of these)",
-            ("aborted", "below_one", "at_floor", "collapsing", "calibration", "costly_calibration", "settled"),
+            ("aborted", "below_one", "at_floor", "collapsing", "collapsing_to_floor", "calibration",
+             "costly_calibration", "settled"),
+            {"collapsing_to_floor": ("fp16.recent_overflow_rate", "fp16.recent_steps")},
             shown_by=(STEPS,), switch=FP16_LINES),
     _fp16("fp16.skipped_clean_steps", "steps", "steps shown that did not overflow"),
     _fp16("fp16.scale_set_power", "log2", "log2 of the scale last set: an initial_scale_power that skips what "
                                           "calibration the run shows"),
     _fp16("fp16.overflows_to_min", "overflows", "consecutive overflows left before DeepSpeed aborts at min scale"),
+    _fp16("fp16.overflows_to_floor", "overflows", "consecutive overflows left before the scale reaches "
+                                                  "min_loss_scale, where this run's scaler skips on, never aborting"),
+    verdict("fp16.scaler_at_min", "what this run's scaler does at min_loss_scale: aborts (ZeRO's DynamicLossScaler, "
+            "DeepSpeed 0.6.5+) | skips_on (FP16_Optimizer or FP16_UnfusedOptimizer at ZeRO stage 0, or ZeRO before "
+            "0.6.5: the scale stays there and each step that overflows is skipped)", ("aborts", "skips_on"),
+            shown_by=(STEPS,), switch=FP16_LINES),
     _fp16("fp16.calibrated_scale_power", "log2", "log2 of the first scale that held: an initial_scale_power that "
                                                  "skips calibration"),
     _fp16("fp16.suggested_lr", "lr", "the lr to configure: stable_lr when lr grew into the overflows, else half of "
@@ -316,13 +330,21 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         out["fp16.scale_set_power"] = int(math.log2(out["fp16.loss_scale_set"]))
     if fold.first_held_scale:
         out["fp16.calibrated_scale_power"] = int(math.log2(fold.first_held_scale))
-    if out["fp16.dynamic"] and (hit_min or fp16_config is not None):
+    at_min = _at_min(view, values, hit_min) if out["fp16.dynamic"] else None
+    out["fp16.scaler_at_min"] = at_min
+    if at_min == "aborts" and (hit_min or fp16_config is not None):
         out["fp16.overflows_to_min"] = 0 if hit_min else _ScalerReplay(fp16_config, fold.replay).overflows_to_min()
+    to_floor = None
+    if at_min == "skips_on" and fp16_config is not None:
+        to_floor = _ScalerReplay(fp16_config, fold.replay).halvings_to_min()
+        out["fp16.overflows_to_floor"] = to_floor or None  # 0: there already, and the message says where it is
     if out["fp16.dynamic"]:
         # The last overflow line set the scale it had tried ("from 1 to 1"): max(scale / 2, min_loss_scale) is at
         # its floor, and a scaler that does not raise there (FP16_Optimizer, ZeRO before 0.6.5) skips on
         floor = set_line is not None and set_line.get("attempted") == said and not fold.scale_last_clean
-        out["fp16.scaler_verdict"] = _scaler_verdict(out, fold, floor)
+        # or a run whose scaler skips on at the minimum, there now, its last step an overflow (no log line needed)
+        floor = floor or (to_floor == 0 and not fold.scale_last_clean)
+        out["fp16.scaler_verdict"] = _scaler_verdict(out, fold, floor, to_floor == 0)
     if fold.lr_last is not None:
         # Before the overflows began: the first after calibration, or the first of a run that never calibrated
         # (a warm-up into overflows within its first 20 steps)
@@ -339,9 +361,36 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _scaler_verdict(out: dict[str, Any], fold: Fold, floor: bool) -> str:
+def _at_min(view: RunView, values: dict[str, Any], hit_min: bool) -> str | None:
+    """What the run's scaler does at min_loss_scale (RAISES_SINCE): the abort itself, the scaler a log's overflow
+    line names, else the ZeRO stage (0 where a config is known without one) and the DeepSpeed version. ZeRO's
+    "[deepspeed] OVERFLOW!" with no version known is taken to raise: of the versions that print it, only 0.6.4
+    does not."""
+    if hit_min:
+        return "aborts"
+    printed = [e.get("data") or {} for e in view.events.get("log", []) if e.get("what") == "dynamic_loss_scaler"]
+    if any(d.get("scaler") == "FP16_Optimizer" or d.get("tag") == "deepscale" for d in printed):
+        return "skips_on"
+    stage = values.get("run.zero_stage")
+    stage = 0 if stage is None and view.config else stage
+    if stage == 0:
+        return "skips_on"
+    version = _version((view.first_start().get("versions") or {}).get("deepspeed"))
+    if version is not None and version < RAISES_SINCE:
+        return "skips_on"
+    return "aborts" if stage is not None or printed else None
+
+
+def _version(text: str | None) -> tuple[int, ...] | None:
+    """"0.6.4+abc" → (0, 6, 4); None where it is not a version."""
+    parts = (text or "").split("+")[0].split(".")[:3]
+    return tuple(int(p) for p in parts) if len(parts) == 3 and all(p.isdigit() for p in parts) else None
+
+
+def _scaler_verdict(out: dict[str, Any], fold: Fold, floor: bool, at_floor: bool) -> str:
     """Collapse told from calibration: the scaler's abort, a scale below 1, a scale pinned at its floor that still
-    overflows (``floor``), a scale still halving toward the minimum or halving in COLLAPSE_STREAK consecutive steps
+    overflows (``floor``; ``at_floor``: a scaler that skips on is at the minimum now), a scale still halving toward
+    the minimum (toward an abort, or where the scaler skips on) or halving in COLLAPSE_STREAK consecutive steps
     past calibration; else overflows only while it found its scale, costly where they skipped most of the steps
     shown (a log of overflow lines alone shows no clean step: its share says nothing of the run's)."""
     if out["fp16.hit_min_scale"]:
@@ -350,10 +399,10 @@ def _scaler_verdict(out: dict[str, Any], fold: Fold, floor: bool) -> str:
         return "below_one"
     if floor and fold.overflows >= COLLAPSE_MIN_OVERFLOWS:
         return "at_floor"
-    left = out.get("fp16.overflows_to_min")
+    left = 0 if at_floor else out.get("fp16.overflows_to_min", out.get("fp16.overflows_to_floor"))
     if (left is not None and left <= COLLAPSE_OVERFLOWS_LEFT and out["fp16.recent_overflow_rate"] >= COLLAPSE_RATE
             and fold.overflows >= COLLAPSE_MIN_OVERFLOWS) or fold.late_streak >= COLLAPSE_STREAK:
-        return "collapsing"
+        return "collapsing_to_floor" if out.get("fp16.scaler_at_min") == "skips_on" else "collapsing"
     if not fold.calibration_overflows or fold.late_overflows or not (
             fold.calibrated or out.get("fp16.calibration_from_start")):
         return "settled"
@@ -415,6 +464,16 @@ class _ScalerReplay:
         self.last_overflow = self.it
         self.it += 1
         return True
+
+    def halvings_to_min(self) -> int | None:
+        """Consecutive overflows from here until the scale is min_loss_scale, for a scaler that halves at each one
+        (FP16_Optimizer's ``_update_scale``: no hysteresis); None where no number of them gets there."""
+        scale = self.scale
+        for halvings in range(_MAX_HALVINGS):
+            if scale <= self.min_scale:
+                return halvings
+            scale = max(scale / 2, self.min_scale)
+        return None
 
     def overflows_to_min(self) -> int | None:
         """Consecutive overflows from here until DeepSpeed raises, counted, not replayed one by one; None

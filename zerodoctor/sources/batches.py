@@ -23,7 +23,7 @@ from zerodoctor.sources.chrome_trace import is_trace_file, looks_like_trace, tra
 from zerodoctor.sources.csv_monitor import is_monitor_file, monitor_file
 from zerodoctor.sources.flight_recorder import dumps_in, is_dump_file
 from zerodoctor.sources.lines import CHUNK, MAX_LINE_BYTES, Block, read_blocks
-from zerodoctor.sources.names import named_by
+from zerodoctor.sources.names import WRAPPER_EVENTS, named_by
 from zerodoctor.sources.readable import open_log
 from zerodoctor.sources.rejects import BadLine, Rejected
 
@@ -59,16 +59,20 @@ def parsers(run_id: str | None = None, path: Path | None = None) -> dict[str, Ca
 def run_files(directory: Path) -> list[tuple[Path, str]]:
     """The files of a run directory to read: those of the first source pattern that matches any.
 
-    Rank event files win over ``console.log``: reading both would count every step twice. A
+    Rank event files win over ``console.log``: reading both would count every step twice. The wrapper's own
+    events (``wrapper.jsonl``) are read beside either. A
     fix-and-resume run's directory holds its attempts, each a run directory: their files, each
     attempt its own run (``<id>.attempt-K``). A file the glob finds that is none of its pattern's files
     (``names.named_by``: ``rank-0.1.jsonl``, a copy beside rank 0's) is not read (``strays``).
     """
     known = parsers()
+    # what the wrapper saw of the job from outside (a silent wait on a stale build lock) counts no step: read
+    # beside rank files and console alike
+    beside = [(directory / WRAPPER_EVENTS, "jsonl")] if (directory / WRAPPER_EVENTS).is_file() else []
     for pattern, fmt in source_patterns():
         found = [path for path in sorted(directory.glob(pattern)) if named_by(path.name, pattern)]
-        if found and fmt in known:
-            return [(path, fmt) for path in found]
+        if found and fmt in known and pattern != WRAPPER_EVENTS:
+            return [(path, fmt) for path in found] + beside
     if attempts := attempt_dirs(directory):  # one run's attempts, each its own run directory
         return [file for attempt in attempts for file in run_files(attempt)]
     # dumps under any TORCH_FR_DUMP_TEMP_FILE prefix: known by their first bytes

@@ -170,7 +170,8 @@ class DeepSpeedDialect(timers.GluesCutLines):
                 out.append(self.context.event("log", line, rank=rank, message=match.group(0), source=self.name,
                                               level="WARNING", what="static_loss_scaler"))
             elif "reducing to" in text or "Reducing hysteresis" in text:
-                out += self._dynamic(line, rank, match.group(0))
+                tag = "deepscale" if match.group(0).startswith("[deepscale]") else "deepspeed"
+                out += self._dynamic(line, rank, match.group(0), {"scaler": "DynamicLossScaler", "tag": tag})
                 reduced = _REDUCED_TO.search(text, match.end())
                 if reduced:
                     self._scale_set = (line, rank, scale, float(reduced.group(1)))
@@ -187,7 +188,7 @@ class DeepSpeedDialect(timers.GluesCutLines):
             self._scale_set = (line, self._rank(line), float(match.group(1)), float(match.group(2)))
             return self.clock.add(line, self._rank(line), "reducing",
                                   {"overflow": True, "loss_scale": float(match.group(1))}) + self._dynamic(
-                line, self._rank(line), match.group(0))
+                line, self._rank(line), match.group(0), {"scaler": "FP16_Optimizer"})
         match = _STATIC.search(text)
         if match:
             return self.clock.add(line, self._rank(line), "static",
@@ -198,12 +199,15 @@ class DeepSpeedDialect(timers.GluesCutLines):
             return self.clock.add(line, self._rank(line), "detected", {"overflow": True, "loss_scale": scale})
         return None
 
-    def _dynamic(self, line: Line, rank: int, message: str) -> list[Event]:
-        """Only DeepSpeed's DynamicLossScaler lowers the scale ("reducing to", hysteresis): say so once."""
-        if not self._once(("dynamic",)):
+    def _dynamic(self, line: Line, rank: int, message: str, data: dict[str, str]) -> list[Event]:
+        """A dynamic scaler lowered the scale: say so once per scaler that printed it. ZeRO's DynamicLossScaler
+        (runtime/fp16/loss_scaler.py) prints "OVERFLOW! … reducing to" or "Reducing hysteresis", ``[deepscale]``
+        before 0.6.4; FP16_Optimizer and FP16_UnfusedOptimizer (fused_optimizer.py, unfused_optimizer.py: ZeRO
+        stage 0) print "Reducing dynamic loss scale from A to B", in every version, and nothing else does."""
+        if not self._once(("dynamic", data["scaler"])):
             return []
         return [self.context.event("log", line, rank=rank, message=message, source=self.name, level="INFO",
-                                   what="dynamic_loss_scaler")]
+                                   what="dynamic_loss_scaler", data=data)]
 
     def _previous(self, line: Line) -> str:
         """The line before this one, as read: the first piece of a line a terminal cut, where this is the second."""

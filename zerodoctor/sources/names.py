@@ -15,6 +15,7 @@ from pathlib import Path
 
 RANK = "rank-*"  # at the start of a source pattern, the ``*`` is a rank's number
 RANK_EVENTS = "rank-*.jsonl"  # the probe's events, one file per rank
+WRAPPER_EVENTS = "wrapper.jsonl"  # what ``zerodoctor run`` saw of the job from outside (launch/build_lock.py)
 _NUMBER = re.compile(r"0|[1-9][0-9]*")  # as ``f"rank-{rank}"`` writes it: rank-01 would be a copy of rank-1 too
 
 

@@ -17,6 +17,12 @@ the generic ``Some NCCL operations have failed or timed out`` (1.x–2.x, after 
 for ``EPITAPH_LINES`` lines and dropped when the exception it announces names another fault (``terminate called …
 what():  NCCL error: unhandled system error``), so an NCCL failure is no timeout; that exception may follow on the
 epitaph's own line, in a paste that lost its line breaks.
+
+Before its timeout the store-based barrier says it still waits, every 10 s or more (``Waiting in store based barrier
+to initialize process group for [N seconds]rank: R, key: K (world_size=W, worker_count|num_workers_joined=C, …)``):
+a ``log`` ``store_barrier_wait`` (``signals/barrier.py``) once per rank, key and count, and again when the seconds it
+states grew by ``WAIT_GROWTH``, so a wait of hours is a few events; ``Rank R: Completed store-based barrier for
+key:K with W nodes.`` is its end, a ``store_barrier_done``.
 """
 
 from __future__ import annotations
@@ -41,6 +47,15 @@ _GLOO = re.compile(r"Timed out waiting (\d+) ?ms for (send|recv) operation to co
 # joined ("rank: 7" before 2.0, "rank 7" since; "worker_count" then "num_workers_joined")
 _BARRIER = re.compile(r"Timed out initializing process group in store based barrier on rank:? (\d+), for key: \S+ "
                       r"\(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), timeout=([\d:.]+)")
+# the same function before its timeout: 1.8-1.13 "rank: R, key: K (world_size=W, worker_count=C, timeout=T)" (info);
+# 2.0-2.1 "num_workers_joined=C"; 2.2+ (debug) "for N secondsrank: R, …, timeout=T error=E)" (no space before "rank")
+_WAITING = re.compile(r"Waiting in store based barrier to initialize process ?group for (?:([\d.]+) seconds)?\s*"
+                      r"rank: (\d+), key: (\S+) \(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), "
+                      r"timeout=((?:\d+ days?, )?[\d:.]+)")
+_DONE = re.compile(r"Rank (\d+): Completed store-based barrier for key:(\S+) with (\d+) nodes")
+# A waiting rank's line is told again once the seconds it states grew by this factor: a 30 min wait is about 13
+# events per rank (2,048 ranks log one line each every 10 s), and the wait a finding states is at most a third short
+WAIT_GROWTH = 1.5
 _FAILED = "Some NCCL operations have failed or timed out"
 # 1.3-1.7: a blocking wait (NCCL_BLOCKING_WAIT=1) raised this, naming nothing else
 _BLOCKING_1X = "RuntimeError: Operation timed out!"
@@ -79,7 +94,8 @@ class NcclDialect:
     name = "nccl"
     keywords = (b"Watchdog caught", b"Caught collective", b"ProcessGroupNCCL's watchdog", b"Operation timed out!",
                 b"Work WorkNCCL(", b"Timed out waiting", b"Some NCCL operations",
-                b"Timed out initializing process group")
+                b"Timed out initializing process group", b"Waiting in store based barrier",
+                b"Completed store-based barrier")
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -87,6 +103,7 @@ class NcclDialect:
         self._seen: set[tuple[int, int]] = set()
         self._wrapped: list[Line] = []  # the lines of a message whose end is still to come
         self._epitaphs: dict[int, _Epitaph] = {}  # per rank: the generic epitaph, until its exception is read
+        self._waits: dict[tuple[int, str], tuple[int, float]] = {}  # (rank, key) → the count and seconds last told
 
     @property
     def holding(self) -> bool:
@@ -99,6 +116,8 @@ class NcclDialect:
         return held + self._feed(line)
 
     def _feed(self, line: Line) -> list[Event]:
+        if not self._wrapped and (barrier := _WAITING.search(line.text) or _DONE.search(line.text)):
+            return self._barrier(line, barrier)
         lines, self._wrapped = [*self._wrapped, line], []
         text = joined(lines, _whole) if len(lines) > 1 else line.text
         match = _work(text)
@@ -120,6 +139,26 @@ class NcclDialect:
         return [self.context.event("log", line, rank=rank, message=match.group(0), source=self.name, level="ERROR",
                                    what="collective_timeout", data={k: v for k, v in data.items() if v is not None},
                                    step=self.context.last_step())]
+
+    def _barrier(self, line: Line, match: re.Match) -> list[Event]:
+        """A store-based barrier still waiting, told when its count changed or its stated wait grew; or done."""
+        if match.re is _DONE:
+            rank, key, world = match.groups()
+            self._waits.pop((int(rank), key), None)
+            return [self.context.event("log", line, rank=int(rank), message=match.group(0), source=self.name,
+                                       level="INFO", what="store_barrier_done",
+                                       data={"key": key, "world_size": int(world)}, step=self.context.last_step())]
+        waited, rank, key, world, joined, timeout = match.groups()
+        said = self._waits.get((int(rank), key))
+        seconds = float(waited) if waited else 0.0
+        if said is not None and said[0] == int(joined) and (not seconds or seconds < WAIT_GROWTH * said[1]):
+            return []
+        self._waits[(int(rank), key)] = (int(joined), seconds)
+        data = {"key": key, "world_size": int(world), "joined": int(joined), "timeout_s": _seconds(timeout),
+                "waited_s": seconds if waited else None}
+        return [self.context.event("log", line, rank=int(rank), message=match.group(0), source=self.name,
+                                   level="WARNING", what="store_barrier_wait", step=self.context.last_step(),
+                                   data={k: v for k, v in data.items() if v is not None})]
 
     def finish(self) -> list[Event]:
         lines, self._wrapped = self._wrapped, []
@@ -167,6 +206,13 @@ class NcclDialect:
                 self._epitaphs[rank] = _Epitaph(event, EPITAPH_LINES)
             return []
         return [event]
+
+
+def _seconds(timeout: str) -> float:
+    """A ``datetime.timedelta`` as ``str`` prints it ("0:30:00", "1 day, 0:00:00") in seconds."""
+    days, _, clock = timeout.rpartition(", ")
+    h, m, s = clock.split(":") if clock.count(":") == 2 else ("0", "0", "0")
+    return (int(days.split()[0]) * 86400.0 if days else 0.0) + int(h) * 3600 + int(m) * 60 + float(s)
 
 
 @dataclass

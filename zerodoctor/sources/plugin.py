@@ -19,9 +19,11 @@ def register_sources() -> list[tuple[str, str]]:
     # A flight recorder dump or a profiler trace beside them is read as well (``pipeline.expand_inputs``).
     # ``rank-*`` is a rank's number (``names.named_by``): a copy such as rank-0.1.jsonl is no rank's file.
     from zerodoctor.sources.flight_recorder import DUMP_PATTERN
-    from zerodoctor.sources.names import RANK_EVENTS
+    from zerodoctor.sources.names import RANK_EVENTS, WRAPPER_EVENTS
 
-    return [(RANK_EVENTS, "jsonl"), ("console.log", "text"), (DUMP_PATTERN, "flight-recorder")]
+    # the wrapper's own events are read beside whichever of the others wins (batches.run_files)
+    return [(RANK_EVENTS, "jsonl"), ("console.log", "text"), (DUMP_PATTERN, "flight-recorder"),
+            (WRAPPER_EVENTS, "jsonl")]
 
 
 @hookimpl

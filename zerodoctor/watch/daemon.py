@@ -36,7 +36,7 @@ from zerodoctor.pipeline import Pipeline
 from zerodoctor.rulebook.finding import Finding, Judgement
 from zerodoctor.rulebook.loader import Rule
 from zerodoctor.sources.batches import Batch, run_files, source_patterns
-from zerodoctor.sources.names import rank_of
+from zerodoctor.sources.names import WRAPPER_EVENTS, rank_of
 from zerodoctor.sources.readable import UnreadableFile
 from zerodoctor.store import files as stored_files
 from zerodoctor.store import findings as stored_findings
@@ -130,11 +130,12 @@ class Watcher:
         run_dirs = {d.resolve(): None for root in self.roots for d in (root, *sorted(root.glob("*/")))}
         by_path = {_resolved(path): fmt for d in run_dirs for path, fmt in run_files(d)}
         found = sorted(by_path.items())
-        formats = {path.parent: fmt for path, fmt in found}
+        # a directory's source: rank files or console (the wrapper's own events are read beside either)
+        formats = {path.parent: fmt for path, fmt in found if path.name != WRAPPER_EVENTS}
         self.skipped = {path: skip for path, skip in self.skipped.items() if path in by_path}
         self.linked = {path: other for path, other in self.linked.items() if path in by_path}
         for path, tail in list(self.tails.items()):
-            if formats.get(path.parent, tail.fmt) != tail.fmt:
+            if path.name != WRAPPER_EVENTS and formats.get(path.parent, tail.fmt) != tail.fmt:
                 tail.close()
                 del self.tails[path]
         unchanged = {path for path, (_, stamp) in self.skipped.items() if _stamp(path) == stamp}
