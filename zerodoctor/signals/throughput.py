@@ -48,8 +48,8 @@ SIGNALS = [
     Signal("throughput.last_step", "step", "last step of that window"),
     verdict("throughput.verdict",
             f"model FLOPs utilisation judged: low (under {LOW_MFU:.0%} of the peak for the run's precision), "
-            "low_if_half (under it against the fp16/bf16 peak, the run's precision not shown), fine",
-            ("low", "low_if_half", "fine")),
+            "low_if_half (under it against the fp16/bf16 peak, the run's precision not shown), fine, "
+            "host_only (DeepSpeed's CPU accelerator: no GPU)", ("low", "low_if_half", "fine", "host_only")),
 ]
 
 STEP_FIELDS = {"tflops": "mean", "tokens": "mean", "step_time_s": "max"}
@@ -66,7 +66,7 @@ class Fold(runview.Fold):
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     if values.get("run.host_only"):
-        return {}  # DeepSpeed's CPU accelerator: no GPU, no peak
+        return {"throughput.verdict": "host_only"}  # DeepSpeed's CPU accelerator: no GPU, no peak, nothing to judge
     fold: Fold = view.fold(__name__)
     out: dict[str, Any] = {}
     achieved = _achieved(fold, values.get("run.params"))
