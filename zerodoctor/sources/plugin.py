@@ -30,13 +30,15 @@ def register_parsers(run_id: str | None, path: Path | None) -> dict[str, Callabl
     from zerodoctor.sources.flight_recorder import FlightRecorderParser
     from zerodoctor.sources.jsonl import JsonlParser
     from zerodoctor.sources.profiler_trace import ProfilerTraceParser
+    from zerodoctor.sources.tensorboard_events import TensorBoardParser
     from zerodoctor.sources.text import TextParser
 
     # a flight recorder dump's rank and a trace's are in its file name
     return {"jsonl": partial(JsonlParser, run_id), "text": partial(TextParser, run_id),
             "flight-recorder": partial(FlightRecorderParser, run_id, path=path),
             "chrome-trace": partial(ProfilerTraceParser, run_id, path=path),
-            "csv-monitor": partial(CsvMonitorParser, run_id, path=path)}
+            "csv-monitor": partial(CsvMonitorParser, run_id, path=path),
+            "tensorboard": partial(TensorBoardParser, run_id, path=path)}
 
 
 @hookimpl
