@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, diagnose_json
+from tests.sources.perf_families import _MEG_THROUGHPUT
+from tests.sources.test_gpu_table import TABLES
 from tests.sources.test_perf_families import events_of
 from tests.sources.test_perf_real_pastes import MEGATRON_756
 from zerodoctor.signals import throughput
@@ -81,3 +83,23 @@ def test_the_cpu_accelerator_is_silent(tmp_path: Path) -> None:
     report = diagnose_json(_run(tmp_path, env={"DS_ACCELERATOR": "cpu"}))
     assert "ZD803" not in {f["rule"] for f in report["findings"]}
     assert "ZD803" not in {u["rule"] for u in report["unevaluated"]}
+
+
+def _console(tmp_path: Path, tflops: float) -> Path:
+    """SparK#8's real nvidia-smi rows (tests/sources/test_gpu_table.py), then Megatron iteration lines built from
+    training.py's format string (tests/sources/perf_families.py, labelled there) printing ``tflops``."""
+    table, _ = TABLES["spark-8"]
+    lines = [_MEG_THROUGHPUT.format(i, 1000, i * 64, 1000.0, tflops, 1.5e-4, 64, 2.5, 65536.0, 0, 0)
+             for i in (10, 20, 30)]
+    path = tmp_path / "console.log"
+    path.write_text("\n".join([table, *lines]) + "\n")
+    return path
+
+
+def test_a_console_names_its_gpu_by_nvidia_smi_and_is_judged(tmp_path: Path) -> None:
+    """No probe: the GPU from nvidia-smi's row, the TFLOP/s from Megatron's line, the precision unshown."""
+    found = {f["rule"]: f for f in diagnose_json(_console(tmp_path, 31.2))["findings"]}
+    assert found["ZD803"]["message"].startswith(
+        "each GPU reaches 31.2 TFLOP/s of model math, 10.0% of the A100's 312 TFLOP/s fp16/bf16 peak")
+    report = diagnose_json(_console(tmp_path, 150.0))
+    assert "ZD803" not in {f["rule"] for f in report["findings"]} | {u["rule"] for u in report["unevaluated"]}

@@ -49,7 +49,8 @@ SIGNALS = [
     verdict("throughput.verdict",
             f"model FLOPs utilisation judged: low (under {LOW_MFU:.0%} of the peak for the run's precision), "
             "low_if_half (under it against the fp16/bf16 peak, the run's precision not shown), fine, "
-            "host_only (DeepSpeed's CPU accelerator: no GPU)", ("low", "low_if_half", "fine", "host_only")),
+            "host_only (DeepSpeed's CPU accelerator: no GPU)", ("low", "low_if_half", "fine", "host_only"),
+            label="model FLOPs utilisation against the GPU's peak"),
 ]
 
 STEP_FIELDS = {"tflops": "mean", "tokens": "mean", "step_time_s": "max"}

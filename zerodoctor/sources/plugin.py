@@ -47,6 +47,7 @@ def register_dialects() -> list[type]:
     from zerodoctor.sources.crashes import CrashDialect
     from zerodoctor.sources.deepspeed import DeepSpeedDialect
     from zerodoctor.sources.fatal import FatalDialect
+    from zerodoctor.sources.gpu_table import GpuTableDialect
     from zerodoctor.sources.hf import HuggingFaceDialect
     from zerodoctor.sources.megatron import MegatronDialect
     from zerodoctor.sources.nccl import NcclDialect
@@ -54,4 +55,4 @@ def register_dialects() -> list[type]:
     from zerodoctor.sources.torch import TorchDialect
 
     return [DeepSpeedDialect, TorchDialect, NcclDialect, HuggingFaceDialect, MegatronDialect, CrashDialect,
-            FatalDialect, StackDumpDialect, AmpScalerDialect]
+            FatalDialect, StackDumpDialect, AmpScalerDialect, GpuTableDialect]
