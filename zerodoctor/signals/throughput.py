@@ -6,7 +6,8 @@ meant, a Python-bound loop. The one number that shows it is model FLOPs utilisat
 second per GPU over the GPU's peak for the run's precision. The achieved figure is the one the training script
 printed where it prints one (Megatron's ``throughput per GPU (TFLOP/s/GPU)`` or ``TFLOPs``: it knows the
 model's shape), else 6 × parameters × tokens per step (Kaplan et al. 2020, §2.1) over the step time, where the
-probe counted the tokens. The peak is the GPU table's (``deepspeed/steptime.py``), found by the device's name.
+probe counted the tokens. The peak is the GPU table's (``deepspeed/steptime.py``), found by the device's name
+(the probe's, or an ``nvidia-smi`` table's row in the console: ``sources/gpu_table.py``).
 
 The flops profiler's summary is not used: its FLOPS under Megatron came out 10× below the log's (DeepSpeed#2565:
 13.36 against 125.18 TFLOPS on one run), too far off to call a fault on.
@@ -28,7 +29,8 @@ from zerodoctor.signals.view import RunView, Steps
 LOW_MFU = 0.15
 TRAINING_FLOPS_PER_PARAM_TOKEN = 6  # forward 2, backward 4 (Kaplan et al. 2020, §2.1)
 
-GPU_NAME = "run under `zerodoctor run`: it records the GPU's name (torch's device properties)"
+GPU_NAME = ("run under `zerodoctor run` (it records the GPU's name), or have the job print `nvidia-smi`'s table into "
+            "its log")
 ACHIEVED = ("Megatron's --log-throughput prints each iteration's TFLOP/s per GPU; under `zerodoctor run` the probe "
             "counts the tokens of each step (a language model's token ids)")
 
