@@ -26,7 +26,8 @@ def test_console_log_diagnosis_fits_one_screen_with_the_finding_first() -> None:
     not_judged = [line.split(" ", 1)[1] for line in lines if "not judged" in line]  # the count moves with the rules
     assert not_judged == ["rules not judged: this log has no per-step lines, config dump, profiler traces, heartbeats "
                           "or flight-recorder dumps; needs model parameters, time the log went on past the last step, "
-                          "expected tokens / parameters; `--explain` lists them"]
+                          "expected tokens / parameters, model FLOPs utilisation against the GPU's peak …; "
+                          "`--explain` lists them"]
 
 
 def test_summary_and_evidence_say_words_not_identifiers() -> None:
@@ -92,7 +93,7 @@ def test_a_log_with_nothing_recognised_says_so(tmp_path: Path) -> None:
     assert proc.stdout.strip() == (
         f"{log}: nothing to judge (3 lines read, as text): no step, config dump, error or hang line zerodoctor reads; "
         "it reads zerodoctor's events (rank-N.jsonl) and the deepspeed, torch, nccl, hf, megatron, crash, fatal, "
-        "stackdump, amp lines of a console log")
+        "stackdump, amp, nvidia-smi lines of a console log")
     assert "no findings" not in proc.stdout
     markdown = run_cli("diagnose", "--format", "markdown", str(log)).stdout
     assert "nothing to judge (3 lines read" in markdown and "No findings" not in markdown

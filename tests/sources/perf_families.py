@@ -211,6 +211,24 @@ PERF += [
                NEW_EXPECT, variant="all"),
 ]
 
+# The model's TFLOP/s per GPU on the iteration line: NVIDIA's training.py since 2748e7c7d4 (2023-11, with
+# --log-throughput) prints it after the iteration time; bigcode's fork (497832129b, 2023-03) and Megatron-DeepSpeed
+# print ' TFLOPs: {:.2f} |' last.
+_MEG_THROUGHPUT = (" iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time per iteration (ms): {:.1f} | "
+                   "throughput per GPU (TFLOP/s/GPU): {:.1f} | learning rate: {:.3E} | global batch size: {:5d} | "
+                   "lm loss: {:.6E} | loss scale: {:.1f} | number of skipped iterations: {:3d} | "
+                   "number of nan iterations: {:3d} |")
+PERF += [
+    PerfOutput("megatron_tflops", "megatron 2023-11-latest (--log-throughput)",
+               "megatron/training.py (2748e7c7d4+; megatron/training/training.py) training_log", tuple(
+                   _MEG_THROUGHPUT.format(i, 1000, i * 64, 1000.0, tf, 1.5e-4, 64, 2.5, 65536.0, 0, 0)
+                   for i, tf in ((10, 150.0), (20, 31.4))), {"step": 20, "step_time_s": 1.0, "tflops": 31.4}),
+    PerfOutput("megatron_tflops", "bigcode Megatron-LM 2023-03+, Megatron-DeepSpeed",
+               "megatron/training.py (bigcode 497832129b) training_log: ' TFLOPs: {:.2f} |'", tuple(
+                   _iteration(i, 1000.0) + " TFLOPs: {:.2f} |".format(tf) for i, tf in ((10, 150.0), (20, 12.35))),
+               {"step": 20, "step_time_s": 1.0, "tflops": 12.35}, variant="forks"),
+]
+
 _LINE_FMT = "{:<70}  {:<8}"  # profiling/flops_profiler/profiler.py print_model_profile's line_fmt
 PERF.append(PerfOutput(
     "deepspeed_flops_profiler", "deepspeed 0.10-0.19", "deepspeed/profiling/flops_profiler/profiler.py "

@@ -53,6 +53,13 @@ backward-gather-model-params: 0.00 | optimizer-copy-to-main-grad: 5.67 | optimiz
  skipped iterations:   1 | number of nan iterations:   0 |
 """
 
+# https://github.com/NVIDIA/Megatron-LM/issues/756 (Mixtral 8x7B on 16 H100s, --log-throughput: iterations 71-73)
+MEGATRON_756 = """\
+ [2024-04-06 03:02:12] iteration       71/     100 | consumed samples:         9088 | elapsed time per iteration (ms): 5361.6 | throughput per GPU (TFLOP/s/GPU): 243.6 | learning rate: 1.420000E-05 | global batch size:   128 | lm loss: 1.818812E+00 | load_balancing_loss: 1.013377E+00 | loss scale: 1.0 | grad norm: 1.300 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |
+ [2024-04-06 03:02:18] iteration       72/     100 | consumed samples:         9216 | elapsed time per iteration (ms): 5470.7 | throughput per GPU (TFLOP/s/GPU): 238.7 | learning rate: 1.440000E-05 | global batch size:   128 | lm loss: 1.820313E+00 | load_balancing_loss: 1.019612E+00 | loss scale: 1.0 | grad norm: 1.305 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |
+ [2024-04-06 03:02:24] iteration       73/     100 | consumed samples:         9344 | elapsed time per iteration (ms): 5829.9 | throughput per GPU (TFLOP/s/GPU): 224.0 | learning rate: 1.460000E-05 | global batch size:   128 | lm loss: 1.798953E+00 | load_balancing_loss: 1.010977E+00 | loss scale: 1.0 | grad norm: 1.539 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |
+"""
+
 
 # https://github.com/lucidrains/DALLE-pytorch/pull/302 (DeepSpeed 0.4's flops profiler: "params per gpu", "fwd flops
 # per GPU = 2 * fwd MACs per GPU"; the excerpt's Notations lines are left out, its rows are whole)
@@ -160,3 +167,10 @@ def test_flops_profiler_summary_of_0_4(tmp_path: Path) -> None:
     (profile,) = [e for e in events_of(_pasted(tmp_path, DALLE_302)) if e.get("what") == "flops_profile"]
     assert profile["step"] == 10
     assert profile["data"] == {"params_per_gpu": 336_230_000, "params": 336_230_000, "fwd_flops": 6_279_860_000_000}
+
+
+def test_megatron_throughput_per_gpu(tmp_path: Path) -> None:
+    """Megatron-LM#756: each iteration's 'throughput per GPU (TFLOP/s/GPU)' lands on its step."""
+    steps = _steps(_pasted(tmp_path, MEGATRON_756))
+    assert {step: steps[step]["tflops"] for step in (71, 72, 73)} == {71: 243.6, 72: 238.7, 73: 224.0}
+    _near(steps[73], step_time_s=5.8299, loss=1.798953)

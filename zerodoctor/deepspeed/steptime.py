@@ -27,6 +27,7 @@ nobody measured here); a figure computed from an assumed one is assumed. ``predi
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 MARKS = ("measured", "nominal", "assumed")
@@ -56,21 +57,42 @@ class Gpu:
     nvlink: float  # bytes/s per GPU per direction; 0 without NVLink (peers talk over PCIe)
     pcie: float  # bytes/s per GPU per direction
     source: str
+    fp32_flops: float = 0.0  # FP32 FLOP/s without tensor cores: torch's matmuls leave TF32 off by default (1.12+)
+
+    def peak_for(self, precision: str | None) -> float:
+        """The peak a run in ``precision`` can reach: fp32's for fp32, else the fp16/bf16 tensor peak."""
+        return self.fp32_flops if precision == "fp32" and self.fp32_flops else self.peak_flops
 
 
 GPUS = {g.name: g for g in (
     Gpu("V100", 125e12, 150e9, 16e9,
-        "NVIDIA V100 datasheet: 125 TFLOPS tensor, NVLink 300 GB/s, PCIe gen3 x16 32 GB/s (both directions)"),
+        "NVIDIA V100 datasheet: 125 TFLOPS tensor, NVLink 300 GB/s, PCIe gen3 x16 32 GB/s (both directions)",
+        15.7e12),
     Gpu("A100", 312e12, 300e9, 32e9,
-        "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense, NVLink 600 GB/s, PCIe gen4 64 GB/s (both directions)"),
+        "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense, NVLink 600 GB/s, PCIe gen4 64 GB/s (both directions)",
+        19.5e12),
     Gpu("H100", 989e12, 450e9, 64e9,
-        "NVIDIA H100 SXM datasheet: 989 TFLOPS bf16 dense, NVLink 900 GB/s, PCIe gen5 128 GB/s (both directions)"),
+        "NVIDIA H100 SXM datasheet: 989 TFLOPS bf16 dense, NVLink 900 GB/s, PCIe gen5 128 GB/s (both directions)",
+        67e12),
     Gpu("H200", 989e12, 450e9, 64e9,
-        "NVIDIA H200 SXM datasheet: 989 TFLOPS bf16 dense, NVLink 900 GB/s, PCIe gen5 128 GB/s (both directions)"),
+        "NVIDIA H200 SXM datasheet: 989 TFLOPS bf16 dense, NVLink 900 GB/s, PCIe gen5 128 GB/s (both directions)",
+        67e12),
     Gpu("TITAN-RTX", 130e12, 0.0, 16e9,
-        "NVIDIA TITAN RTX spec: 130 TFLOPS fp16 tensor, PCIe gen3 x16 (no NVLink bridge counted)"),
+        "NVIDIA TITAN RTX spec: 130 TFLOPS fp16 tensor, PCIe gen3 x16 (no NVLink bridge counted)", 16.3e12),
 )}
 DEFAULT_GPU = "A100"
+
+
+def gpu_named(device_name: str | None) -> Gpu | None:
+    """The GPU kind a device name is (torch's ``get_device_properties().name``: 'NVIDIA A100-SXM4-80GB', 'Tesla
+    V100-SXM2-32GB', 'NVIDIA H100 80GB HBM3'); None for one not in ``GPUS``. A PCIe card of a kind whose figures
+    are the SXM part's (H100 PCIe: 756 TFLOPS) is None too: its peak is not the table's."""
+    if not device_name:
+        return None
+    words = re.split(r"[\s_-]+", device_name.upper())
+    if "PCIE" in words and any(k in words for k in ("H100", "H200")):
+        return None
+    return next((g for key, g in GPUS.items() if key.upper().replace("-", " ") in " ".join(words)), None)
 
 # Network bandwidth out of one node, bytes/s per direction: a NIC kind, or the instances people name.
 NODE_LINKS = {

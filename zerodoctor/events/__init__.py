@@ -79,6 +79,8 @@ class Step(_Envelope):
     bwd_s: float | None = Field(None, description="time in backward, summed over micro-batches")
     optim_s: float | None = Field(None, description="time in the optimizer step")
     comm_s: float | None = Field(None, description="time in collectives during this step")
+    tflops: float | None = Field(None, description="model TFLOP/s per GPU the training script printed for this "
+                                 "step (Megatron's 'throughput per GPU (TFLOP/s/GPU)' or 'TFLOPs')")
     data_s: float | None = Field(None, description="time in DataLoader iteration (on the training thread) "
                                  "during this step")
     mem_allocated_bytes: Int64 | None = Field(None, description="torch.cuda.memory_allocated() after the step")

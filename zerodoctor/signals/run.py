@@ -32,7 +32,8 @@ SIGNALS = [
     _stepwise("run.step_s", "s", "step time (median of the last steps, each step's slowest rank)"),
     _device("run.device_memory_bytes", "bytes", "total memory of one accelerator"),
     _device("run.device_memory_gb", "GB", "total memory of one accelerator, 10^9 bytes"),
-    _dumped("run.device_name", "name", "accelerator name"),
+    _dumped("run.device_name", "name", "accelerator name (run_start's, else the first GPU row of an nvidia-smi "
+                                       "table in the console)"),
     _dumped("run.host_only", "bool", "the run trains on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu in the "
                                      "run's environment): no device, no PCIe, no streams to overlap on"),
     _dumped("run.exit_code", "code", "worst exit code among ranks that reported one"),
@@ -92,7 +93,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "run.step_s": step_times.summary if step_times else None,
         "run.device_memory_bytes": mem,
         "run.device_memory_gb": mem / GB if mem else None,
-        "run.device_name": start.get("device_name"),
+        "run.device_name": start.get("device_name") or next(  # else an nvidia-smi table's row in the console
+            (e["data"]["device_name"] for e in view.events.get("log", []) if e.get("what") == "gpu"), None),
         "run.host_only": (start.get("env") or {}).get("DS_ACCELERATOR") == "cpu",
         "run.exit_code": max(codes, key=abs) if codes else None,
         "run.ranks_ended": len({e["rank"] for e in view.events.get("run_end", [])}) or None,

@@ -21,6 +21,7 @@ from zerodoctor.events import Event, StepRecord, step_record
 from zerodoctor.events.columns import Columns
 from zerodoctor.sources.chrome_trace import is_trace_file, looks_like_trace, traces_in
 from zerodoctor.sources.csv_monitor import is_monitor_file, monitor_file
+from zerodoctor.sources.tensorboard_events import is_tfevents_file, looks_like_tfevents, tfevents_in
 from zerodoctor.sources.flight_recorder import dumps_in, is_dump_file
 from zerodoctor.sources.lines import CHUNK, MAX_LINE_BYTES, Block, read_blocks
 from zerodoctor.sources.names import WRAPPER_EVENTS, named_by
@@ -84,6 +85,9 @@ def run_files(directory: Path) -> list[tuple[Path, str]]:
     # DeepSpeed Monitor's CSV files, here or in its <job_name> folder: one source
     if "csv-monitor" in known and (monitor := monitor_file(directory)) is not None:
         return [(monitor, "csv-monitor")]
+    # ... or its TensorBoard event files (one per launch), known by content
+    if "tensorboard" in known and (events := tfevents_in(directory)):
+        return [(path, "tensorboard") for path in events]
     return []
 
 
@@ -117,7 +121,7 @@ def run_id_for(path: Path) -> str:
     """
     in_run = any(named_by(path.name, p) for p, _ in source_patterns()) or is_dump_file(path) or is_trace_file(path)
     if not in_run:
-        return path.parent.name if is_monitor_file(path) else path.stem
+        return path.parent.name if is_monitor_file(path) or is_tfevents_file(path) else path.stem
     if fnmatch(path.parent.name, ATTEMPT_DIRS):  # <id>/attempt-K/: the run id the probe writes, <id>.attempt-K
         return f"{path.parent.parent.name}.{path.parent.name}"
     return path.parent.name
@@ -195,15 +199,18 @@ class Batch:
 
 def detect_format(path: Path) -> str:
     """``"jsonl"`` when the first non-blank line is a JSON object with a ``kind``, ``"chrome-trace"`` for a
-    profiler trace (one JSON object naming ``traceEvents``), ``"flight-recorder"`` for a dump, else ``"text"``.
+    profiler trace (one JSON object naming ``traceEvents``), ``"flight-recorder"`` for a dump, ``"tensorboard"``
+    for a TensorBoard event file, else ``"text"``.
 
     Raises ``UnreadableFile`` for what is no log at all (a FIFO, binary data).
     """
     stream, _ = open_log(path)
     with stream as f:
         head = f.read(SNIFF_BYTES)
-    if head.startswith(b"\x80\x02"):  # a pickle: PyTorch's flight recorder dump, the one binary input
+    if head.startswith(b"\x80\x02"):  # a pickle: PyTorch's flight recorder dump
         return "flight-recorder"
+    if looks_like_tfevents(head):  # TFRecord framing around TensorBoard's file_version event
+        return "tensorboard"
     first, *rest = head.lstrip().split(b"\n", 1)
     first = first.strip()
     try:  # a whole first line that is an event: an events file, whatever it mentions

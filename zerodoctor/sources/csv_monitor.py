@@ -3,11 +3,8 @@
 ``deepspeed/monitor/csv_monitor.py`` (0.6.6+, c87f6ee20) ``write_events``: one file per metric in
 ``<output_path>/<job_name>/``, named after the event with ``/`` and spaces made ``_``
 (``Train_Samples_elapsed_time_ms_forward.csv``), a ``step,<last part of the name>`` header, then one
-``step,value`` row per write. Its "step" is the engine's ``global_samples`` (samples trained so far, all ranks),
-not the optimizer step: the step is that count over the samples of one step, the difference between two rows.
-``runtime/engine.py`` writes ``lr`` and ``loss_scale`` at every boundary step, and under ``wall_clock_breakdown``
-the global timers in ms (``_write_monitor``: ``elapsed_time_ms_forward`` … ``_step``, read before the timer log
-resets them, so per step); the pipeline engine writes ``train_loss``. Rank 0 writes them all.
+``step,value`` row per write. What each metric means and how rows become steps is ``monitor_events.py``'s,
+shared with the TensorBoard reader.
 
 The files of a directory are one source: read together, at the end (a metric's file alone would make a
 step of every row). The parser is handed one of them (``monitor_file``) and reads its siblings.
@@ -18,15 +15,11 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Any
 
-from zerodoctor.events import Event, new
+from zerodoctor.events import Event
+from zerodoctor.sources import monitor_events
 
 PATTERN = "Train_Samples_*.csv"
-_FIELDS = {"elapsed_time_ms_forward": ("fwd_s", 1e-3), "elapsed_time_ms_backward": ("bwd_s", 1e-3),
-           "elapsed_time_ms_backward_allreduce": ("comm_s", 1e-3), "elapsed_time_ms_step": ("optim_s", 1e-3),
-           "lr": ("lr", 1.0), "loss_scale": ("loss_scale", 1.0), "train_loss": ("loss", 1.0)}
-_PHASES = ("fwd_s", "bwd_s", "optim_s")
 
 
 def monitor_file(directory: Path) -> Path | None:
@@ -41,7 +34,7 @@ def monitor_file(directory: Path) -> Path | None:
 
 def is_monitor_file(path: Path) -> bool:
     """A monitor CSV by its name: its run is the directory that holds it (the monitor's job name)."""
-    return path.suffix == ".csv" and path.stem.removeprefix("Train_Samples_") in _FIELDS
+    return path.suffix == ".csv" and path.stem.removeprefix("Train_Samples_") in monitor_events.FIELDS
 
 
 class CsvMonitorParser:
@@ -59,28 +52,12 @@ class CsvMonitorParser:
     def finish(self) -> list[Event]:
         if self.path is None:
             return []
-        rows: dict[int, dict[str, Any]] = {}
+        rows: monitor_events.Rows = {}
         for file in sorted(self.path.parent.glob(PATTERN)):
-            field = _FIELDS.get(file.stem.removeprefix("Train_Samples_"))
-            if field is None:
-                continue
-            key, scale = field
+            metric = file.stem.removeprefix("Train_Samples_")
             for count, value in _rows(file):
-                rows.setdefault(count, {})[key] = value * scale
-        if not rows:
-            return []
-        samples = sorted(rows)
-        per_step = min((b - a for a, b in zip([0, *samples], samples) if b > a), default=0)
-        if per_step <= 0:
-            return []
-        out: list[Event] = []
-        t = self.path.stat().st_mtime
-        for count in samples:
-            fields = rows[count]
-            if all(k in fields for k in _PHASES):
-                fields["step_time_s"] = sum(fields[k] for k in _PHASES)
-            out.append(new("step", t=t, run=self.run, rank=0, step=count // per_step, **fields))
-        return out
+                monitor_events.add(rows, metric, count, value)
+        return monitor_events.steps_of(rows, self.run, self.path.stat().st_mtime)
 
 
 def _rows(file: Path) -> list[tuple[int, float]]:

@@ -26,9 +26,13 @@ from zerodoctor.sources import timers
 from zerodoctor.sources.text import MAX_INTERVAL, Context, Line
 
 _ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|")
-_FIELD = re.compile(r"\| ([a-z][a-z ()]*?): +([-+\w.]+)")
+_FIELD = re.compile(r"\| ([a-zA-Z][a-zA-Z ()/]*?): +([-+\w.]+)")
+# The model's TFLOP/s per GPU, where the line prints it: NVIDIA's training.py since 2748e7c7d4 (2023-11, with
+# --log-throughput) ' throughput per GPU (TFLOP/s/GPU): {:.1f} |'; Megatron-DeepSpeed's and bigcode's forks
+# ' TFLOPs: {:.2f} |'.
 _KEYS = {"lm loss": "loss", "loss": "loss", "learning rate": "lr", "loss scale": "loss_scale", "grad norm": "grad_norm",
-         "elapsed time per iteration (ms)": "step_time_s"}
+         "elapsed time per iteration (ms)": "step_time_s", "throughput per GPU (TFLOP/s/GPU)": "tflops",
+         "TFLOPs": "tflops"}
 # megatron/timers.py since 77efcccb93: ``(name + ' ').ljust(48, '.')`` then the max or (min, max), one per line
 _BLOCK_ROW = re.compile(rf"^\s+([A-Za-z][\w ./-]*?) \.*: (?:\(({NUM}), ({NUM})\)|({NUM}))(?=\s|$)")
 # the "all" option: a name, then one line per rank; torchrun's "[rank3]: " prefix takes a space

@@ -32,13 +32,15 @@ def register_parsers(run_id: str | None, path: Path | None) -> dict[str, Callabl
     from zerodoctor.sources.flight_recorder import FlightRecorderParser
     from zerodoctor.sources.jsonl import JsonlParser
     from zerodoctor.sources.profiler_trace import ProfilerTraceParser
+    from zerodoctor.sources.tensorboard_events import TensorBoardParser
     from zerodoctor.sources.text import TextParser
 
     # a flight recorder dump's rank and a trace's are in its file name
     return {"jsonl": partial(JsonlParser, run_id), "text": partial(TextParser, run_id),
             "flight-recorder": partial(FlightRecorderParser, run_id, path=path),
             "chrome-trace": partial(ProfilerTraceParser, run_id, path=path),
-            "csv-monitor": partial(CsvMonitorParser, run_id, path=path)}
+            "csv-monitor": partial(CsvMonitorParser, run_id, path=path),
+            "tensorboard": partial(TensorBoardParser, run_id, path=path)}
 
 
 @hookimpl
@@ -47,6 +49,7 @@ def register_dialects() -> list[type]:
     from zerodoctor.sources.crashes import CrashDialect
     from zerodoctor.sources.deepspeed import DeepSpeedDialect
     from zerodoctor.sources.fatal import FatalDialect
+    from zerodoctor.sources.gpu_table import GpuTableDialect
     from zerodoctor.sources.hf import HuggingFaceDialect
     from zerodoctor.sources.megatron import MegatronDialect
     from zerodoctor.sources.nccl import NcclDialect
@@ -54,4 +57,4 @@ def register_dialects() -> list[type]:
     from zerodoctor.sources.torch import TorchDialect
 
     return [DeepSpeedDialect, TorchDialect, NcclDialect, HuggingFaceDialect, MegatronDialect, CrashDialect,
-            FatalDialect, StackDumpDialect, AmpScalerDialect]
+            FatalDialect, StackDumpDialect, AmpScalerDialect, GpuTableDialect]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from zerodoctor.sources.flight_recorder import PICKLE_PROTOCOL_2
+from zerodoctor.sources.tensorboard_events import looks_like_tfevents
 
 HEAD_BYTES = 4096
 CHUNK = 64 * 1024
@@ -99,7 +100,9 @@ def _encoding(head: bytes) -> str | None:
 
 
 def _not_text(head: bytes, decoded: bytes) -> str | None:
-    if head.startswith(PICKLE_PROTOCOL_2):  # the one binary input: a flight recorder dump, read without classes
+    if head.startswith(PICKLE_PROTOCOL_2):  # a binary input: a flight recorder dump, read without classes
+        return None
+    if looks_like_tfevents(head):  # a binary input: TensorBoard's event file, read by TensorBoard's reader
         return None
     for magic, what in _OTHER_FORMATS:
         if head.startswith(magic):
