@@ -10,7 +10,7 @@ ZeRO-3's per-layer fetch cost (``steptime.LAYER_FETCH_S``) has no published figu
 here: the cost on a 0.1 ms grid whose median absolute error over the ZeRO-3 rows is least. Fitted on every row,
 it is the value the model ships, and the in-sample error is not the model's error. Each ZeRO-3 row is also
 predicted with the cost fitted on the other rows only (leave-one-out, the "held out" column): that median is
-the honest figure, and the one ``memory_plan.MODEL_ERROR`` carries for the pick.
+the honest figure, and the one ``steptime.MODEL_ERROR`` carries for the pick.
 
 Per row: published ratio, predicted ratio, error (predicted / published - 1) at the shipped cost, the error
 held out, the uncalibrated ratio, and the fetch cost that would make a ZeRO-3 row exact. Then per kind of ratio
@@ -30,7 +30,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from zerodoctor.config.memory_plan import comparison
 from zerodoctor.deepspeed import steptime as st
 from zerodoctor.deepspeed.stepinputs import Hardware, calibrate, inputs_for
 from zerodoctor.deepspeed.steptime import Figure
@@ -41,8 +40,8 @@ GOAL = 0.25
 
 
 def kind(a: str, b: str) -> str:
-    """What a pair compares, named as ``memory_plan.MODEL_ERROR`` names it."""
-    return comparison(_option(a), _option(b))
+    """What a pair compares, named as ``steptime.MODEL_ERROR`` names it."""
+    return st.comparison(_option(a), _option(b))
 
 
 def setup_inputs(setup: dict[str, Any]) -> st.Inputs:

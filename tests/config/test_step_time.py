@@ -11,7 +11,6 @@ import pytest
 
 from tests.conftest import ROOT
 from zerodoctor.config.memory_plan import (
-    MODEL_ERROR,
     OPTIONS,
     PlanRow,
     model_error,
@@ -21,7 +20,7 @@ from zerodoctor.config.memory_plan import (
     within_error,
 )
 from zerodoctor.deepspeed.stepinputs import Hardware, calibrate, inputs_for, layers_of
-from zerodoctor.deepspeed.steptime import LAYER_FETCH_S, Figure, StepTime, predict
+from zerodoctor.deepspeed.steptime import LAYER_FETCH_S, MODEL_ERROR, Figure, StepTime, predict
 
 # 1B parameters, 8 A100s in one node, micro-batch 4 of 1024 tokens, bf16
 CONFIG = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "bf16": {"enabled": True}}

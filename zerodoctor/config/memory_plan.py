@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerodoctor.deepspeed.modelstates import model_state_bytes
+from zerodoctor.deepspeed import steptime as st
 from zerodoctor.deepspeed.steptime import Inputs, StepTime, predict
 from zerodoctor.signals.memory import HEADROOM
 from zerodoctor.messages.units import TYPED
@@ -27,22 +28,10 @@ from zerodoctor.messages.units import TYPED
 # offload: its gradients cross PCIe once a step, stage 2's once a micro-step.
 PREFERENCE = ((1, "none"), (2, "none"), (1, "optimizer"), (2, "optimizer"), (3, "none"), (3, "optimizer"),
               (3, "optimizer+param"))
-# The step-time model's error on the ratio of two options' step times, per kind of ratio: the held-out (leave-one-
-# out) median of |predicted / published - 1| that bench/steptime_published.py measures against published step
-# times (rows in brackets). A comparison the bench has no published pair for takes the largest of these.
-MODEL_ERROR = {
-    "stage 2 / stage 1": 0.250,  # (3) BELLE #402: stage 2 20-33% slower; the model prices both alike
-    "stage 3 / stage 2": 0.159,  # (4)
-    "optimizer only / none": 0.181,  # (8)
-    "offload all / none": 0.225,  # (1)
-    "stage 2 optimizer only / stage 3 none": 0.040,  # (2)
-    "stage 3 offload all / stage 2 optimizer only": 0.273,  # (1)
-}
 OPTIONS = ((0, "none"), (1, "none"), (1, "optimizer"), (2, "none"), (2, "optimizer"),
            (3, "none"), (3, "optimizer"), (3, "optimizer+param"))
 ASSUMPTION = (f"an option fits when model states take at most {HEADROOM:.0%} of GPU memory; "
               f"the other {1 - HEADROOM:.0%} is left for activations, buffers and fragmentation")
-_OFFLOADS = {"none": "none", "optimizer": "optimizer only", "optimizer+param": "offload all"}
 # Byte units as people type them (GB = 10^9), then counts: 7B parameters, 125M; "B" alone is a billion here.
 _UNITS = {**{unit.lower(): size for unit, size in TYPED.items() if unit != "B"},
           "": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "b": 1e9}
@@ -114,21 +103,9 @@ def within_error(rows: list[PlanRow], pick: PlanRow) -> tuple[PlanRow, float] | 
     return (fastest, model_error(fastest, pick)) if _seconds(fastest) < _seconds(pick) else None
 
 
-def comparison(a: tuple[int, str], b: tuple[int, str]) -> str:
-    """What the ratio of option ``a``'s step time to ``b``'s compares, as the bench names it: ``stage 3 / stage 2``,
-    ``optimizer only / none``, or both at once (``stage 2 optimizer only / stage 3 none``)."""
-    (sa, oa), (sb, ob) = a, b
-    if oa == ob:
-        return f"stage {sa} / stage {sb}"
-    if sa == sb:
-        return f"{_OFFLOADS[oa]} / {_OFFLOADS[ob]}"
-    return f"stage {sa} {_OFFLOADS[oa]} / stage {sb} {_OFFLOADS[ob]}"
-
-
 def model_error(a: PlanRow, b: PlanRow) -> float:
-    """``MODEL_ERROR`` of the ratio between two options, either way round; the largest for one not measured."""
-    x, y = (a.stage, a.offload), (b.stage, b.offload)
-    return MODEL_ERROR.get(comparison(x, y), MODEL_ERROR.get(comparison(y, x), max(MODEL_ERROR.values())))
+    """``steptime.MODEL_ERROR`` of the ratio between two plan rows' options."""
+    return st.error_between((a.stage, a.offload), (b.stage, b.offload))
 
 
 def _seconds(row: PlanRow) -> float:

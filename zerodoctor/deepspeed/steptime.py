@@ -217,6 +217,36 @@ def ring_time(size_bytes: float, inputs: Inputs, *, within_node: bool = False) -
     return moved / slow.value, slow
 
 
+# The model's error on the ratio of two options' step times, per kind of ratio: the held-out (leave-one-out) median
+# of |predicted / published - 1| that bench/steptime_published.py measures against published step times (rows in
+# brackets). A comparison the bench has no published pair for takes the largest of these. A pick (``check``) and a
+# priced remedy (``signals/price.py``) call one option faster than another only by more than this.
+MODEL_ERROR = {
+    "stage 2 / stage 1": 0.250,  # (3) BELLE #402: stage 2 20-33% slower; the model prices both alike
+    "stage 3 / stage 2": 0.159,  # (4)
+    "optimizer only / none": 0.181,  # (8)
+    "offload all / none": 0.225,  # (1)
+    "stage 2 optimizer only / stage 3 none": 0.040,  # (2)
+    "stage 3 offload all / stage 2 optimizer only": 0.273,  # (1)
+}
+_OFFLOADS = {"none": "none", "optimizer": "optimizer only", "optimizer+param": "offload all"}
+
+
+def comparison(a: tuple[int, str], b: tuple[int, str]) -> str:
+    """The kind of ratio between two (stage, offload) options, as ``MODEL_ERROR`` names it."""
+    (sa, oa), (sb, ob) = a, b
+    if oa == ob:
+        return f"stage {sa} / stage {sb}"
+    if sa == sb:
+        return f"{_OFFLOADS[oa]} / {_OFFLOADS[ob]}"
+    return f"stage {sa} {_OFFLOADS[oa]} / stage {sb} {_OFFLOADS[ob]}"
+
+
+def error_between(a: tuple[int, str], b: tuple[int, str]) -> float:
+    """``MODEL_ERROR`` of the ratio between two options, either way round; the largest for one not measured."""
+    return MODEL_ERROR.get(comparison(a, b), MODEL_ERROR.get(comparison(b, a), max(MODEL_ERROR.values())))
+
+
 def predict(stage: int, offload: str, inputs: Inputs) -> StepTime:
     """One option's step time on the hardware and batch ``inputs`` describe (see the module doc)."""
     compute = compute_time(inputs)

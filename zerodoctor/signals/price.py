@@ -47,6 +47,10 @@ SIGNALS = [
             label="predicted step under ZeRO-2 with optimizer offload"),
     _priced("price.overlap", "records", f"the run's option with overlap_comm on, priced: {_RECORD}",
             label="predicted step with overlap_comm on"),
+    _priced("price.refuted", "values",
+            "the remedies the model prices no faster than the run by more than its own error on that comparison "
+            "(steptime.MODEL_ERROR), of no_offload, optimizer_only, stage2 and stage2_offload; empty where "
+            "nothing is priced", label="remedies the step-time model prices no faster"),
 ]
 
 
@@ -54,7 +58,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     facts: dict[str, Any] = {name: getattr(values.get(name), "summary", values.get(name)) for name in READS}
     missing = [label for name, label in _LABELS.items() if facts.get(name) is None]
     if missing:
-        return {s.name: {"now_s": facts["run.step_s"], "missing": ", ".join(missing)} for s in SIGNALS}
+        return _unpriced(facts["run.step_s"], ", ".join(missing))
     stage, optimizer, now_s = int(facts["run.zero_stage"]), bool(facts["offload.optimizer"]), float(facts["run.step_s"])
     own = ("optimizer+param" if facts["offload.param"] and stage == 3 else "optimizer" if optimizer else "none")
     inputs = calibrate(inputs_for(view.config, float(facts["run.params"]), int(facts["run.world_size"]),
@@ -67,7 +71,7 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         inputs = replace(inputs, overlap_comm=False)
     now = st.predict(stage, own, inputs).total
     if now.value <= 0:  # nothing to scale by: a run the model prices at no time at all
-        return {s.name: {"now_s": now_s, "missing": "a step the model can price"} for s in SIGNALS}
+        return _unpriced(now_s, "a step the model can price")
     options: dict[str, tuple[int, str, Inputs]] = {
         "price.no_offload": (stage, "none", inputs),
         "price.optimizer_only": (3, "optimizer", inputs),
@@ -75,11 +79,21 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "price.stage2_offload": (2, "optimizer", inputs),
         "price.overlap": (stage, own, replace(inputs, overlap_comm=True)),
     }
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"price.refuted": []}
     for name, (option_stage, offload, priced_on) in options.items():
         step = st.predict(option_stage, offload, priced_on).total
         out[name] = {"now_s": now_s, "step_s": now_s * step.value / now.value, "mark": st.worst(now, step)}
+        # A remedy the model cannot tell from the run's own option is refuted by the run's own numbers: offering
+        # it would promise a gain the model does not predict (the CPU accelerator's offload, priced alike).
+        if name != "price.overlap" and step.value >= (
+                1 - st.error_between((option_stage, offload), (stage, own))) * now.value:
+            out["price.refuted"].append(name.removeprefix("price."))
     return out
+
+
+def _unpriced(now_s: float | None, missing: str) -> dict[str, Any]:
+    """Every remedy's record naming what the model lacks; none refuted, as none is priced."""
+    return {s.name: [] if s.name == "price.refuted" else {"now_s": now_s, "missing": missing} for s in SIGNALS}
 
 
 def _gpu(device: str | None) -> str | None:
