@@ -37,8 +37,7 @@ def test_precision_and_recall_reach_the_target(score) -> None:
 
 
 def test_no_error_on_a_log_that_shows_no_fault(score) -> None:
-    """A known-wrong negative (its error is named in ``KNOWN_WRONG``) fails its own strict xfail instead."""
-    assert [c.name for c in score.false_errors_on_negatives() if c.name not in KNOWN_WRONG] == []
+    assert [c.name for c in score.false_errors_on_negatives()] == []
 
 
 # Cases diagnose gets wrong today, each with why; every other case must stay right.
@@ -91,15 +90,6 @@ KNOWN_WRONG: dict[str, str] = {
                                                              "denominator makes ZD502 call the 0.85 s optimizer "
                                                              "63% of the step and warn offload_slow with no "
                                                              "offload anywhere in the log",
-    "heldout10-mistral-36-three-ranks-one-startup-overflow": "the stage1.py line 'fp16 dynamic loss scale "
-                                                             "overflow! Skipping step' is read as a static loss "
-                                                             "scale of 131072, and three ranks printing the same "
-                                                             "first-step overflow count as 3 steps, 100% skipped: "
-                                                             "ZD203 errors on a start-up calibration",
-    "heldout10-nccl-743-megatron-bert-startup-timers": "Megatron's first iteration line (loss scale 8388608, 10 "
-                                                       "skipped iterations of 10: dynamic-scale calibration from "
-                                                       "2^32) is read as a static loss scale with 100% of 1 step "
-                                                       "skipped: ZD203 errors on a healthy start",
 }
 
 
