@@ -83,13 +83,6 @@ KNOWN_WRONG: dict[str, str] = {
                                                                   "is > 0, so a NaN loss vanishes) is read as a "
                                                                   "healthy step: an absent loss is not taken for "
                                                                   "a non-finite one",
-    "heldout10-megatron-lm-184-t5-allreduce-dominates-step": "ZD303 fires (right) but with the step taken as "
-                                                             "1.33 s, which leaves out Megatron's "
-                                                             "backward-params-all-reduce (2.6 s of a ~4 s "
-                                                             "iteration; '190% of each step'), and the same short "
-                                                             "denominator makes ZD502 call the 0.85 s optimizer "
-                                                             "63% of the step and warn offload_slow with no "
-                                                             "offload anywhere in the log",
 }
 
 

@@ -34,7 +34,6 @@ _BLOCK_ROW = re.compile(rf"^\s+([A-Za-z][\w ./-]*?) \.*: (?:\(({NUM}), ({NUM})\)
 # the "all" option: a name, then one line per rank; torchrun's "[rank3]: " prefix takes a space
 _ALL_NAME = re.compile(r"^ {1,2}([A-Za-z][\w ./-]*):\s*$")
 _ALL_RANK = re.compile(rf"^\s+rank\s+\d+: ({NUM})\s*$")
-_PHASES = ("fwd_s", "bwd_s", "optim_s")
 Pending = tuple[Line, int, dict[str, Any]]
 
 
@@ -96,7 +95,7 @@ class MegatronDialect(timers.GluesCutLines):
             interval = max(iteration - held_iteration, 1)
             self._pending = self._steps(held_line, held_iteration, min(interval, held_iteration), held_values)
             if self._timed is not None:
-                self._pending[-1][2].update(self._timed)
+                _time(self._pending[-1][2], self._timed)
                 self._timed = None
             out += self._emit()
         interval = iteration - self._last if self._last is not None else 1
@@ -121,7 +120,7 @@ class MegatronDialect(timers.GluesCutLines):
             self._held = None
             self._pending = self._steps(line, iteration, 1, values)
             if self._timed is not None:
-                self._pending[-1][2].update(self._timed)
+                _time(self._pending[-1][2], self._timed)
                 self._timed = None
         return out + self._emit()
 
@@ -147,14 +146,12 @@ class MegatronDialect(timers.GluesCutLines):
         if not fields:
             return []
         if self._pending:
-            self._pending[-1][2].update(fields)
+            _time(self._pending[-1][2], fields)
             return self._emit()
         if self._held is not None:
             self._timed = fields
             return []
         step = self.context.step + 1  # a timer line alone: the next step, counted
-        if "step_time_s" not in fields and all(k in fields for k in _PHASES):
-            fields["step_time_s"] = sum(fields[k] for k in _PHASES)
         self.context.step = step
         return [self.context.event("step", line, step=step, **fields)]
 
@@ -185,6 +182,15 @@ class MegatronDialect(timers.GluesCutLines):
             out.append((line, step, fields))
         self.context.step = max(self.context.step, iteration)
         return out
+
+
+def _time(step: dict[str, Any], timed: dict[str, Any]) -> None:
+    """The timers' split on its iteration's step. The iteration took its elapsed time, where the line prints one,
+    and at least as long as its outermost timers (each the slowest rank's), so no part is longer than the whole."""
+    elapsed, total = step.get("step_time_s"), timed.get("step_time_s")
+    step.update(timed)
+    if elapsed is not None:
+        step["step_time_s"] = max(elapsed, total) if total is not None else elapsed
 
 
 def _ended(text: str) -> bool:
