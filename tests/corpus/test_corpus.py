@@ -67,10 +67,6 @@ KNOWN_WRONG: dict[str, str] = {
                                                    "different collectives as a hang (its category): the finding "
                                                    "is right, the expectation is left as written",
     # held-out 10, scored once after its expectations were committed: 13/20
-    "heldout10-accelerate-2536-watchdog-lines-cut-at-width": "the paste cuts every watchdog line after the op type "
-                                                             "('WorkNCCL(SeqNum=956300, OpType=_ALLGATHER_BASE, .'): "
-                                                             "no line is read as a collective timeout (0 events), "
-                                                             "so ZD701 never sees the five ranks' timeouts",
     "heldout10-easycontext-11-zero3-cache-flushes-1000s-per-it": "ZeRO-3's '27 pytorch allocator cache flushes since "
                                                                  "last step' warning (glued to a 1019 s/it bar) is "
                                                                  "read as no signal: no rule calls allocator "
