@@ -132,9 +132,9 @@ class NcclDialect:
         if key in self._seen:
             return []
         self._seen.add(key)
-        data = {"op": op, "seq": int(seq) if seq else None, **data}
+        read = {"op": op, "seq": int(seq) if seq else None, **data}
         return [self.context.event("log", line, rank=rank, message=said, source=self.name, level="ERROR",
-                                   what="collective_timeout", data={k: v for k, v in data.items() if v is not None},
+                                   what="collective_timeout", data={k: v for k, v in read.items() if v is not None},
                                    step=self.context.last_step())]
 
     def _cut(self, lines: list[Line]) -> list[Event]:
