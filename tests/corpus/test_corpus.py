@@ -74,11 +74,6 @@ KNOWN_WRONG: dict[str, str] = {
     "heldout10-peft-194-bloomz-zero3-13-cache-flushes": "ZeRO-3's '13 pytorch allocator cache flushes since last "
                                                         "step' warning is read as no signal: no rule calls "
                                                         "allocator flush-and-retry memory pressure",
-    "heldout10-megatron-ds-pr434-iteration-line-without-lm-loss": "a Megatron iteration line with no 'lm loss' field "
-                                                                  "(Megatron prints a loss only when its average "
-                                                                  "is > 0, so a NaN loss vanishes) is read as a "
-                                                                  "healthy step: an absent loss is not taken for "
-                                                                  "a non-finite one",
 }
 
 

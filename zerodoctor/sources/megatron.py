@@ -6,7 +6,8 @@ number of skipped iterations:   K | number of nan iterations:   N |``. A line su
 ``log_interval`` iterations since the last one; the interval is the distance between two lines
 (so the first line waits for the second). Each iteration becomes a step — the K skipped ones
 first, since where they fell inside the interval is not printed — and the line's own values
-land on the last.
+land on the last. A line that prints no loss though an iteration advanced lost it to a NaN (``_loss_vanished``):
+its last step's loss is NaN, as the nan count's are.
 
 Right after the line, ``timers.log`` prints the interval's timers per iteration (``sources/timers.py`` has
 every form): their phase split lands on the same last step, which waits for them until the next line of
@@ -170,6 +171,8 @@ class MegatronDialect(timers.GluesCutLines):
                 last[field] = _float(values[key])
         if "step_time_s" in last and last["step_time_s"] is not None:
             last["step_time_s"] /= 1000.0
+        if _loss_vanished(values, interval - skipped):
+            nan = max(nan, 1)
         out = []
         first = iteration - interval + 1
         for i, step in enumerate(range(first, iteration + 1)):
@@ -191,6 +194,19 @@ def _time(step: dict[str, Any], timed: dict[str, Any]) -> None:
     step.update(timed)
     if elapsed is not None:
         step["step_time_s"] = max(elapsed, total) if total is not None else elapsed
+
+
+def _loss_vanished(values: dict[str, str], advanced: int) -> bool:
+    """The line prints no loss though an iteration of its interval advanced: every loss's average was NaN.
+
+    training_log prints each loss of the interval as ``if avg > 0.0`` (664cd28b27, 2020-11; ``>= 0.0`` since
+    b09ee64ae1, 2026-03), the sum over the advanced iterations divided by their number: a NaN in one makes the
+    average NaN, which fails the comparison, and the key vanishes from the line. A line whose iterations were all
+    skipped has nothing to average, and a line that is no training_log's (no skipped count) says nothing.
+    """
+    if advanced < 1 or "number of skipped iterations" not in values:
+        return False
+    return not any("loss" in key and key != "loss scale" for key in values)
 
 
 def _ended(text: str) -> bool:
