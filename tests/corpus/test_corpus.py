@@ -66,14 +66,6 @@ KNOWN_WRONG: dict[str, str] = {
                                                    "'other' (ZD901's fatal error); ZD708 now names the ranks' "
                                                    "different collectives as a hang (its category): the finding "
                                                    "is right, the expectation is left as written",
-    # held-out 10, scored once after its expectations were committed: 13/20
-    "heldout10-easycontext-11-zero3-cache-flushes-1000s-per-it": "ZeRO-3's '27 pytorch allocator cache flushes since "
-                                                                 "last step' warning (glued to a 1019 s/it bar) is "
-                                                                 "read as no signal: no rule calls allocator "
-                                                                 "flush-and-retry memory pressure",
-    "heldout10-peft-194-bloomz-zero3-13-cache-flushes": "ZeRO-3's '13 pytorch allocator cache flushes since last "
-                                                        "step' warning is read as no signal: no rule calls "
-                                                        "allocator flush-and-retry memory pressure",
 }
 
 
