@@ -37,8 +37,7 @@ def test_precision_and_recall_reach_the_target(score) -> None:
 
 
 def test_no_error_on_a_log_that_shows_no_fault(score) -> None:
-    """A known-wrong negative (its error is named in ``KNOWN_WRONG``) fails its own strict xfail instead."""
-    assert [c.name for c in score.false_errors_on_negatives() if c.name not in KNOWN_WRONG] == []
+    assert [c.name for c in score.false_errors_on_negatives()] == []
 
 
 # Cases diagnose gets wrong today, each with why; every other case must stay right.
@@ -67,39 +66,6 @@ KNOWN_WRONG: dict[str, str] = {
                                                    "'other' (ZD901's fatal error); ZD708 now names the ranks' "
                                                    "different collectives as a hang (its category): the finding "
                                                    "is right, the expectation is left as written",
-    # held-out 10, scored once after its expectations were committed: 13/20
-    "heldout10-accelerate-2536-watchdog-lines-cut-at-width": "the paste cuts every watchdog line after the op type "
-                                                             "('WorkNCCL(SeqNum=956300, OpType=_ALLGATHER_BASE, .'): "
-                                                             "no line is read as a collective timeout (0 events), "
-                                                             "so ZD701 never sees the five ranks' timeouts",
-    "heldout10-easycontext-11-zero3-cache-flushes-1000s-per-it": "ZeRO-3's '27 pytorch allocator cache flushes since "
-                                                                 "last step' warning (glued to a 1019 s/it bar) is "
-                                                                 "read as no signal: no rule calls allocator "
-                                                                 "flush-and-retry memory pressure",
-    "heldout10-peft-194-bloomz-zero3-13-cache-flushes": "ZeRO-3's '13 pytorch allocator cache flushes since last "
-                                                        "step' warning is read as no signal: no rule calls "
-                                                        "allocator flush-and-retry memory pressure",
-    "heldout10-megatron-ds-pr434-iteration-line-without-lm-loss": "a Megatron iteration line with no 'lm loss' field "
-                                                                  "(Megatron prints a loss only when its average "
-                                                                  "is > 0, so a NaN loss vanishes) is read as a "
-                                                                  "healthy step: an absent loss is not taken for "
-                                                                  "a non-finite one",
-    "heldout10-megatron-lm-184-t5-allreduce-dominates-step": "ZD303 fires (right) but with the step taken as "
-                                                             "1.33 s, which leaves out Megatron's "
-                                                             "backward-params-all-reduce (2.6 s of a ~4 s "
-                                                             "iteration; '190% of each step'), and the same short "
-                                                             "denominator makes ZD502 call the 0.85 s optimizer "
-                                                             "63% of the step and warn offload_slow with no "
-                                                             "offload anywhere in the log",
-    "heldout10-mistral-36-three-ranks-one-startup-overflow": "the stage1.py line 'fp16 dynamic loss scale "
-                                                             "overflow! Skipping step' is read as a static loss "
-                                                             "scale of 131072, and three ranks printing the same "
-                                                             "first-step overflow count as 3 steps, 100% skipped: "
-                                                             "ZD203 errors on a start-up calibration",
-    "heldout10-nccl-743-megatron-bert-startup-timers": "Megatron's first iteration line (loss scale 8388608, 10 "
-                                                       "skipped iterations of 10: dynamic-scale calibration from "
-                                                       "2^32) is read as a static loss scale with 100% of 1 step "
-                                                       "skipped: ZD203 errors on a healthy start",
 }
 
 

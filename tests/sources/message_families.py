@@ -900,7 +900,22 @@ SLURM_OOM = [
 ]
 
 
-MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *ELASTIC_FAILURES, *CPU_ALLOC,
+# --- read after held-out set 10 (2026-12-06): watchdog lines cut after the op type -----------------------------
+# The watchdog's line as torch 2.2-2.3 logs it (c10's "[E ProcessGroupNCCL.cpp:N]" behind TORCH_LOGS' "[rankR]:"),
+# each cut after "OpType=OP, " as a paste kept it (huggingface/accelerate#2536 ends each with a '.'): two work
+# items of one rank on two process groups, the second a timeout of its own.
+C10_LOG_2_2 = "[rank3]:[E ProcessGroupNCCL.cpp:%d] "
+CUT_TIMEOUTS = [
+    Message("collective_timeout", "ZD701", "torch 2.2-2.3 cut after the op type", PGNCCL,
+            (C10_LOG_2_2 % 523 + "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=956300, "
+                                 "OpType=_ALLGATHER_BASE, .",
+             C10_LOG_2_2 % 523 + "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1008, "
+                                 "OpType=ALLREDUCE, NumelIn=."), variant="cut"),
+]
+
+
+MESSAGES: list[Message] = [*OOM, *CUDA, *DEVICE_MISMATCH, *NCCL_ERRORS, *TIMEOUTS, *CUT_TIMEOUTS, *ELASTIC_FAILURES,
+                           *CPU_ALLOC,
                            *BATCH, *FP16, *LAUNCHER, *LATER, *ACCELERATE, *TRL, *KERNEL_OOM, *NCCL_CUDA, *BASH_JOB,
                            *NCCL_ASYNC, *FLOOR, *SLURM_OOM,
                            *DATALOADER_SHM, *TEXT_AS_NUMBER, *COLLECTIVE_MISMATCH, *CUDA_OOM_UNTYPED]

@@ -227,6 +227,30 @@ PERF += [
                "megatron/training.py (bigcode 497832129b) training_log: ' TFLOPs: {:.2f} |'", tuple(
                    _iteration(i, 1000.0) + " TFLOPs: {:.2f} |".format(tf) for i, tf in ((10, 150.0), (20, 12.35))),
                {"step": 20, "step_time_s": 1.0, "tflops": 12.35}, variant="forks"),
+
+# Megatron's timers with no iteration line (Megatron-LM#184's paste is such), and with one whose elapsed time is
+# shorter than them: the iteration is the sum of the outermost timers, the gradient all-reduce included where
+# train_step runs it between the backward and the optimizer (2020-10 to 2022-08), or inside 'backward' (2019-10 to
+# 2020-10), never shorter than its parts.
+ALLREDUCE_TIMERS = [("forward-compute", 300.0), ("backward-compute", 300.0), ("backward-params-all-reduce", 2600.0),
+                    ("backward-embedding-all-reduce", 0.04), ("optimizer-copy-to-main-grad", 10.0),
+                    ("optimizer-unscale-and-check-inf", 700.0), ("optimizer", 850.0), ("batch-generator", 5.0)]
+ALLREDUCE_EXPECT = {"fwd_s": 0.3, "bwd_s": 0.3, "optim_s": 0.85, "data_s": 0.005, "comm_s": 2.60004,
+                    "step_time_s": 4.05004}
+PERF += [
+    PerfOutput("megatron_timers", "megatron 2020-10-2022-08", "megatron/training.py train_step, training_log "
+               "timers_to_log; megatron/global_vars.py _Timers.log", (_ds_line("", ALLREDUCE_TIMERS),),
+               {"step": 1, **ALLREDUCE_EXPECT}, variant="timers_alone"),
+    PerfOutput("megatron_timers", "megatron 2020-10 (9d4c735a47)", "megatron/training.py train_step ('backward' "
+               "wraps the all-reduces); megatron/global_vars.py _Timers.log",
+               (_ds_line("", [("forward", 300.0), ("backward", 2900.0), ("backward-params-all-reduce", 2600.0),
+                              ("backward-embedding-all-reduce", 0.04), ("optimizer", 850.0)]),),
+               {"step": 1, "fwd_s": 0.3, "bwd_s": 2.9, "optim_s": 0.85, "comm_s": 2.60004, "step_time_s": 4.05},
+               variant="backward_wraps_allreduce"),
+    PerfOutput("megatron_timers", "megatron 2020-10-2022-08", "megatron/training.py training_log; "
+               "megatron/global_vars.py _Timers.log",
+               (_iteration(10, 3000.0), _ds_line("", ALLREDUCE_TIMERS), _iteration(20, 3000.0),
+                _ds_line("", ALLREDUCE_TIMERS)), {"step": 20, **ALLREDUCE_EXPECT}, variant="timers_past_elapsed"),
 ]
 
 _LINE_FMT = "{:<70}  {:<8}"  # profiling/flops_profiler/profiler.py print_model_profile's line_fmt

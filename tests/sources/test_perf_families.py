@@ -27,6 +27,10 @@ KNOWN_LIMITS: dict[str, str] = {
                                                                     "('time (' / 'ms) |'): no piece names a timer line",
     "deepspeed_wall_clock_breakdown-deepspeed_0.10.1-0.19-micro_only-mid_line": FIRST_LINE_LOST,
     "deepspeed_wall_clock_breakdown-deepspeed_0.10.1-0.19-zero3_memory-mid_line": FIRST_LINE_LOST,
+    "megatron_timers-megatron_2020-10-2022-08-timers_alone-mid_line": "the timer line is the whole output: a log "
+                                                                       "begun mid-line has lost its 'time (ms)'",
+    "megatron_timers-megatron_2020-10_9d4c735a47_-backward_wraps_allreduce-mid_line": "the same: the one timer "
+                                                                                      "line lost its 'time (ms)'",
     "deepspeed_throughput-deepspeed_0.8-0.19-wrap80": "the cut puts the config dump's train_batch_size value on a "
                                                       "line of its own: without the batch, no step time",
 }

@@ -89,6 +89,10 @@ SIGNALS = [
             "one allocation, a few allocations or one, nothing, a few steps of a leak; or it is already on", GAINS),
     _stepwise("memory.alloc_retries", "retries", "cudaMalloc retries (cache flushes) in the steps, the OOM's own "
                                                  "retry excluded"),
+    _stepwise("memory.cache_flush_steps", "steps", "steps in which the allocator flushed its cache and retried "
+                                                   "cudaMalloc (its retry count rose: ZeRO-3's 'pytorch allocator "
+                                                   "cache flushes since last step')",
+              label="steps with allocator cache flushes"),
     Signal("memory.expandable_segments", "bool", "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True"),
     _stepwise("memory.alloc_conf", "text", "PYTORCH_CUDA_ALLOC_CONF as recorded ('unset' when absent)"),
     _planned("memory.stage2_fit_known", "bool", "parameters, world size and device memory are all known"),
@@ -108,14 +112,17 @@ STEP_FIELDS = {"alloc_retries": "max"}
 
 @dataclass
 class Fold(runview.Fold):
-    VERSION = 1  # of the saved state: bump it when the fields or what they hold change
+    VERSION = 2  # of the saved state: bump it when the fields or what they hold change
     alloc_retries: int | None = None  # the most any rank reported
+    flush_steps: int = 0  # steps whose count (cumulative, the most of any rank) rose past every count before
 
     def add_steps(self, block: Steps, view: RunView) -> None:
-        reported = [r for r in block.columns["alloc_retries"] if r is not None]
-        if reported:
-            top = max(reported)
-            self.alloc_retries = top if self.alloc_retries is None else max(self.alloc_retries, top)
+        for retries in block.columns["alloc_retries"]:
+            if retries is None:
+                continue
+            if retries > (self.alloc_retries or 0):
+                self.flush_steps += 1
+            self.alloc_retries = retries if self.alloc_retries is None else max(self.alloc_retries, retries)
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
@@ -133,6 +140,8 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     # From the steps only: PyTorch frees its cache and retries once before raising any OOM, so the
     # OOM's own count is 1 even on a plainly full GPU (seen on an H200: capacity OOM, retries 0 → 1).
     out["memory.alloc_retries"] = view.fold(__name__).alloc_retries
+    if out["memory.alloc_retries"] is not None:
+        out["memory.cache_flush_steps"] = view.fold(__name__).flush_steps
     if ooms:
         first = ooms[0]
         out["memory.oom_ranks"] = sorted({o["rank"] for o in ooms})

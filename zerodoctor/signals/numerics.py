@@ -128,7 +128,7 @@ STEP_FIELDS = {"overflow": "max", "loss_scale": "min", "lr": "max", "loss_nonfin
 class Fold(runview.Fold):
     """The overflow history folded: counts, the calibration phase, held scales, the scaler replay."""
 
-    VERSION = 2  # of the saved state: bump it when the fields or what they hold change
+    VERSION = 3  # of the saved state: bump it when the fields or what they hold change
     known: int = 0  # steps whose overflow flag is known
     overflows: int = 0
     recent: list[int] = field(default_factory=list)  # overflow flags of the last RECENT known steps
@@ -147,6 +147,7 @@ class Fold(runview.Fold):
     held_scales: list[float] = field(default_factory=list)  # distinct scales that held, largest first (a handful)
     min_late_scale: float | None = None
     scales_seen: list[float] = field(default_factory=list)  # the first two distinct scales (a static one is alone)
+    scale_steps: int = 0  # steps that showed a scale, counted up to 2 (one alone cannot show it stayed put)
     replay: dict[str, Any] | None = None  # _ScalerReplay's state
     lr_last: float | None = None
     lr_max_before_late: float | None = None
@@ -162,6 +163,8 @@ class Fold(runview.Fold):
         c = block.columns
         steps, flags, scales, lrs = c["step"], c["overflow"], c["loss_scale"], c["lr"]
         self.steps += len(steps)
+        if self.scale_steps < 2:
+            self.scale_steps = min(self.scale_steps + sum(s is not None for s in scales), 2)
         if len(self.scales_seen) < 2:
             for scale in dict.fromkeys(scales):
                 if scale is not None and scale not in self.scales_seen and len(self.scales_seen) < 2:
@@ -291,7 +294,10 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     fp16_config, _ = read_fp16(config)
     static = (fp16_config or Fp16Config()).loss_scale
     if not config and not hit_min and not dynamic_seen:
-        static = fold.scales_seen[0] if len(fold.scales_seen) == 1 and fold.overflows else 0
+        # Without a config, a static scale is one the log shows unchanged on two steps or more, overflows among
+        # them; a scale shown once (Megatron's first iteration line, after its dynamic scale's start-up halvings
+        # from 2^32) cannot show that it stays put
+        static = fold.scales_seen[0] if len(fold.scales_seen) == 1 and fold.scale_steps > 1 and fold.overflows else 0
     out["fp16.dynamic"] = not (static or static_seen)
     out["fp16.scale_below_one"] = fold.scale_last is not None and fold.scale_last < 1
     out["fp16.static_scale"] = static or None

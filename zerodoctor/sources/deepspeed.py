@@ -88,6 +88,7 @@ class DeepSpeedDialect(timers.GluesCutLines):
         self._flushes = 0
         self._batch_wrapped = 0  # lines left to complete a batch assertion hard-wrapped after its "!="
         self._scale_set: tuple[Line, int, float | None, float] | None = None  # the last overflow line's new scale
+        self._halving: str | None = None  # the last overflow line's "Attempted A, reducing to B" (A > B), as printed
         self.cut = timers.CutLine()  # a timer or throughput line a terminal cut, until its last piece
         self._gluing = False
         self._pipe_last: int | None = None  # the pipeline engine's last printed step
@@ -162,6 +163,8 @@ class DeepSpeedDialect(timers.GluesCutLines):
         if match:
             scale = float(match.group(2)) if match.group(2) else None
             rank = self._rank(line, match.group(1))
+            if self._another_rank(text, match, scale, "overflow"):
+                return []
             out = self.clock.add(line, rank, "overflow", {"overflow": True, "loss_scale": scale},
                                  step=_bar_step(text, match.start()))
             if "Gradients are non-finite" in text and self._once(("static",)):
@@ -196,14 +199,42 @@ class DeepSpeedDialect(timers.GluesCutLines):
         match = _DETECTED.search(text)
         if match:
             scale = float(match.group(1)) if match.group(1) else None
-            return self.clock.add(line, self._rank(line), "detected", {"overflow": True, "loss_scale": scale})
+            if self._another_rank(text, match, scale, "detected"):
+                return []
+            out = self.clock.add(line, self._rank(line), "detected", {"overflow": True, "loss_scale": scale})
+            reduced = _REDUCED_TO.search(text, match.end())
+            # FP16_Optimizer and FP16_UnfusedOptimizer (fused_optimizer.py, unfused_optimizer.py; 0.5's
+            # zero/stage1.py too) print these words whatever their scaler; only the dynamic one lowers the scale,
+            # the static LossScaler's "reducing to" repeats the scale it tried.
+            if reduced and scale is not None and float(reduced.group(1)) < scale:
+                out += self._dynamic(line, self._rank(line), match.group(0), {"scaler": "FP16_Optimizer"})
+                self._scale_set = (line, self._rank(line), scale, float(reduced.group(1)))
+            return out
         return None
+
+    def _another_rank(self, text: str, match: re.Match[str], scale: float | None, tag: str) -> bool:
+        """The overflow line just read, printed again by another rank: the same step, not the next one.
+
+        ZeRO-1/2 and the fp16 optimizers log it with ``logger.info`` on every rank (0.3.12 to 0.8.2 without the
+        rank's number). One rank never prints the same halving twice in a row: its next overflow tries the scale
+        this one set. A scale pinned at its floor ("1, reducing to 1") repeats by itself, and is counted.
+        """
+        reduced = _REDUCED_TO.search(text, match.end())
+        if reduced is None or scale is None or float(reduced.group(1)) >= scale:
+            self._halving = None
+            return False
+        said = text[match.start():reduced.end()]
+        pending = self.clock.pending
+        repeat = said == self._halving and pending is not None and pending.tags == {tag}
+        self._halving = said
+        return repeat
 
     def _dynamic(self, line: Line, rank: int, message: str, data: dict[str, str]) -> list[Event]:
         """A dynamic scaler lowered the scale: say so once per scaler that printed it. ZeRO's DynamicLossScaler
         (runtime/fp16/loss_scaler.py) prints "OVERFLOW! … reducing to" or "Reducing hysteresis", ``[deepscale]``
         before 0.6.4; FP16_Optimizer and FP16_UnfusedOptimizer (fused_optimizer.py, unfused_optimizer.py: ZeRO
-        stage 0) print "Reducing dynamic loss scale from A to B", in every version, and nothing else does."""
+        stage 0) print "Reducing dynamic loss scale from A to B", or "fp16 dynamic loss scale overflow! … reducing to B"
+        with B below the scale tried, and nothing else does."""
         if not self._once(("dynamic", data["scaler"])):
             return []
         return [self.context.event("log", line, rank=rank, message=message, source=self.name, level="INFO",

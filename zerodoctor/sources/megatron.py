@@ -6,7 +6,8 @@ number of skipped iterations:   K | number of nan iterations:   N |``. A line su
 ``log_interval`` iterations since the last one; the interval is the distance between two lines
 (so the first line waits for the second). Each iteration becomes a step — the K skipped ones
 first, since where they fell inside the interval is not printed — and the line's own values
-land on the last.
+land on the last. A line that prints no loss though an iteration advanced lost it to a NaN (``_loss_vanished``):
+its last step's loss is NaN, as the nan count's are.
 
 Right after the line, ``timers.log`` prints the interval's timers per iteration (``sources/timers.py`` has
 every form): their phase split lands on the same last step, which waits for them until the next line of
@@ -38,7 +39,6 @@ _BLOCK_ROW = re.compile(rf"^\s+([A-Za-z][\w ./-]*?) \.*: (?:\(({NUM}), ({NUM})\)
 # the "all" option: a name, then one line per rank; torchrun's "[rank3]: " prefix takes a space
 _ALL_NAME = re.compile(r"^ {1,2}([A-Za-z][\w ./-]*):\s*$")
 _ALL_RANK = re.compile(rf"^\s+rank\s+\d+: ({NUM})\s*$")
-_PHASES = ("fwd_s", "bwd_s", "optim_s")
 Pending = tuple[Line, int, dict[str, Any]]
 
 
@@ -100,7 +100,7 @@ class MegatronDialect(timers.GluesCutLines):
             interval = max(iteration - held_iteration, 1)
             self._pending = self._steps(held_line, held_iteration, min(interval, held_iteration), held_values)
             if self._timed is not None:
-                self._pending[-1][2].update(self._timed)
+                _time(self._pending[-1][2], self._timed)
                 self._timed = None
             out += self._emit()
         interval = iteration - self._last if self._last is not None else 1
@@ -125,7 +125,7 @@ class MegatronDialect(timers.GluesCutLines):
             self._held = None
             self._pending = self._steps(line, iteration, 1, values)
             if self._timed is not None:
-                self._pending[-1][2].update(self._timed)
+                _time(self._pending[-1][2], self._timed)
                 self._timed = None
         return out + self._emit()
 
@@ -151,14 +151,12 @@ class MegatronDialect(timers.GluesCutLines):
         if not fields:
             return []
         if self._pending:
-            self._pending[-1][2].update(fields)
+            _time(self._pending[-1][2], fields)
             return self._emit()
         if self._held is not None:
             self._timed = fields
             return []
         step = self.context.step + 1  # a timer line alone: the next step, counted
-        if "step_time_s" not in fields and all(k in fields for k in _PHASES):
-            fields["step_time_s"] = sum(fields[k] for k in _PHASES)
         self.context.step = step
         return [self.context.event("step", line, step=step, **fields)]
 
@@ -177,6 +175,8 @@ class MegatronDialect(timers.GluesCutLines):
                 last[field] = _float(values[key])
         if "step_time_s" in last and last["step_time_s"] is not None:
             last["step_time_s"] /= 1000.0
+        if _loss_vanished(values, interval - skipped):
+            nan = max(nan, 1)
         out = []
         first = iteration - interval + 1
         for i, step in enumerate(range(first, iteration + 1)):
@@ -189,6 +189,28 @@ class MegatronDialect(timers.GluesCutLines):
             out.append((line, step, fields))
         self.context.step = max(self.context.step, iteration)
         return out
+
+
+def _time(step: dict[str, Any], timed: dict[str, Any]) -> None:
+    """The timers' split on its iteration's step. The iteration took its elapsed time, where the line prints one,
+    and at least as long as its outermost timers (each the slowest rank's), so no part is longer than the whole."""
+    elapsed, total = step.get("step_time_s"), timed.get("step_time_s")
+    step.update(timed)
+    if elapsed is not None:
+        step["step_time_s"] = max(elapsed, total) if total is not None else elapsed
+
+
+def _loss_vanished(values: dict[str, str], advanced: int) -> bool:
+    """The line prints no loss though an iteration of its interval advanced: every loss's average was NaN.
+
+    training_log prints each loss of the interval as ``if avg > 0.0`` (664cd28b27, 2020-11; ``>= 0.0`` since
+    b09ee64ae1, 2026-03), the sum over the advanced iterations divided by their number: a NaN in one makes the
+    average NaN, which fails the comparison, and the key vanishes from the line. A line whose iterations were all
+    skipped has nothing to average, and a line that is no training_log's (no skipped count) says nothing.
+    """
+    if advanced < 1 or "number of skipped iterations" not in values:
+        return False
+    return not any("loss" in key and key != "loss scale" for key in values)
 
 
 def _ended(text: str) -> bool:

@@ -6,7 +6,8 @@ before timing out.`` New form (torch 2.2+): the same message behind ``[rankR]:[E
 and a ``[PG ID 0 PG GUID 0(default_pg) Rank R]`` (or ``[PG 0 (default_pg) Rank R]``) tag. The
 watchdog repeats the message when it tears the process down, so each (rank, SeqNum) counts once.
 A message a terminal wrapped (``Watchdog caught`` / `` collective operation …`` / ``…Timeout(ms)=18000``) is read
-whole from up to ``MAX_WRAPPED_LINES`` lines.
+whole from up to ``MAX_WRAPPED_LINES`` lines; one no later line completes (the next starts a message of its own, or
+the log ends) was cut, and is read for the rank, SeqNum and op it still shows.
 The other wordings of the same fault, each read as a ``collective_timeout`` with what it names:
 ``Work WorkNCCL(SeqNum=S, OpType=OP, …) timed out in blocking wait`` (``TORCH_NCCL_BLOCKING_WAIT=1``, 1.x–2.x),
 ``ProcessGroupNCCL's watchdog got stuck for N seconds`` (2.2+: a CUDA or NCCL call hung the watchdog itself),
@@ -41,6 +42,9 @@ _TIMEOUT = re.compile(
 _BLOCKING = re.compile(
     r"Work WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\)"
     r"() timed out in blocking wait")
+# The same line cut after its op type (a paste, a terminal or a log collector that keeps a line's first columns:
+# "WorkNCCL(SeqNum=956300, OpType=_ALLGATHER_BASE, ."): the rank, the sequence number and the op it still shows
+_CUT = re.compile(r"(?:Watchdog c|C)aught collective operation timeout: WorkNCCL\((?:SeqNum=(\d+), )?OpType=(\w+)")
 _STUCK = re.compile(r"ProcessGroupNCCL's watchdog got stuck for (\d+) seconds")
 _GLOO = re.compile(r"Timed out waiting (\d+) ?ms for (send|recv) operation to complete")
 # torch/distributed/distributed_c10d.py _store_based_barrier (1.x-2.x): the ranks of a new process group never all
@@ -116,28 +120,40 @@ class NcclDialect:
         return held + self._feed(line)
 
     def _feed(self, line: Line) -> list[Event]:
+        out: list[Event] = []
+        if self._wrapped and any(s in line.text for s in _OPENERS):  # a new message: the one held was cut
+            out = self._cut(self._wrapped)
+            self._wrapped = []
         if not self._wrapped and (barrier := _WAITING.search(line.text) or _DONE.search(line.text)):
-            return self._barrier(line, barrier)
+            return out + self._barrier(line, barrier)
         lines, self._wrapped = [*self._wrapped, line], []
         text = joined(lines, _whole) if len(lines) > 1 else line.text
         match = _work(text)
         if not match:
             other = self._other_wording(line, text)
-            if not other and any(s in lines[0].text for s in _OPENERS) and len(lines) < MAX_WRAPPED_LINES:
+            if other or not any(s in lines[0].text for s in _OPENERS):
+                return out + other
+            if len(lines) < MAX_WRAPPED_LINES:
                 self._wrapped = lines  # a terminal wrapped it: the rest is on the next lines
-            return other
-        said = _RANK.search(text)
-        rank = int(said.group(1)) if said else (line.rank if line.rank is not None else 0)
+                return out
+            return out + self._cut(lines)
         seq, op, numel_in, numel_out, timeout_ms, ran_ms = match.groups()
+        data = {"timeout_s": int(timeout_ms) / 1000.0, "ran_s": int(ran_ms) / 1000.0 if ran_ms else None,
+                "numel_in": int(numel_in) if numel_in else None, "numel_out": int(numel_out) if numel_out else None}
+        return out + self._timeout(line, text, match.group(0), seq, op, data)
+
+    def _timeout(self, line: Line, text: str, said: str, seq: str | None, op: str,
+                 data: dict[str, float | int | None]) -> list[Event]:
+        """One rank's timed-out work, once per (rank, SeqNum): the watchdog repeats it when it tears down."""
+        tag = _RANK.search(text)
+        rank = int(tag.group(1)) if tag else (line.rank if line.rank is not None else 0)
         key = (rank, int(seq) if seq else -1)
         if key in self._seen:
             return []
         self._seen.add(key)
-        data = {"op": op, "seq": int(seq) if seq else None, "timeout_s": int(timeout_ms) / 1000.0,
-                "ran_s": int(ran_ms) / 1000.0 if ran_ms else None,
-                "numel_in": int(numel_in) if numel_in else None, "numel_out": int(numel_out) if numel_out else None}
-        return [self.context.event("log", line, rank=rank, message=match.group(0), source=self.name, level="ERROR",
-                                   what="collective_timeout", data={k: v for k, v in data.items() if v is not None},
+        read = {"op": op, "seq": int(seq) if seq else None, **data}
+        return [self.context.event("log", line, rank=rank, message=said, source=self.name, level="ERROR",
+                                   what="collective_timeout", data={k: v for k, v in read.items() if v is not None},
                                    step=self.context.last_step())]
 
     def _barrier(self, line: Line, match: re.Match) -> list[Event]:
@@ -160,9 +176,17 @@ class NcclDialect:
                                    level="WARNING", what="store_barrier_wait", step=self.context.last_step(),
                                    data={k: v for k, v in data.items() if v is not None})]
 
+    def _cut(self, lines: list[Line]) -> list[Event]:
+        """Held lines no later line completed: a timeout cut after its op type, read for what it shows."""
+        text = joined(lines)
+        cut = _CUT.search(text)
+        if cut is None:
+            return self._other_wording(lines[-1], text)
+        return self._timeout(lines[0], text, cut.group(0), cut.group(1), cut.group(2), {})
+
     def finish(self) -> list[Event]:
         lines, self._wrapped = self._wrapped, []
-        out = self._other_wording(lines[-1], joined(lines)) if lines else []
+        out = self._cut(lines) if lines else []
         epitaphs, self._epitaphs = self._epitaphs, {}
         return out + [e.event for e in epitaphs.values()]
 

@@ -78,6 +78,28 @@ _MEGATRON = {"forward": "fwd_s", "forward-compute": "fwd_s", "backward": "bwd_s"
 _MEGATRON_WHOLE = {"backward-reduce-model-grads": ("backward-params-all-reduce", "backward-layernorm-all-reduce",
                                                    "backward-embedding-all-reduce")}
 _MEGATRON_ONLY = {"optimizer", "allreduce"}  # no DeepSpeed timer has these names, nor a space or a hyphen
+# Which timers run inside which, per version of training.py: the iteration is the sum of the outermost printed.
+# 2019 to 2020-10 (9d4c735a47): 'backward' wraps the all-reduces, master-grad and clip-grad; 'forward' the batch.
+# 2020-10 (eed0062a09) to 2022-08: forward-compute | backward-compute | the pipeline's sends and receives |
+# backward-params-all-reduce | backward-embedding-all-reduce | optimizer, one after another in train_step
+# (backward-reduce-model-grads, where printed, wraps the all-reduces: _MEGATRON_WHOLE); 'optimizer' wraps
+# optimizer.step()'s optimizer-* timers, 'forward-compute' the batch-generator. 2022-08 (77efcccb93) on:
+# 'forward-backward' wraps the schedule (compute, sends, receives) and, from 2023-09 (805a3d5af6: all-grads-sync,
+# finalize_model_grads inside the schedule) the gradient all-reduces; before that they ran between it and
+# 'optimizer'. Megatron-DeepSpeed's 'backward' wraps its backward-backward and backward-allreduce.
+_MEGATRON_INSIDE = {
+    **dict.fromkeys(("allreduce", "backward-allreduce", "backward-backward", "backward-params-all-reduce",
+                     "backward-embedding-all-reduce", "backward-master-grad", "backward-clip-grad"), ("backward",)),
+    "batch generator": ("forward",), "batch-generator": ("forward-compute", "forward-backward"),
+    **dict.fromkeys(("optimizer-copy-to-main-grad", "optimizer-unscale-and-check-inf", "optimizer-clip-main-grad",
+                     "optimizer-count-zeros", "optimizer-inner-step", "optimizer-copy-main-to-model-params"),
+                    ("optimizer",)),
+    **dict.fromkeys(("forward-compute", "backward-compute", "forward-recv", "forward-send", "backward-recv",
+                     "backward-send", "forward-send-forward-recv", "forward-send-backward-recv",
+                     "backward-send-forward-recv", "backward-send-backward-recv",
+                     "forward-backward-send-forward-backward-recv", "all-grads-sync"), ("forward-backward",)),
+}
+_SINCE_SYNC = ("layernorm-grads-all-reduce", "embedding-grads-all-reduce")  # inside the schedule with all-grads-sync
 
 
 def named(text: str) -> dict[str, float]:
@@ -113,12 +135,20 @@ def deepspeed_line(names: dict[str, float]) -> tuple[str, dict[str, Any]] | None
 
 
 def megatron_fields(names: dict[str, float]) -> dict[str, Any]:
-    """The step fields of Megatron's timers, one value per name in ms."""
+    """The step fields of Megatron's timers, one value per name in ms; ``step_time_s`` the sum of the outermost
+    timers (``_MEGATRON_INSIDE``) where they show the whole iteration: its computation and its optimizer step."""
     for whole, parts in _MEGATRON_WHOLE.items():
         if whole in names:
             names = {k: v for k, v in names.items() if k not in parts}
             names["backward-params-all-reduce"] = names.pop(whole)
-    return _seconds(names, _MEGATRON, set())
+    fields = _seconds(names, _MEGATRON, set())
+    outer = [name for name in names if name in _MEGATRON or name == "forward-backward"]
+    outer = [name for name in outer if not any(p in names for p in _MEGATRON_INSIDE.get(name, ()))
+             and not (name in _SINCE_SYNC and "all-grads-sync" in names)]
+    computed = "forward-backward" in outer or {"fwd_s", "bwd_s"} <= fields.keys()
+    if computed and "optimizer" in outer:
+        fields["step_time_s"] = sum(names[name] for name in outer) / 1000.0
+    return fields
 
 
 def _seconds(names: dict[str, float], table: dict[str, str], wholes: set[str]) -> dict[str, Any]:
