@@ -227,6 +227,7 @@ PERF += [
                "megatron/training.py (bigcode 497832129b) training_log: ' TFLOPs: {:.2f} |'", tuple(
                    _iteration(i, 1000.0) + " TFLOPs: {:.2f} |".format(tf) for i, tf in ((10, 150.0), (20, 12.35))),
                {"step": 20, "step_time_s": 1.0, "tflops": 12.35}, variant="forks"),
+]
 
 # Megatron's timers with no iteration line (Megatron-LM#184's paste is such), and with one whose elapsed time is
 # shorter than them: the iteration is the sum of the outermost timers, the gradient all-reduce included where
