@@ -158,6 +158,19 @@ class Columns:
                        {k: v[index] for k, v in self.values.items()},
                        {k: (m[index] if m is not None else None) for k, m in self.valid.items()})
 
+    def steps_between(self, after: int | None, upto: int | None) -> np.ndarray:
+        """Where the step lies in ``(after, upto]`` (an open side when None): the rows a merge of that range takes,
+        in the store's chunks and in the rows a store-less run holds alike."""
+        import numpy as np
+
+        steps = self.values["step"]
+        keep = np.ones(self.n, dtype=bool)
+        if after is not None:
+            keep &= steps > after
+        if upto is not None:
+            keep &= steps <= upto
+        return keep
+
     def without(self, *names: str) -> Columns:
         return Columns(self.n, {k: v for k, v in self.values.items() if k not in names},
                        {k: m for k, m in self.valid.items() if k not in names})

@@ -58,12 +58,7 @@ class HeldSteps:
             return
         cols = self.parts[0] if len(self.parts) == 1 else Columns.concat(self.parts)
         self.parts = [cols]
-        steps = cols.values["step"]
-        keep = np.ones(cols.n, dtype=bool)
-        if after is not None:
-            keep &= steps > after
-        if upto is not None:
-            keep &= steps <= upto
+        keep = cols.steps_between(after, upto)
         if not keep.any():
             return
         merged = merge(cols if keep.all() else cols.take(np.flatnonzero(keep)), fields)

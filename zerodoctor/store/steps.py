@@ -122,12 +122,7 @@ def rows_of(conn: Connection, run_id: int, *, lo: int | None = None, hi: int | N
     parts = []
     for meta, cols in _chunks(conn, _overlapping(run_id, lo, hi)):
         cols.values["rank"], cols.valid["rank"] = np.full(cols.n, meta["rank"], dtype=np.int64), None
-        steps = cols.values["step"]
-        keep = np.ones(cols.n, dtype=bool)
-        if lo is not None:
-            keep &= steps > lo
-        if hi is not None:
-            keep &= steps <= hi
+        keep = cols.steps_between(lo, hi)
         parts.append(cols if keep.all() else cols.take(keep))
     return Columns.concat(parts) if parts else None
 
