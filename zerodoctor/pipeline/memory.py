@@ -17,7 +17,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from zerodoctor import signals
 from zerodoctor.pipeline import COMMIT_EVENTS, InputError, Progress, _gc_paused, _size
@@ -29,7 +29,7 @@ from zerodoctor.signals.held import HeldSteps
 from zerodoctor.signals.plots import RunSeries
 from zerodoctor.signals.view import Reads, RunView
 from zerodoctor.sources.batches import BATCH_LINES, Batch, UnsupportedFormat, make_parser, read_batches, run_id_for
-from zerodoctor.sources.readable import open_log
+from zerodoctor.sources.readable import OPEN_FILES, open_log
 from zerodoctor.sources.readahead import Pool, ReadAhead
 from zerodoctor.sources.rejects import Rejected, say_rejected
 
@@ -43,15 +43,17 @@ class FileRead:
         """Raises ``UnreadableFile`` (an ``OSError``) for what is no log, ``UnsupportedFormat`` for a format no
         parser reads."""
         self.path, self.fmt, self.pool = path, fmt, pool
-        self.name = str(path.resolve())  # as a stored file's row names it: the key of the view's formats
-        self.handle, self.decoded = open_log(path)
+        handle, self.decoded = open_log(path)  # first: a symlink loop is an UnreadableFile here, not in resolve()
+        self.handle: BinaryIO | None = handle
         try:
-            st = os.fstat(self.handle.fileno())
+            self.name = str(path.resolve())  # as a stored file's row names it: the key of the view's formats
+            st = os.fstat(handle.fileno())
             self.identity = (st.st_dev, st.st_ino)
             self.parser = make_parser(fmt, run_id=run_id_for(path), path=path)
         except BaseException:
-            self.handle.close()
+            handle.close()
             raise
+        OPEN_FILES.used(self)
         self.offset = self.lines = self.events = 0
         self.rejected: list[Rejected] = []
         self.runs: dict[str, None] = {}  # the runs its lines are of, in the order first seen
@@ -77,17 +79,29 @@ class FileRead:
         """Parsed ahead by ``pool`` while it can, then in process from wherever the offset stands (as ``FileTail``)."""
         if self.pool is not None and self.decoded is None:
             if self._ahead is None:
-                self._ahead = ReadAhead.of(self.pool, self.path, self.fmt, self.handle, self.offset, self.lines + 1,
-                                           batch_lines=BATCH_LINES)
+                self._ahead = ReadAhead.of(self.pool, self.path, self.fmt, self._stream(), self.offset,
+                                           self.lines + 1, batch_lines=BATCH_LINES)
                 if self._ahead is None:
                     self.pool = None  # too little to read for a pool to pay
             if self._ahead is not None:
                 yield from self._ahead.batches(self.offset, self.lines + 1)
         yield from read_batches(self.path, self.parser, start=self.offset, first_line=self.lines + 1, final=final,
-                                batch_lines=BATCH_LINES, stream=self.handle)
+                                batch_lines=BATCH_LINES, stream=self._stream())
+
+    def _stream(self) -> BinaryIO:
+        """The open handle, opened again at the path if ``OPEN_FILES`` closed it to stay under ``ulimit -n``: more
+        rank files than descriptors are read in turns, as ``watch``'s tails are."""
+        if self.handle is None:
+            self.handle, self.decoded = open_log(self.path)
+        OPEN_FILES.used(self)
+        return self.handle
 
     def close(self) -> None:
-        self.handle.close()
+        """Close the handle (``OPEN_FILES`` evicting it, or the read done); a later read opens it again."""
+        OPEN_FILES.dropped(self)
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
 
 
 class MemoryPipeline:

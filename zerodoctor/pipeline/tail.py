@@ -4,7 +4,7 @@ The truth is the file's row in the store: identity (device, inode, and a fingerp
 first bytes), byte offset and line count, committed in the same transaction as the events
 read up to that offset. The open handle is only a means: it keeps a renamed or deleted file
 readable so that its last lines can be drained before the tail switches to the file now at
-the path. Handles are few: past ``OpenFiles.limit`` (a fraction of ``ulimit -n``) the least
+the path. Handles are few: past ``readable.OpenFiles.limit`` (a fraction of ``ulimit -n``) the least
 recently read tail closes its own and opens it again on its next poll, so 10,000 rank files
 cost no more descriptors than 100. Only regular files are opened (``sources.readable``).
 
@@ -36,10 +36,8 @@ import errno
 import logging
 import os
 import re
-import resource
 import stat
 import time
-from collections import OrderedDict
 from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Literal
@@ -48,7 +46,7 @@ from sqlalchemy import Connection
 
 from zerodoctor.sources.batches import BATCH_LINES, Batch, Parser, make_parser, read_batches, run_id_for
 from zerodoctor.sources.readahead import Pool, ReadAhead
-from zerodoctor.sources.readable import HEAD_BYTES, UnreadableFile, check_regular, open_log, pread
+from zerodoctor.sources.readable import HEAD_BYTES, OPEN_FILES, UnreadableFile, check_regular, open_log, pread
 from zerodoctor.sources.rejects import say_rejected
 from zerodoctor.store import files as stored_files
 
@@ -66,29 +64,6 @@ _ROTATED = re.compile(r"(?:\.(?P<n>\d+)|-(?P<date>\d[\w.:+-]*?))(?:\.gz)?")
 # What stores a batch read from a tail (the pipeline's ``store``), given the connection, the tail, the batch
 # and how to read the batch's bytes again; returns the batch stored (less any line the store refused).
 Store = Callable[[Connection, "FileTail", Batch, Callable[[], bytes]], Batch]
-
-
-class OpenFiles:
-    """The tails holding an open handle, least recently read first; past ``limit`` the oldest closes its own."""
-
-    def __init__(self, limit: int | None = None) -> None:
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        # A quarter of the descriptors at most: the store, watchdog and the training job's own need the rest.
-        self.limit = limit or max(8, min(512, (soft if soft != resource.RLIM_INFINITY else 4096) // 4))
-        self._tails: OrderedDict[FileTail, None] = OrderedDict()
-
-    def used(self, tail: FileTail) -> None:
-        self._tails[tail] = None
-        self._tails.move_to_end(tail)
-        while len(self._tails) > self.limit:
-            oldest, _ = self._tails.popitem(last=False)
-            oldest.close()
-
-    def dropped(self, tail: FileTail) -> None:
-        self._tails.pop(tail, None)
-
-
-OPEN_FILES = OpenFiles()
 
 
 class FileTail:

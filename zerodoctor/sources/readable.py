@@ -17,10 +17,12 @@ import codecs
 import errno
 import io
 import os
+import resource
 import stat
 import zlib
+from collections import OrderedDict
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from zerodoctor.sources.flight_recorder import PICKLE_PROTOCOL_2
 from zerodoctor.sources.tensorboard_events import looks_like_tfevents
@@ -211,3 +213,32 @@ class _Decoded(io.RawIOBase):
         if self._owns and not self.closed:
             self._raw.close()
         super().close()
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+class OpenFiles:
+    """The readers holding an open handle (``watch``'s tails, a store-less ``diagnose``'s files), least recently
+    read first; past ``limit`` the oldest closes its own and opens it again when next read, so 10,000 rank files
+    cost no more descriptors than a quarter of ``ulimit -n``."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        # A quarter of the descriptors at most: the store, watchdog and the training job's own need the rest.
+        self.limit = limit or max(8, min(512, (soft if soft != resource.RLIM_INFINITY else 4096) // 4))
+        self._tails: OrderedDict[Closable, None] = OrderedDict()
+
+    def used(self, tail: Closable) -> None:
+        self._tails[tail] = None
+        self._tails.move_to_end(tail)
+        while len(self._tails) > self.limit:
+            oldest, _ = self._tails.popitem(last=False)
+            oldest.close()
+
+    def dropped(self, tail: Closable) -> None:
+        self._tails.pop(tail, None)
+
+
+OPEN_FILES = OpenFiles()
