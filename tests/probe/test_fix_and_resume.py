@@ -27,6 +27,11 @@ FP16 = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
 LR_FAULT = ("--steps", "40", "--width", "16", "--loss-mult", "1e9", "--loss-mult-from", "25",
             "--loss-mult-above-lr", "6e-4", "--save-every", "5", "--save-dir", "ckpt", "--cpu-fp16-shim")
 RESUME = ("--config-arg", "--config", "--resume-arg", "--load-dir {dir} --load-tag {tag}")
+# fp32, the optimizer offloaded to the host (pinned: DeepSpeed 0.19's default) with torch's AdamW (no cpu_adam build):
+# ZD406's fix turns pinning off in the config's own offload section, so the host-memory faults below have one to try
+PINNED = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+          "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}
 TIMEOUT_S = 600
 
 
@@ -120,7 +125,7 @@ def test_a_fault_a_safe_fix_cures_is_resumed_under_safe_and_trains_to_the_end(tm
 def test_a_fix_that_does_not_help_is_not_applied_twice_and_no_fix_left_stops(tmp_path) -> None:
     """Rank 1 runs out of host memory at step 5 whatever the config says (ZD406): its safe fix is tried once from
     the checkpoint of step 4, the same fault comes back, and the run stops with the job's exit code."""
-    config = {**FP16, "fp16": {"enabled": False}}
+    config = PINNED
     done = fix_and_resume(tmp_path, "safe", config, "--steps", "8", "--width", "16", "--crash", "host-memory",
                           "--crash-at", "5", "--save-every", "2", "--save-dir", "ckpt")
     audit = trail(tmp_path)
@@ -173,7 +178,7 @@ def test_a_wrapper_killed_mid_restart_is_picked_up_with_append(tmp_path) -> None
     (Had the ranks survived, ``--append`` would refuse: tests/test_resume_parts.py.)"""
     import time
 
-    config = {**FP16, "fp16": {"enabled": False}}
+    config = PINNED
     train = ("--steps", "8", "--width", "16", "--crash", "host-memory", "--crash-at", "5", "--save-every", "2",
              "--save-dir", "ckpt", "--host-work-s", "3")  # each step 3 s longer: the window the kill lands in
     (tmp_path / "ds.json").write_text(json.dumps(config))
@@ -227,7 +232,8 @@ def test_a_hugging_face_trainer_run_is_relaunched_with_deepspeed_and_resume_from
     is Trainer's own."""
     done = hf_fix_and_resume(tmp_path, "safe", {
         "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-        "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}},
+        "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}},
+        "optimizer": {"type": "AdamW", "params": {"lr": "auto", "torch_adam": True}}},
         "--max_steps", "8", "--save_steps", "2", "--crash_at", "5")
     audit = trail(tmp_path, "hf")
     first, second = audit["attempts"]
