@@ -124,20 +124,22 @@ class _AdvisoryLocks:
         deadline = time.monotonic() + STALE_WAIT_S
         while not self.conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar():
             holder = self._holder(key)
-            if not _dead_here(holder) or time.monotonic() > deadline:
-                return holder
+            # None: the lock went between the two queries (its session just closed): try again, as for a dead one
+            if holder is not None and not _dead_here(holder) or time.monotonic() > deadline:
+                return holder or "unknown"
             if self.stop.wait(0.1):
                 raise Stopping("stopped while waiting for a dead watcher's lock")
         self.held.add(key)
         return None
 
-    def _holder(self, key: int) -> str:
+    def _holder(self, key: int) -> str | None:
+        """The application name of the session holding ``key``'s lock, less the prefix; None when none holds it."""
         holder = self.conn.execute(text(
             "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
             "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid = :hi AND l.objid = :lo "
             "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
             {"hi": key >> 32, "lo": key & 0xFFFF_FFFF}).scalar()
-        return (holder or "unknown").removeprefix(_PREFIX)
+        return holder.removeprefix(_PREFIX) if holder is not None else None
 
     def check(self) -> bool:
         """A lost connection (a server restart, a network cut) took the locks with it. They are taken
@@ -163,7 +165,8 @@ class _AdvisoryLocks:
         self.conn = self._session()
         for key in sorted(self.held):
             if not self.conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar():
-                raise StoreBusy(_busy(self._holder(key), shown(self.engine.url), "a run directory of this watcher "))
+                holder = self._holder(key) or "unknown"
+                raise StoreBusy(_busy(holder, shown(self.engine.url), "a run directory of this watcher "))
         return True
 
 
