@@ -20,7 +20,7 @@ def test_an_interrupt_during_start_up_prints_no_traceback(tmp_path: Path, after_
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
-    if "zerodoctor: watching " in err:  # start-up was over (it takes well under 0.5 s on an idle machine): a stop
-        assert proc.returncode == 0 and "stopped; everything read is committed" in err, err
+    if proc.returncode == 0:  # start-up was over (it takes well under 0.5 s on an idle machine): a clean stop
+        assert "stopped; everything read is committed" in err, err
     else:
         assert proc.returncode in (130, -signal.SIGINT), err  # -2: before Python took SIGINT over
