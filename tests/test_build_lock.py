@@ -65,10 +65,8 @@ def test_a_job_silent_on_a_stale_build_lock_is_stuck_not_nothing_to_judge(tmp_pa
     assert f"waiting on {tmp_path / 'ext' / 'toy' / 'lock'}" in finding["message"], finding["message"]
 
 
-def test_a_job_that_prints_is_not_waiting(tmp_path: Path) -> None:
-    """The same lock beside a job that keeps printing: no event, however old the lock."""
-    from zerodoctor.launch.build_lock import BuildLockWatch
-
+def _stale_lock(tmp_path: Path) -> tuple[Path, Path]:
+    """A run directory whose console printed a line, beside a build lock ten minutes old."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     lock = tmp_path / "ext" / "toy" / "lock"
@@ -76,6 +74,14 @@ def test_a_job_that_prints_is_not_waiting(tmp_path: Path) -> None:
     lock.touch()
     os.utime(lock, (time.time() - 600,) * 2)
     (run_dir / "console.log").write_text("step 1\n")
+    return run_dir, lock
+
+
+def test_a_job_that_prints_is_not_waiting(tmp_path: Path) -> None:
+    """The same lock beside a job that keeps printing: no event, however old the lock."""
+    from zerodoctor.launch.build_lock import BuildLockWatch
+
+    run_dir, lock = _stale_lock(tmp_path)
     watch = BuildLockWatch(run_dir, "r", {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}, quiet_s=3)
     assert watch.look(time.time()) == []  # printed just now
     assert watch.look(time.time() + 10) == [lock]  # ten seconds of silence: the lock is stale
@@ -89,13 +95,7 @@ def test_a_lock_a_build_holds_is_not_stale(tmp_path: Path) -> None:
 
     from zerodoctor.launch.build_lock import BuildLockWatch
 
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    lock = tmp_path / "ext" / "toy" / "lock"
-    lock.parent.mkdir(parents=True)
-    lock.touch()
-    os.utime(lock, (time.time() - 600,) * 2)
-    (run_dir / "console.log").write_text("step 1\n")
+    run_dir, lock = _stale_lock(tmp_path)
     ninja = tmp_path / "bin" / "ninja"
     ninja.parent.mkdir()
     shutil.copy(shutil.which("sleep") or "/bin/sleep", ninja)
