@@ -154,3 +154,19 @@ def test_an_acknowledged_finding_is_not_said_again_and_status_marks_it(tmp_path,
     assert "ZD404" in shown.stdout and "(acknowledged)" in shown.stdout, shown.stdout
     report = json.loads(run_cli("status", "--db", db, "--format", "json").stdout)
     assert report["runs"][0]["findings"][0]["acknowledged"] is True
+
+
+def test_a_run_directory_of_thousands_of_ranks_is_one_short_tailing_line(tmp_path, rules, caplog):
+    run_dir = tmp_path / "runs" / "big"
+    run_dir.mkdir(parents=True)
+    for rank in range(1200):
+        (run_dir / f"rank-{rank}.jsonl").write_text("")
+    watcher = Watcher(open_engine(tmp_path / "zerodoctor.db"), [tmp_path / "runs"], rules, lambda *_: None)
+    try:
+        with caplog.at_level(logging.INFO, logger="zerodoctor.watch"):
+            watcher.discover()
+    finally:
+        watcher.close()
+        watcher.engine.dispose()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tailing")]
+    assert said == [f"tailing {run_dir}: 1,200 files: rank-0.jsonl, rank-1.jsonl, rank-2.jsonl … rank-1199.jsonl"]

@@ -180,7 +180,7 @@ class Watcher:
         for path in started:
             by_dir.setdefault(path.parent, []).append(path.name)
         for run_dir, names in sorted(by_dir.items()):
-            log.info("tailing %s: %s", run_dir, ", ".join(names))
+            log.info("tailing %s: %s", run_dir, _listed(names))
 
     def _skip(self, path: Path, exc: OSError, stamp: _Stamp) -> None:
         why = str(exc) if isinstance(exc, UnreadableFile) else f"{path}: cannot open: {exc.strerror or exc}"
@@ -540,6 +540,15 @@ def _stamp(path: Path) -> _Stamp:
             return (exc.errno,)
         return (exc.errno, st.st_dev, st.st_ino, st.st_mode, st.st_mtime_ns, st.st_ctime_ns)
     return (None, st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    """File names for one log line, rank files in rank order (rank-2 before rank-10); past ``most``, the count,
+    the first few and the last: a 4,096-rank run directory is one readable line, not 80 KB of names."""
+    ordered = sorted(names, key=lambda name: (rank_of(name) is None, rank_of(name) or 0, name))
+    if len(ordered) <= most:
+        return ", ".join(ordered)
+    return f"{len(ordered):,} files: {', '.join(ordered[:3])} … {ordered[-1]}"
 
 
 def _resolved(path: Path) -> Path:
