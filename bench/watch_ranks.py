@@ -12,7 +12,13 @@ One rank's device is 40 % slower from ``--slow-from`` on (others wait for it in 
 with ``--node-slow`` the 8 ranks of one node are instead; the findings of the last pass say whether the
 straggler (or its node) is named, and named alone.
 
+With ``--keep-up S``, each size then runs the daemon itself: ``watch`` (not ``--once``) beside the job while
+every rank writes one step each ``--every`` seconds for S seconds, as a job of that size does. The store's
+event count is read every 0.2 s; a step's lag is the time from its write to the moment all of it is stored.
+A watcher that keeps up has a lag that does not grow from the first steps to the last.
+
     python bench/watch_ranks.py [--sizes 512 4096] [--backlog 40] [--new 4] [--slow-from 3] [--node-slow]
+                                [--keep-up 30 --every 1.5]
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -92,6 +100,65 @@ def measure(folder: Path, ranks: int, args: argparse.Namespace) -> dict:
             "slow": _short(sorted(slow)), "named": named, "alone": [sorted(slow)] == [f["ranks"] for f in said]}
 
 
+def keep_up(folder: Path, ranks: int, args: argparse.Namespace) -> dict:
+    """The daemon beside a job of ``ranks`` writing a step on every rank each ``args.every`` seconds: each
+    step's lag (write → all of it stored), the first steps' against the last ones'."""
+    runs, db = folder / f"runs-{ranks}", folder / f"zd-{ranks}.db"
+    first = args.backlog + args.new + 1
+    said = folder / f"watch-{ranks}.log"
+    with said.open("w") as log:
+        watch = subprocess.Popen([sys.executable, "-m", "zerodoctor", "watch", "--db", str(db), str(runs)],
+                                 stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        base = _started(said, db, 120.0)
+        written: list[tuple[float, int]] = []  # (when a step was written, events it brings the store to)
+        stored: list[tuple[float, int]] = []
+        step, total, next_at, end = first, base, time.monotonic(), time.monotonic() + args.keep_up
+        while time.monotonic() < end or _stored(db) < total:
+            now = time.monotonic()
+            if now >= next_at and now < end:
+                write(runs / "job", ranks, step, step, set(), 10**9)
+                total += ranks
+                written.append((time.monotonic(), total))
+                step, next_at = step + 1, next_at + args.every
+            stored.append((time.monotonic(), _stored(db)))
+            if now > end + 120:
+                break  # fell too far behind: the lag table says by how much
+            time.sleep(0.2)
+        stored.append((time.monotonic(), _stored(db)))
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        watch.wait(timeout=120)
+    lags = [next((t - at for t, n in stored if n >= count and t >= at), float("inf")) for at, count in written]
+    third = max(1, len(lags) // 3)
+    behind = total - max((n for t, n in stored if t <= end), default=base)
+    return {"ranks": ranks, "steps": len(written), "events": len(written) * ranks, "behind": behind,
+            "lag_first": sorted(lags[:third])[third // 2], "lag_last": sorted(lags[-third:])[third // 2],
+            "lag_max": max(lags)}
+
+
+def _stored(db: Path) -> int:
+    """Events the store holds now (its files' counts), read beside the watcher that writes them."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            return int(conn.execute("SELECT COALESCE(SUM(events), 0) FROM files").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def _started(said: Path, db: Path, timeout_s: float) -> int:
+    """Wait until the watcher tails the run's files (its "tailing" line) and its store has stopped growing
+    (the first pass read what was there); the store's count then."""
+    deadline = time.monotonic() + timeout_s
+    while "tailing" not in said.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    count = -1
+    while (now := _stored(db)) != count and time.monotonic() < deadline:
+        count = now
+        time.sleep(1.0)
+    return count
+
+
 def _short(ranks: list[int]) -> str:
     return re.sub(r"\s", "", json.dumps(ranks if len(ranks) <= 3 else [ranks[0], "…", ranks[-1]], ensure_ascii=False))
 
@@ -103,10 +170,13 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=4, help="steps per rank appended for the live pass")
     ap.add_argument("--slow-from", type=int, default=3, help="the step from which the slow ranks are slow")
     ap.add_argument("--node-slow", action="store_true", help="the 8 ranks of node 1 are slow, not one rank")
+    ap.add_argument("--keep-up", type=float, default=0.0, help="seconds of the daemon beside a live job (0: skip)")
+    ap.add_argument("--every", type=float, default=1.5, help="seconds between a live job's steps")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="zd-bench-ranks-"))
     try:
         rows = [measure(folder, n, args) for n in args.sizes]
+        live = [keep_up(folder, n, args) for n in args.sizes] if args.keep_up else []
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     base = rows[0]
@@ -120,6 +190,16 @@ def main() -> None:
               f"{1e3 * r['backlog_s'] / r['backlog']:>6.3f} "
               f"{r['new']:>7,} {r['live_s']:>7.2f} {per:>6.3f} {per / (1e3 * base['live_s'] / base['new']):>7.2f} "
               f"{r['slow']:>10}  {r['named']}{' (alone)' if r['alone'] else ''}")
+    if live:
+        print(f"\nzerodoctor watch (the daemon) beside the job, a step on every rank each {args.every} s for "
+              f"{args.keep_up:.0f} s; lag: from a step's write to all of it stored (median of the first and last "
+              f"third of the steps)\n")
+        print(f"{'ranks':>6} {'steps':>6} {'events':>8} {'events/s':>9} {'lag first s':>12} {'lag last s':>11} "
+              f"{'lag max s':>10} {'behind at end':>14}  keeps up")
+        for r in live:
+            print(f"{r['ranks']:>6,} {r['steps']:>6} {r['events']:>8,} {r['ranks'] / args.every:>9,.0f} "
+                  f"{r['lag_first']:>12.2f} {r['lag_last']:>11.2f} {r['lag_max']:>10.2f} {r['behind']:>14,}  "
+                  f"{'yes' if r['lag_last'] <= max(2 * r['lag_first'], args.every) else 'no: the lag grows'}")
 
 
 if __name__ == "__main__":
