@@ -13,6 +13,7 @@ import fnmatch
 import logging
 import os
 import signal
+import stat
 import threading
 import time
 from pathlib import Path
@@ -128,7 +129,7 @@ class Watcher:
         again once that path is no longer tailed (deleted, moved out), and then takes the file's row.
         """
         run_dirs = {d.resolve(): None for root in self.roots for d in (root, *sorted(root.glob("*/")))}
-        by_path = {_resolved(path): fmt for d in run_dirs for path, fmt in run_files(d)}
+        by_path = {_resolved(path, d): fmt for d in run_dirs for path, fmt in run_files(d)}
         found = sorted(by_path.items())
         # a directory's source: rank files or console (the wrapper's own events are read beside either)
         formats = {path.parent: fmt for path, fmt in found if path.name != WRAPPER_EVENTS}
@@ -551,9 +552,13 @@ def _listed(names: list[str], most: int = 8) -> str:
     return f"{len(ordered):,} files: {', '.join(ordered[:3])} … {ordered[-1]}"
 
 
-def _resolved(path: Path) -> Path:
-    """The path's real location; a symlink loop keeps its own name (and is skipped as unreadable)."""
+def _resolved(path: Path, within: Path) -> Path:
+    """The path's real location; a symlink loop keeps its own name (and is skipped as unreadable). A file right in
+    ``within`` (a resolved directory) that is no symlink is there already: one ``lstat``, where resolving walks
+    every component, at every rescan, for each of a 4,096-rank run's files."""
     try:
+        if path.parent == within and not stat.S_ISLNK(os.lstat(path).st_mode):
+            return path
         return path.resolve(strict=True)
     except (OSError, RuntimeError):  # RuntimeError: Python before 3.13 reports a loop so
         return path.absolute()
