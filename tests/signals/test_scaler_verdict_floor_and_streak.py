@@ -15,6 +15,7 @@ import pytest
 
 from zerodoctor.pipeline import rules_from
 from zerodoctor.pipeline.diagnose import diagnose
+from zerodoctor.sources import deepspeed
 
 
 def _overflows(first_iteration: int, scales: list[str]) -> list[str]:
@@ -58,3 +59,25 @@ def test_the_same_halvings_at_the_start_are_calibration(tmp_path: Path, rules) -
     scales = [f"{65536.0 / 2 ** i}" for i in range(6)]
     found = _findings(tmp_path, rules, _overflows(0, scales))
     assert "ZD201" not in found and "ZD202" in found, found
+
+
+# A real paste, not a format string: the user's ZeRO-2 run as DeepSpeed#1593's description quotes it, the
+# "[deepscale] " tag of stage2.py's line left out.
+PR_1593 = "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1"
+
+
+def test_one_overflow_at_scale_1_quoted_without_its_tag_is_a_collapse(tmp_path: Path, rules) -> None:
+    """Before: nothing read (the reader wanted the tag) and, once read, no verdict from one overflow (three
+    were needed at the floor): the held-out 11 miss. At 1 the first overflow already says every step is skipped."""
+    found = _findings(tmp_path, rules, [PR_1593])
+    assert "pinned at its floor of 1" in found.get("ZD201", ""), found
+
+
+def test_apex_untagged_overflow_line_is_not_read_as_deepspeeds() -> None:
+    """apex's fp16_utils prints "OVERFLOW! Skipping step. Attempted loss scale: A, reducing to B" with no rank (the
+    amp reader's line): the DeepSpeed reader takes an untagged line only with ZeRO's "Rank N", or one overflow would
+    be read twice."""
+    apex = "OVERFLOW! Skipping step. Attempted loss scale: 1, reducing to 1"
+    assert deepspeed._OVERFLOW.search(apex) is None
+    assert deepspeed._OVERFLOW.search("[deepspeed] " + apex) is not None
+    assert deepspeed._OVERFLOW.search(PR_1593) is not None

@@ -50,3 +50,34 @@ def test_a_line_whose_iterations_were_all_skipped_has_no_loss_to_print(tmp_path:
     """Ten of ten skipped (fp16 start-up): nothing advanced, nothing averaged, no loss, no NaN."""
     losses = _losses(tmp_path, (_line(10, None, skipped=10), _line(20, 2.5)))
     assert losses == {20: 2.5}, losses
+
+
+# Megatron-LLM#33 (held-out 11), as pasted: the third line cut after 'gr', its counts never printed.
+_FALCON = (
+    "iteration     3384/    8000 | consumed samples:       216576 | elapsed time per iteration (ms): 7845.5 | "
+    "learning rate: 6.678E-06 | global batch size:    64 | lm loss: 7.072597E-01 | loss scale: 1.0 | grad norm: "
+    "0.741 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+    "iteration     3385/    8000 | consumed samples:       216640 | elapsed time per iteration (ms): 7624.3 | "
+    "learning rate: 6.676E-06 | global batch size:    64 | loss scale: 1.0 | gr",
+)
+
+
+def _read(tmp_path: Path, lines: tuple[str, ...]) -> dict[int, float]:
+    path = tmp_path / "console.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {e["step"]: e["loss"] for e in parsed(list(read_batches(path, make_parser("text", "t"))))
+            if e["kind"] == "step" and "loss" in e}
+
+
+def test_a_line_cut_after_an_unscaled_loss_scale_without_a_loss_is_a_nan_loss(tmp_path: Path) -> None:
+    """The losses come before the loss scale in every training_log, and at 1.0 nothing is skipped: the cut line
+    reached past where its loss would be. Before, a line without its skipped count said nothing."""
+    losses = _read(tmp_path, _FALCON)
+    assert losses[3384] == pytest.approx(0.7072597) and math.isnan(losses[3385]), losses
+
+
+def test_a_line_cut_after_an_fp16_loss_scale_says_nothing(tmp_path: Path) -> None:
+    """The same cut at an fp16 scale (the format string's, built here): its iterations may all have been skipped
+    for overflow, which also prints no loss, and the count that would tell was cut."""
+    losses = _read(tmp_path, (_FALCON[0], _FALCON[1].replace("loss scale: 1.0", "loss scale: 65536.0")))
+    assert 3385 not in losses, losses

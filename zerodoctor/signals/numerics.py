@@ -29,6 +29,9 @@ COLLAPSE_RATE, COLLAPSE_MIN_OVERFLOWS = 0.05, 3  # ... when this share of the re
 # overflows, 33 with hysteresis 2): an overflow past this step is never calibration, whatever the log shows before
 CALIBRATION_STEPS = 50
 COLLAPSE_STREAK = 4  # overflows in consecutive steps past calibration: the scale halving again and again
+# A scale pinned at this floor that still overflows is a collapse on its first overflow there: no calibration ends at
+# 1 (2^16, the default start, is 16 halvings above it), and every step from here on is skipped
+FLOOR_ALONE = 1.0
 COSTLY_SHARE = 0.5  # skipped steps, of the steps the run shows, that make a calibration costly, never harmless
 LR_ROSE = 0.95  # lr now above this share of the highest lr before the late overflows did not rise
 MIN_SCALE_MESSAGE = "loss scale already at minimum"
@@ -403,7 +406,7 @@ def _scaler_verdict(out: dict[str, Any], fold: Fold, floor: bool, at_floor: bool
         return "aborted"
     if out["fp16.scale_below_one"]:
         return "below_one"
-    if floor and fold.overflows >= COLLAPSE_MIN_OVERFLOWS:
+    if floor and (fold.overflows >= COLLAPSE_MIN_OVERFLOWS or (out.get("fp16.loss_scale_set") or 2) <= FLOOR_ALONE):
         return "at_floor"
     left = 0 if at_floor else out.get("fp16.overflows_to_min", out.get("fp16.overflows_to_floor"))
     if (left is not None and left <= COLLAPSE_OVERFLOWS_LEFT and out["fp16.recent_overflow_rate"] >= COLLAPSE_RATE

@@ -29,8 +29,11 @@ from zerodoctor.messages.units import LOGGED
 
 MIN_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
 
+# The "[deepspeed] "/"[deepscale] " tag may be left out where a line is quoted (DeepSpeed#1593 quotes ZeRO-2's as
+# "OVERFLOW! Rank 0 Skipping step. …"); untagged, ZeRO's "Rank N" names it (apex's "OVERFLOW! Skipping step." has none).
 _OVERFLOW = re.compile(
-    rf"\[deep(?:speed|scale)\] OVERFLOW!(?: Rank (\d+))? Skipping step\.(?: Attempted loss scale: ({NUM}))?")
+    rf"(?:\[deep(?:speed|scale)\] |(?<![\w\]] )(?=OVERFLOW! Rank \d))OVERFLOW!(?: Rank (\d+))? Skipping step\."
+    rf"(?: Attempted loss scale: ({NUM}))?")
 _GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:? (\d+)")
 _REDUCED_TO = re.compile(rf"reducing to ({NUM})")  # the scale an overflow line set; a step carries the one it tried
 _REDUCING = re.compile(rf"Reducing dynamic loss scale from ({NUM}) to ({NUM})")

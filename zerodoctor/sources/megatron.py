@@ -39,6 +39,7 @@ _BLOCK_ROW = re.compile(rf"^\s+([A-Za-z][\w ./-]*?) \.*: (?:\(({NUM}), ({NUM})\)
 # the "all" option: a name, then one line per rank; torchrun's "[rank3]: " prefix takes a space
 _ALL_NAME = re.compile(r"^ {1,2}([A-Za-z][\w ./-]*):\s*$")
 _ALL_RANK = re.compile(rf"^\s+rank\s+\d+: ({NUM})\s*$")
+UNSCALED = "1.0"  # training_log's loss scale ('{:.1f}') where nothing scales the loss: bf16 or fp32, never skipping
 Pending = tuple[Line, int, dict[str, Any]]
 
 
@@ -206,11 +207,16 @@ def _loss_vanished(values: dict[str, str], advanced: int) -> bool:
     training_log prints each loss of the interval as ``if avg > 0.0`` (664cd28b27, 2020-11; ``>= 0.0`` since
     b09ee64ae1, 2026-03), the sum over the advanced iterations divided by their number: a NaN in one makes the
     average NaN, which fails the comparison, and the key vanishes from the line. A line whose iterations were all
-    skipped has nothing to average, and a line that is no training_log's (no skipped count) says nothing.
+    skipped has nothing to average, and a line that is no training_log's (no skipped count, no loss scale) says
+    nothing.
     """
-    if advanced < 1 or "number of skipped iterations" not in values:
-        return False
-    return not any("loss" in key and key != "loss scale" for key in values)
+    lost = not any("loss" in key and key != "loss scale" for key in values)
+    if "number of skipped iterations" not in values:
+        # A line cut before its counts (Megatron-LLM#33: '... | loss scale: 1.0 | gr') still says it where it reached
+        # the loss scale, which every training_log prints after the losses; at a scale of 1.0 (bf16's, fp32's) no
+        # iteration is skipped for an overflow, so the interval advanced.
+        return advanced >= 1 and "loss scale" in values and values["loss scale"] == UNSCALED and lost
+    return advanced >= 1 and lost
 
 
 def _ended(text: str) -> bool:
