@@ -126,6 +126,10 @@ ZERO3_CALLS = [call for _ in range(ZERO3_STEPS) for call in
                [("all_gather_into_tensor", 32 << 20, 45.0)] * 8 + [("reduce_scatter_tensor", 64 << 20, 30.0)] * 4]
 
 
+VERSION_LINE = "[2025-12-20 10:00:00,000] [INFO] [logging.py:107:log_dist] [Rank 0] DeepSpeed info: version={}, " \
+               "git-hash=unknown, git-branch=unknown"
+
+
 def zero3_console(running: bool) -> tuple[str, ...]:
     """The ZeRO-3 run's console (rank 0's lines, print_dist's "[Rank 0] " prefix), its summary as ``running``."""
     steps = [line for _ in range(ZERO3_STEPS) for line in (
@@ -218,6 +222,23 @@ PERF: list[PerfOutput] = [
                      "reduce_scatter_tensor": {"count": 40, "bytes": 40 * (64 << 20), "total_s": 1.2}})
       for versions, variant, running in (("deepspeed 0.7-0.18.2", "zero3_per_call", False),
                                           ("deepspeed 0.18.3-0.19", "zero3_running_totals", True))),
+    # Where the log printed the version (__init__.py initialize, log_dist at INFO), it decides: 0.19.8's table with
+    # no step timed before it is still read back; 0.17.5's per-call table is read as printed, though its start-up
+    # broadcast (20 s, waiting for a slow rank) puts its sum beyond the steps' 14 s.
+    PerfOutput("deepspeed_comms_logger", "deepspeed 0.18.3-0.19", "deepspeed/__init__.py initialize; "
+               "deepspeed/utils/comms_logging.py log_all", (VERSION_LINE.format("0.19.8"),
+                                                            *comms_table(ZERO3_CALLS, True)),
+               {}, kind="comm", variant="version_printed", comm={
+                   "all_gather_into_tensor": {"count": 80, "bytes": 80 * (32 << 20), "total_s": 3.6},
+                   "reduce_scatter_tensor": {"count": 40, "bytes": 40 * (64 << 20), "total_s": 1.2}}),
+    PerfOutput("deepspeed_comms_logger", "deepspeed 0.7-0.18.2", "deepspeed/__init__.py initialize; "
+               "deepspeed/utils/comms_logging.py log_all", (
+                   VERSION_LINE.format("0.17.5"), *zero3_console(False)[:-5],
+                   *comms_table([("broadcast", 16 << 20, 20000.0), *ZERO3_CALLS], False)),
+               {}, kind="comm", variant="version_printed_startup", comm={
+                   "broadcast": {"count": 1, "bytes": 16 << 20, "total_s": 20.0},
+                   "all_gather_into_tensor": {"count": 80, "bytes": 80 * (32 << 20), "total_s": 3.6},
+                   "reduce_scatter_tensor": {"count": 40, "bytes": 40 * (64 << 20), "total_s": 1.2}}),
 ]
 
 _MEG_ITER = (" iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time per iteration (ms): {:.1f} | "

@@ -64,6 +64,9 @@ _ENGINE = re.compile(r"DeepSpeed Basic Optimizer = (\w+)|Creating (?:[\w.]+ )?Ze
 # comm/torch.py build_shm_op, print()ed by every rank (0.14.2+, b22706a72): the shared-memory collectives only
 # DeepSpeed's CPU accelerator builds (ShareMemCommBuilder, cpu_accelerator.py alone): the run trains on the host.
 _SHM_BUILT = "DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully"
+# __init__.py initialize(): log_dist("DeepSpeed info: version={}, git-hash={}, git-branch={}") at INFO (0.3+, shown
+# by default until 0.17.6): the version, which says how the comms logger's table reads (dsblocks.CommsTable).
+_VERSION = re.compile(r"DeepSpeed info: version=(\d+)\.(\d+)\.(\d+)")
 # Trainer's tqdm bar glued before a line: "N/M [" says N optimizer steps are done.
 _TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _SQUEEZE = re.compile(r"[\s│┃|╭╮╰╯─━]+")
@@ -79,8 +82,8 @@ class DeepSpeedDialect(timers.GluesCutLines):
                 b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size",
                 b"Micro batch size per gpu", b"Gradient accumulation steps", b"Either train_batch", b", skipped=",
                 b"(ms) |", b"SamplesPerSec", b"iter time (s)", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ",
-                b"ZeRO stage ", b"DeepSpeed deepspeed.ops.comm.deepspeed_shm", *ConfigDump.keywords,
-                *CommsTable.keywords, *FlopsSummary.keywords)
+                b"ZeRO stage ", b"DeepSpeed deepspeed.ops.comm.deepspeed_shm", b"DeepSpeed info: version=",
+                *ConfigDump.keywords, *CommsTable.keywords, *FlopsSummary.keywords)
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -139,6 +142,10 @@ class DeepSpeedDialect(timers.GluesCutLines):
             return self._memory_usage(line, text)
         if "Basic Optimizer = " in text or "ZeRO stage " in text:
             return self._engine(line, text)
+        version = _VERSION.search(text)
+        if version:
+            self.context.facts["deepspeed_version"] = tuple(map(int, version.groups()))
+            return []
         if _SHM_BUILT in text and self._once(("engine", "accelerator")):
             return [self.context.event("log", line, message=_SHM_BUILT, source=self.name, what="engine_setup",
                                        data={"accelerator": "cpu"})]

@@ -22,6 +22,7 @@ from zerodoctor.messages.numbers import NUM
 from zerodoctor.sources.text import Context, Line
 from zerodoctor.messages.units import LOGGED  # the comms logger's KB/MB are powers of 1024 (convert_size)
 
+RUNNING_SINCE = (0, 18, 3)  # the comms logger's entries are running totals from here on (6eb98aaf0)
 MAX_BLOCK_LINES = 2000  # a dump that never closes (a truncated log) is let go, not held forever
 _ATTR = re.compile(r"(?:^|\s)(\w+) \.{2,} (.*?)\s*$")
 # print()ed, so bare; a console that logs stdout puts its prefix (ending "] ") before each line
@@ -138,8 +139,9 @@ class CommsTable:
     latency. 0.18.3 ("Wall clock timers API", #7714, 6eb98aaf0) dropped the clear: each entry is the op's running
     total since its first call (0.19.8 as installed, master as of 2026-08 alike). ``log_all`` then prints, per row,
     ``sum(vals[1])`` as "Total Latency(ms)" and their trimmed mean as "Avg Latency(ms)" (and bandwidths from
-    them): a sum of running totals, which grows as the square of the calls. The table tells the two apart only
-    by size (``running``): a step's collectives are timed one after another on its thread, so single calls'
+    them): a sum of running totals, which grows as the square of the calls. Where the log printed DeepSpeed's
+    version ("DeepSpeed info: version=…", INFO), it decides (``RUNNING_SINCE``); else the table tells the two
+    apart only by size (``running``): a step's collectives are timed one after another on its thread, so single calls'
     latencies sum to no more than the steps' time the log showed, unless calls outside the steps (start-up,
     evaluation) took longer than the steps themselves (then read as running totals: understated, never
     inflated). A table within the steps' time, or after none, is read as printed, which for 0.18.3+ overstates
@@ -201,7 +203,11 @@ class CommsTable:
                 for line, op, size, count, total_ms in rows]
 
     def running(self, rows: list[tuple[Line, str, int, int, float]]) -> bool:
-        """Whether the printed totals are sums of running totals (0.18.3+): more than the steps' time."""
+        """Whether the printed totals are sums of running totals: the version says so, else they hold more than
+        the steps' time."""
+        version = self.context.facts.get("deepspeed_version")
+        if version is not None:
+            return bool(version >= RUNNING_SINCE)
         timed = self.context.timed_s
         return timed > 0 and sum(row[4] for row in rows) / 1000.0 > timed
 
