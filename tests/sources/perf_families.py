@@ -8,6 +8,7 @@ the values: sums over micro-batches, ms → s, MiB → bytes, the intervals the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,72 @@ def _engine(versions: str, prefix: str, names: list[tuple[str, float]], micro: l
                        _ds_line(prefix, names)), ZERO2_STEP, variant=variant)
 
 
+def convert_size(size_bytes: int) -> str:
+    """utils/comms_logging.py convert_size (0.7.0+): powers of 1024, rounded to 2 decimals, "0B" for nothing."""
+    if size_bytes == 0:
+        return "0B"
+    names = ("B", "KB", "MB", "GB", "TB")
+    i = int(math.floor(math.log(size_bytes, 1024)))
+    return "%s %s" % (round(size_bytes / math.pow(1024, i), 2), names[i])
+
+
+def _trim_mean(data: list[float], trim: float = 0.1) -> float:
+    """utils/timer.py trim_mean: the mean of the sorted values, round(n * trim) cut from each end."""
+    data, k = sorted(data), int(round(len(data) * trim))
+    kept = data[k:len(data) - k]
+    return sum(kept) / len(kept)
+
+
+def comms_table(calls: list[tuple[str, int, float]], running: bool, world: int = 2) -> tuple[str, ...]:
+    """DeepSpeed's comms logger summary of ``calls`` (op, message bytes, ms, in call order): ``comm/comm.py``
+    ``timed_op`` appends ``timers(op).elapsed(reset=False)`` per call, which is the call's own latency until
+    0.18.2 and the op's running total since 0.18.3 (``running``: ``utils/timer.py`` 6eb98aaf0 stopped clearing
+    the timer's records); ``utils/comms_logging.py`` ``log_all`` prints per (op, size) their sum, their trimmed mean
+    and ``calc_bw_log``'s trimmed-mean bandwidths (all-gather and reduce-scatter: ``size * n`` over the time)."""
+    records: dict[str, dict[int, list[tuple[float, float, float]]]] = {}
+    spent: dict[str, float] = {}
+    for op, size, ms in calls:
+        spent[op] = spent.get(op, 0.0) + ms
+        latency = spent[op] if running else ms
+        moved = size * world if op in ("all_gather_into_tensor", "reduce_scatter_tensor") else size
+        tput = moved / latency * 8 / 1e6
+        records.setdefault(op, {}).setdefault(size, []).append((latency, tput, tput * (world - 1) / world))
+    head = "{: <20}" * 7
+    row = "{: <20}{: <20}{: <20}{: <20.2f}{: <20.2f}{: <20.2f}{: <20.2f}"
+    lines = [head.format("Comm. Op", "Message Size", "Count", "Total Latency(ms)", "Avg Latency(ms)",
+                         "tput_avg (Gbps)", "busbw_avg (Gbps)")]
+    for op, sizes in records.items():
+        lines.append(op)
+        for size, vals in sorted(sizes.items()):
+            lat, tput, busbw = (list(v) for v in zip(*vals))
+            lines.append(row.format(" ", convert_size(size), len(vals), sum(lat), _trim_mean(lat), _trim_mean(tput),
+                                    _trim_mean(busbw)))
+    return tuple(lines)
+
+
+# A ZeRO-3 run of 10 steps as DeepSpeed 0.18-0.19 prints it under wall_clock_breakdown and the comms logger: per
+# step stage3.py's optimizer line (optimizer_step alone), the engine's micro-step and global lines, and in the
+# step 8 parameter all-gathers of 32 MiB at 45 ms and 4 gradient reduce-scatters of 64 MiB at 30 ms; the summary
+# after the last step. The all-gathers take 360 ms of each 1.4 s step: 25.7 %.
+ZERO3_STEPS = 10
+ZERO3_MICRO = [("fwd_microstep", 400.0), ("bwd_microstep", 800.0), ("bwd_inner_microstep", 760.0),
+               ("bwd_allreduce_microstep", 40.0), ("step_microstep", 200.0)]
+ZERO3_CALLS = [call for _ in range(ZERO3_STEPS) for call in
+               [("all_gather_into_tensor", 32 << 20, 45.0)] * 8 + [("reduce_scatter_tensor", 64 << 20, 30.0)] * 4]
+
+
+VERSION_LINE = "[2025-12-20 10:00:00,000] [INFO] [logging.py:107:log_dist] [Rank 0] DeepSpeed info: version={}, " \
+               "git-hash=unknown, git-branch=unknown"
+
+
+def zero3_console(running: bool) -> tuple[str, ...]:
+    """The ZeRO-3 run's console (rank 0's lines, print_dist's "[Rank 0] " prefix), its summary as ``running``."""
+    steps = [line for _ in range(ZERO3_STEPS) for line in (
+        _ds_line("[Rank 0] ", [("optimizer_step", 180.0)]), _ds_line("[Rank 0] ", ZERO3_MICRO),
+        _ds_line("[Rank 0] ", [(n.removesuffix("_microstep"), ms) for n, ms in ZERO3_MICRO]))]
+    return (*steps, *comms_table(ZERO3_CALLS, running))
+
+
 PERF: list[PerfOutput] = [
     _engine("deepspeed 0.1-0.2", "", _old(GLOBAL), _old(MICRO)),
     _engine("deepspeed 0.3.0-0.3.11", "rank=0 ", _old(GLOBAL), _old(MICRO)),
@@ -130,7 +197,8 @@ PERF: list[PerfOutput] = [
                 "data_s": 0.002, "comm_s": 0.01 + 0.1}),
     # DeepSpeed's comms logger (utils/comms_logging.py log_all, 0.7.0+): f"{'Comm. Op': <20}…", the op's name
     # alone, then f"{' ': <20}{convert_size(msg_size): <20}{count: <20}{total_lat: <20.2f}…" per message size.
-    PerfOutput("deepspeed_comms_logger", "deepspeed 0.7-0.19", "deepspeed/utils/comms_logging.py log_all", (
+    # With no step timed before it, the table is read as printed: per-call latencies, as until 0.18.2.
+    PerfOutput("deepspeed_comms_logger", "deepspeed 0.7-0.18.2", "deepspeed/utils/comms_logging.py log_all", (
         "{: <20}{: <20}{: <20}{: <20}{: <20}{: <20}{: <20}".format(
             "Comm. Op", "Message Size", "Count", "Total Latency(ms)", "Avg Latency(ms)", "tput_avg (Gbps)",
             "busbw_avg (Gbps)"),
@@ -145,6 +213,32 @@ PERF: list[PerfOutput] = [
         {}, kind="comm", comm={
             "all_gather_into_tensor": {"count": 200, "bytes": 200 * 64 * (1 << 20), "total_s": 1.6},
             "reduce_scatter_tensor": {"count": 110, "bytes": 100 * 128 * (1 << 20) + 10 * 2048, "total_s": 2.5015}}),
+    # The same logger after a ZeRO-3 run's step timers, each version's way: per-call latencies (0.7-0.18.2) as
+    # printed; running totals (0.18.3+) read back to the op's time, 2 Σ / (N + 1), exact at this steady rate.
+    *(PerfOutput("deepspeed_comms_logger", versions, "deepspeed/utils/comms_logging.py log_all, convert_size, "
+                 "calc_bw_log; deepspeed/comm/comm.py timed_op; deepspeed/utils/timer.py _get_elapsed_msec, trim_mean",
+                 zero3_console(running), {}, kind="comm", variant=variant, comm={
+                     "all_gather_into_tensor": {"count": 80, "bytes": 80 * (32 << 20), "total_s": 3.6},
+                     "reduce_scatter_tensor": {"count": 40, "bytes": 40 * (64 << 20), "total_s": 1.2}})
+      for versions, variant, running in (("deepspeed 0.7-0.18.2", "zero3_per_call", False),
+                                          ("deepspeed 0.18.3-0.19", "zero3_running_totals", True))),
+    # Where the log printed the version (__init__.py initialize, log_dist at INFO), it decides: 0.19.8's table with
+    # no step timed before it is still read back; 0.17.5's per-call table is read as printed, though its start-up
+    # broadcast (20 s, waiting for a slow rank) puts its sum beyond the steps' 14 s.
+    PerfOutput("deepspeed_comms_logger", "deepspeed 0.18.3-0.19", "deepspeed/__init__.py initialize; "
+               "deepspeed/utils/comms_logging.py log_all", (VERSION_LINE.format("0.19.8"),
+                                                            *comms_table(ZERO3_CALLS, True)),
+               {}, kind="comm", variant="version_printed", comm={
+                   "all_gather_into_tensor": {"count": 80, "bytes": 80 * (32 << 20), "total_s": 3.6},
+                   "reduce_scatter_tensor": {"count": 40, "bytes": 40 * (64 << 20), "total_s": 1.2}}),
+    PerfOutput("deepspeed_comms_logger", "deepspeed 0.7-0.18.2", "deepspeed/__init__.py initialize; "
+               "deepspeed/utils/comms_logging.py log_all", (
+                   VERSION_LINE.format("0.17.5"), *zero3_console(False)[:-5],
+                   *comms_table([("broadcast", 16 << 20, 20000.0), *ZERO3_CALLS], False)),
+               {}, kind="comm", variant="version_printed_startup", comm={
+                   "broadcast": {"count": 1, "bytes": 16 << 20, "total_s": 20.0},
+                   "all_gather_into_tensor": {"count": 80, "bytes": 80 * (32 << 20), "total_s": 3.6},
+                   "reduce_scatter_tensor": {"count": 40, "bytes": 40 * (64 << 20), "total_s": 1.2}}),
 ]
 
 _MEG_ITER = (" iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time per iteration (ms): {:.1f} | "

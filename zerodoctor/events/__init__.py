@@ -104,6 +104,9 @@ class Comm(_Envelope):
     bytes: Int64 | None = Field(None, description="message bytes summed over the calls")
     total_s: float | None = Field(None, description="time in the calls, summed")
     interval_s: float | None = Field(None, description="length of the aggregation interval")
+    since_step: Int64 | None = Field(
+        None, description="the step the interval began after, where it spans the run so far: 0 for a console's "
+        "comms-logger summary, which counts from the logger's start. Absent on the probe's per-step intervals")
 
 
 class Heartbeat(_Envelope):

@@ -1,8 +1,11 @@
 """Signals, communication: how much of each step the collectives take.
 
-The probe times collectives itself (``comm_s`` per step, ``comm`` events per op):
-``comms_logger`` reports running totals in 0.19.8, not per-call latencies; a console log gives
-the per-op totals of its summary table and, with ``wall_clock_breakdown``, the step's timers.
+The probe times collectives itself (``comm_s`` per step, ``comm`` events per op). A console log gives,
+with ``wall_clock_breakdown``, the step's timers (backward's all-reduce, ZeRO-1/2's all-gather after the
+step: none of ZeRO-3's gathers and reduce-scatters inside forward and backward), and the per-op totals of
+the comms logger's summary over the run so far (``sources/dsblocks.CommsTable`` reads 0.18.3+'s running
+totals back; ``since_step`` marks its events), whose mean per step stands for the step's collectives where
+it shows more than the timers.
 Of ZeRO-3's collectives only the parameter all-gathers are its own: gradients are reduced
 (reduce-scatter, all-reduce) under stage 2 too, so what stage 2 would save is the all-gather share.
 
@@ -47,11 +50,12 @@ SMALL_CALL_BYTES = 1 << 20
 FILLED = 0.5
 
 READS = ("run.zero_stage", "run.world_size_stated", "run.host_only", "straggler.share", "trace.present",
-         "trace.allgather_exposed_fraction", "run.params", "run.precision")
+         "trace.allgather_exposed_fraction", "run.params", "run.precision", "run.step_s")
 
 SIGNALS = [
-    _timed("comm.fraction", "ratio", "time in collectives / step time, per step", per_step=True),
-    _timed("comm.step_s", "s", "time in collectives per step (median)"),
+    _timed("comm.fraction", "ratio", "time in collectives / step time, per step (a console's comms-logger "
+           "summary's mean per step where it shows more than the step timers)", per_step=True),
+    _timed("comm.step_s", "s", "time in collectives per step (median; the summary's mean where it shows more)"),
     _timed("comm.first_step", "step", "first step of the window comm.fraction is the median of"),
     _timed("comm.last_step", "step", "last step of that window"),
     _timed("comm.compute_s", "s", "forward + backward + optimizer time outside collectives, per step (median)"),
@@ -107,23 +111,15 @@ FOLD_EVENTS = ("comm",)
 
 
 @dataclass
-class Fold(runview.Fold):
-    """The last WINDOW steps' collective share, comm and compute time; collective time per op."""
+class PerOp:
+    """Collective time, bytes, calls and largest call per op, summed over ``comm`` events."""
 
-    VERSION = 3  # of the saved state: bump it when the fields or what they hold change
-    recent: list[list[Any]] = field(default_factory=list)  # the last WINDOW steps: step, comm share, comm s, compute s
     per_op_s: dict[str, float] = field(default_factory=dict)
     per_op_bytes: dict[str, float | None] = field(default_factory=dict)  # None once a call of the op came without
     per_op_calls: dict[str, int] = field(default_factory=dict)
     per_op_largest: dict[str, float] = field(default_factory=dict)  # bytes of the op's largest call (mean of an event)
 
-    def add_steps(self, block: Steps, view: RunView) -> None:
-        steps, comm, total, *parts = StepWindow.tail(block, "step", "comm_s", "step_time_s",
-                                                     "fwd_s", "bwd_s", "optim_s")
-        compute = list(map(_compute_s, comm, *parts))
-        StepWindow.extend(self.recent, [steps, ratios(comm, total), comm, compute])
-
-    def event(self, event: dict[str, Any]) -> None:
+    def add(self, event: dict[str, Any]) -> None:
         op = event.get("op")
         if event.get("total_s") is not None and op:
             self.per_op_s[op] = self.per_op_s.get(op, 0.0) + event["total_s"]
@@ -132,6 +128,55 @@ class Fold(runview.Fold):
             self.per_op_calls[op] = self.per_op_calls.get(op, 0) + (event.get("count") or 0)
             if size and event.get("count"):
                 self.per_op_largest[op] = max(self.per_op_largest.get(op, 0.0), size / event["count"])
+
+
+@dataclass
+class Fold(PerOp, runview.Fold):
+    """The last WINDOW steps' collective share, comm and compute time; collective time per op, from per-step
+    intervals (the probe's), and the last summary of the run so far (a console's comms-logger table)."""
+
+    VERSION = 4  # of the saved state: bump it when the fields or what they hold change
+    # the last WINDOW steps: step, comm share, comm s, compute s, step s, phases s (forward + backward + optimizer)
+    recent: list[list[Any]] = field(default_factory=list)
+    table: list[dict[str, Any]] = field(default_factory=list)  # the last summary's rows: op, count, bytes, total_s…
+
+    def add_steps(self, block: Steps, view: RunView) -> None:
+        steps, comm, total, *parts = StepWindow.tail(block, "step", "comm_s", "step_time_s",
+                                                     "fwd_s", "bwd_s", "optim_s")
+        compute = list(map(_compute_s, comm, *parts))
+        phases = [sum(known) if (known := [x for x in p if x is not None]) else None for p in zip(*parts)]
+        StepWindow.extend(self.recent, [steps, ratios(comm, total), comm, compute, total, phases])
+
+    def event(self, event: dict[str, Any]) -> None:
+        if event.get("since_step") is None:
+            self.add(event)
+            return
+        row = {k: event.get(k) for k in ("op", "count", "bytes", "total_s", "step")}
+        # each summary holds all the earlier ones did: a later step, or a row again, starts the next
+        if self.table and (self.table[-1]["step"] != row["step"] or any(
+                (r["op"], r["bytes"], r["count"]) == (row["op"], row["bytes"], row["count"]) for r in self.table)):
+            self.table = []
+        self.table.append(row)
+
+    def ops(self) -> tuple[PerOp, int | None]:
+        """The per-op figures: the per-step intervals' where there are any, else the summary's with the steps it
+        counts (None for the intervals': their steps are the run's)."""
+        if self.per_op_s or not self.table:
+            return self, None
+        summary = PerOp()
+        for row in self.table:
+            summary.add(row)
+        return summary, self.table[-1]["step"]
+
+
+def _summarised(recent: list[list[Any]], comm_s: float) -> list[list[Any]]:
+    """The window with ``comm_s`` (a comms-logger summary's mean per step) as each step's collective time: where
+    the summary shows more than the step timers, which hold no collective of forward and only the all-reduce of
+    backward (ZeRO-3 gathers and reduce-scatters inside ``fwd`` and ``bwd_inner``)."""
+    steps, _, _, _, total, phases = recent
+    comm = [comm_s] * len(steps)
+    compute = [max(p - comm_s, 0.0) if p is not None else None for p in phases]
+    return [steps, ratios(comm, total), comm, compute, total, phases]
 
 
 def _compute_s(comm: float | None, *parts: float | None) -> float | None:
@@ -147,13 +192,20 @@ def _compute_s(comm: float | None, *parts: float | None) -> float | None:
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
     fold: Fold = view.fold(__name__)
     out: dict[str, Any] = {}
-    out["comm.fraction"] = shares = StepWindow.series(fold.recent, 1)
+    ops, summary_steps = fold.ops()
+    recent = fold.recent
+    timed = StepWindow.series(recent, 2)
+    if summary_steps and ops.per_op_s and recent:
+        summarised = sum(ops.per_op_s.values()) / summary_steps
+        if timed is None or summarised > (timed.summary or 0.0):
+            recent = _summarised(recent, summarised)
+    out["comm.fraction"] = shares = StepWindow.series(recent, 1)
     if shares is not None:
         known = [step for step, share in zip(shares.steps, shares.values) if share is not None]
         out["comm.first_step"], out["comm.last_step"] = known[0], known[-1]
-    present = StepWindow.series(fold.recent, 2)
+    present = StepWindow.series(recent, 2)
     out["comm.step_s"] = present.summary if present else None
-    compute_series = StepWindow.series(fold.recent, 3)
+    compute_series = StepWindow.series(recent, 3)
     out["comm.compute_s"] = compute_series.summary if compute_series else None
 
     config = view.config
@@ -170,20 +222,23 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         overlap = nested(config, "zero_optimization.overlap_comm")
         out["comm.overlap_comm"] = bool(overlap) if overlap is not None else stage == 3
 
-    if fold.per_op_s:
-        top = max(fold.per_op_s, key=fold.per_op_s.__getitem__)
+    allgather_s = None
+    if ops.per_op_s:
+        top = max(ops.per_op_s, key=ops.per_op_s.__getitem__)
         out["comm.top_op"] = top
-        total = sum(fold.per_op_s.values()) or 1.0
-        out["comm.top_op_share"] = fold.per_op_s[top] / total
-        out["comm.allgather_share"] = sum(s for op, s in fold.per_op_s.items() if "all_gather" in op) / total
+        allgather_s = sum(s for op, s in ops.per_op_s.items() if "all_gather" in op)
+        total = sum(ops.per_op_s.values()) or 1.0
+        out["comm.top_op_share"] = ops.per_op_s[top] / total
+        out["comm.allgather_share"] = allgather_s / total
         # the world size the run stated: a log of rank 0's lines alone says at least 1, which no factor can use
-        size, world = fold.per_op_bytes.get(top), values.get("run.world_size_stated")
-        if size and world and world > 1 and fold.per_op_s[top] > 0:
-            out["comm.top_op_busbw_gbps"] = size / fold.per_op_s[top] * _bus_factor(top, world) / GB
-        if size and fold.per_op_calls.get(top):
-            out["comm.top_op_call_bytes"] = size / fold.per_op_calls[top]
-        out.update(_bucket(top, fold.per_op_largest.get(top), config, values))
-    out["comm.stage3_verdict"], out["comm.allgather_step_fraction"] = _stage3(values, out)
+        size, world = ops.per_op_bytes.get(top), values.get("run.world_size_stated")
+        if size and world and world > 1 and ops.per_op_s[top] > 0:
+            out["comm.top_op_busbw_gbps"] = size / ops.per_op_s[top] * _bus_factor(top, world) / GB
+        if size and ops.per_op_calls.get(top):
+            out["comm.top_op_call_bytes"] = size / ops.per_op_calls[top]
+        out.update(_bucket(top, ops.per_op_largest.get(top), config, values))
+    summarised = allgather_s / summary_steps if allgather_s is not None and summary_steps else None
+    out["comm.stage3_verdict"], out["comm.allgather_step_fraction"] = _stage3(values, out, summarised)
     out["comm.step_verdict"] = _step(values, out)
     return out
 
@@ -233,9 +288,15 @@ def _step(values: dict[str, Any], out: dict[str, Any]) -> str | None:
     return "small_calls" if call is not None and call < SMALL_CALL_BYTES else "named"
 
 
-def _stage3(values: dict[str, Any], out: dict[str, Any]) -> tuple[str | None, float | None]:
+def _stage3(values: dict[str, Any], out: dict[str, Any], summarised: float | None
+            ) -> tuple[str | None, float | None]:
     """What stage 3's own all-gathers cost the step, and the verdict on it; (None, None) while a figure it needs
-    (the stage, the straggler's cost, the collectives' or the trace's shares) is unknown."""
+    (the stage, the straggler's cost, the collectives' or the trace's shares) is unknown.
+
+    ``summarised``: seconds per step in all-gathers by a console's comms-logger summary, where no per-step
+    interval timed the collectives. A console's step timers hold no all-gather of stage 3 (they run inside
+    ``fwd`` and ``bwd_inner``), so the share comes from the summary over the steps it counts; unknown on the CPU
+    accelerator, where the summary timed the async all-gathers to their launch (``sources/dsblocks.CommsTable``)."""
     stage, waiting = values.get("run.zero_stage"), values.get("straggler.share")
     if stage is None:
         return None, None
@@ -246,6 +307,12 @@ def _stage3(values: dict[str, Any], out: dict[str, Any]) -> tuple[str | None, fl
     if values.get("trace.present"):
         own = values.get("trace.allgather_exposed_fraction")
         judged = "exposed_allgathers" if own >= STAGE3_OWN else "hidden"
+    elif summarised is not None:
+        step_s = values.get("run.step_s")
+        if values.get("run.host_only") or not step_s:
+            return None, None
+        own = summarised / step_s
+        judged = "allgathers" if own >= STAGE3_OWN else "minor"
     else:
         fraction, share = out.get("comm.fraction"), out.get("comm.allgather_share")
         if fraction is None or share is None:

@@ -35,7 +35,8 @@ SIGNALS = [
     _dumped("run.device_name", "name", "accelerator name (run_start's, else the first GPU row of an nvidia-smi "
                                        "table in the console)"),
     _dumped("run.host_only", "bool", "the run trains on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu in the "
-                                     "run's environment): no device, no PCIe, no streams to overlap on"),
+                                     "run's environment, or the console's shared-memory collectives built): no "
+                                     "device, no PCIe, no streams to overlap on"),
     _dumped("run.exit_code", "code", "worst exit code among ranks that reported one"),
     _dumped("run.ranks_ended", "ranks", "ranks that said they ended (run_end, the probe's or the wrapper's for a "
                                         "rank that died)"),
@@ -95,7 +96,9 @@ def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
         "run.device_memory_gb": mem / GB if mem else None,
         "run.device_name": start.get("device_name") or next(  # else an nvidia-smi table's row in the console
             (e["data"]["device_name"] for e in view.events.get("log", []) if e.get("what") == "gpu"), None),
-        "run.host_only": (start.get("env") or {}).get("DS_ACCELERATOR") == "cpu",
+        "run.host_only": (start.get("env") or {}).get("DS_ACCELERATOR") == "cpu" or any(  # else the console's word
+            (e.get("data") or {}).get("accelerator") == "cpu" for e in view.events.get("log", [])
+            if e.get("what") == "engine_setup"),
         "run.exit_code": max(codes, key=abs) if codes else None,
         "run.ranks_ended": len({e["rank"] for e in view.events.get("run_end", [])}) or None,
         "run.dropped_events": sum(dropped.values()) if dropped else None,

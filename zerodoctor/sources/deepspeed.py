@@ -64,6 +64,12 @@ _MIN_SCALE = "lossscalealreadyatminimum"
 _NO_BATCH = "Either train_batch_size or micro_batch_per_gpu needs to be provided"
 # runtime/engine.py: the optimizer DeepSpeed built and the ZeRO optimizer wrapping it.
 _ENGINE = re.compile(r"DeepSpeed Basic Optimizer = (\w+)|Creating (?:[\w.]+ )?ZeRO stage (\d) optimizer")
+# comm/torch.py build_shm_op, print()ed by every rank (0.14.2+, b22706a72): the shared-memory collectives only
+# DeepSpeed's CPU accelerator builds (ShareMemCommBuilder, cpu_accelerator.py alone): the run trains on the host.
+_SHM_BUILT = "DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully"
+# __init__.py initialize(): log_dist("DeepSpeed info: version={}, git-hash={}, git-branch={}") at INFO (0.3+, shown
+# by default until 0.17.6): the version, which says how the comms logger's table reads (dsblocks.CommsTable).
+_VERSION = re.compile(r"DeepSpeed info: version=(\d+)\.(\d+)\.(\d+)")
 # Trainer's tqdm bar glued before a line: "N/M [" says N optimizer steps are done.
 _TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _SQUEEZE = re.compile(r"[\s│┃|╭╮╰╯─━]+")
@@ -79,7 +85,8 @@ class DeepSpeedDialect(timers.GluesCutLines):
                 b"Current loss", b"fp16 dynamic", b"Exiting run", b"!=", b"Train batch size",
                 b"Micro batch size per gpu", b"Gradient accumulation steps", b"Either train_batch", b", skipped=",
                 b"(ms) |", b"SamplesPerSec", b"iter time (s)", b"pytorch allocator", b"Max_MA", b"Basic Optimizer = ",
-                b"ZeRO stage ", *ConfigDump.keywords, *CommsTable.keywords, *FlopsSummary.keywords)
+                b"ZeRO stage ", b"DeepSpeed deepspeed.ops.comm.deepspeed_shm", b"DeepSpeed info: version=",
+                *ConfigDump.keywords, *CommsTable.keywords, *FlopsSummary.keywords)
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -108,6 +115,8 @@ class DeepSpeedDialect(timers.GluesCutLines):
             held = block.feed(line)
             if held is not None:
                 return held
+            if block is self.comms:  # the table ended at this line: its rows, then the line as any other
+                return self.comms.finish() + self._feed(line)
         text = line.text
         if "verflow" in text or "OVERFLOW" in text or "loss scale" in text:
             out = self._overflow(line, text)
@@ -136,6 +145,13 @@ class DeepSpeedDialect(timers.GluesCutLines):
             return self._memory_usage(line, text)
         if "Basic Optimizer = " in text or "ZeRO stage " in text:
             return self._engine(line, text)
+        version = _VERSION.search(text)
+        if version:
+            self.context.facts["deepspeed_version"] = tuple(map(int, version.groups()))
+            return []
+        if _SHM_BUILT in text and self._once(("engine", "accelerator")):
+            return [self.context.event("log", line, message=_SHM_BUILT, source=self.name, what="engine_setup",
+                                       data={"accelerator": "cpu"})]
         for block in (self.config, self.comms, self.flops):
             started = block.feed(line)
             if started is not None:
@@ -149,6 +165,7 @@ class DeepSpeedDialect(timers.GluesCutLines):
             self.cut.held = None
             out = self._glued(dataclasses.replace(first, text=text))
         out += self.config.finish() + self.flops.finish() + self.clock.flush()
+        out += self.comms.finish()  # after the last step, which its rows count up to
         if self._scale_set is not None:
             line, rank, tried, scale = self._scale_set
             out.append(self.context.event("log", line, rank=rank, message=f"loss scale set to {scale:g}",
@@ -322,9 +339,10 @@ class DeepSpeedDialect(timers.GluesCutLines):
         names = timers.named(text)
         if timers.is_megatron(names):
             return []  # Megatron's own timers: its dialect puts them on its iteration
+        said_stage = self._zero3_timers(line, names)
         read = timers.deepspeed_line(names)
         if read is None:
-            return []
+            return said_stage
         tag, fields = read
         said = timers.RANK_SAID.search(text)
         rank = self._rank(line, said.group(1) if said else None)
@@ -333,7 +351,17 @@ class DeepSpeedDialect(timers.GluesCutLines):
             if self._pipe_every is None:
                 return []  # totals over an interval this log does not show
             fields = {k: v / self._pipe_every for k, v in fields.items()}
-        return self.clock.add(line, rank, tag, fields, closes=tag == "pipe_timers" or (tag == "timers" and not pipe))
+        return said_stage + self.clock.add(line, rank, tag, fields,
+                                           closes=tag == "pipe_timers" or (tag == "timers" and not pipe))
+
+    def _zero3_timers(self, line: Line, names: dict[str, float]) -> list[Event]:
+        """ZeRO-3's optimizer timers (``timers.zero3_optimizer``): the stage, where the console prints no
+        "Creating … ZeRO stage 3 optimizer" (INFO, below DeepSpeed's default level since 0.17.6) and no config."""
+        if not timers.zero3_optimizer(names) or not self._once(("engine", "zero_stage")):
+            return []
+        shown = " | ".join(name for name in names if name in ("init_optimizer_state", "optimizer_step"))
+        return [self.context.event("log", line, message=f"ZeRO-3's optimizer timers ({shown})", source=self.name,
+                                   what="engine_setup", data={"zero_stage": 3})]
 
     def _pipe_steps(self, line: Line, text: str) -> list[Event]:
         """The pipeline engine's ``steps: N loss: L … iter time (s): T samples/sec: S``: the step, and how many

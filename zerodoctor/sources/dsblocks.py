@@ -22,6 +22,7 @@ from zerodoctor.messages.numbers import NUM
 from zerodoctor.sources.text import Context, Line
 from zerodoctor.messages.units import LOGGED  # the comms logger's KB/MB are powers of 1024 (convert_size)
 
+RUNNING_SINCE = (0, 18, 3)  # the comms logger's entries are running totals from here on (6eb98aaf0)
 MAX_BLOCK_LINES = 2000  # a dump that never closes (a truncated log) is let go, not held forever
 _ATTR = re.compile(r"(?:^|\s)(\w+) \.{2,} (.*?)\s*$")
 # print()ed, so bare; a console that logs stdout puts its prefix (ending "] ") before each line
@@ -129,7 +130,30 @@ def _precision(config: dict[str, Any], attrs: dict[str, str]) -> str | None:
 
 
 class CommsTable:
-    """The comms logger summary → one ``comm`` event per (op, message size) row."""
+    """The comms logger summary → one ``comm`` event per (op, message size) row, once the table ends.
+
+    What its latencies are depends on the version, which the table does not print. ``comm/comm.py`` ``timed_op``
+    stops the op's timer (one per op name, every message size alike: ``get_debug_log_name``) and appends
+    ``timers(log_name).elapsed(reset=False)`` (0.7.0, 5349347bb, to today). Until 0.18.2 ``utils/timer.py``'s
+    ``_get_elapsed_msec`` cleared the timer's records as it read them (fee731359), so each entry was that call's
+    latency. 0.18.3 ("Wall clock timers API", #7714, 6eb98aaf0) dropped the clear: each entry is the op's running
+    total since its first call (0.19.8 as installed, master as of 2026-08 alike). ``log_all`` then prints, per row,
+    ``sum(vals[1])`` as "Total Latency(ms)" and their trimmed mean as "Avg Latency(ms)" (and bandwidths from
+    them): a sum of running totals, which grows as the square of the calls. Where the log printed DeepSpeed's
+    version ("DeepSpeed info: version=…", INFO), it decides (``RUNNING_SINCE``); else the table tells the two
+    apart only by size (``running``): a step's collectives are timed one after another on its thread, so single calls'
+    latencies sum to no more than the steps' time the log showed, unless calls outside the steps (start-up,
+    evaluation) took longer than the steps themselves (then read as running totals: understated, never
+    inflated). A table within the steps' time, or after none, is read as printed, which for 0.18.3+ overstates
+    an op N/2-fold. An op whose N entries are running totals S_1 < … < S_N of its calls summed Σ S_k ≈ S_N (N + 1)
+    / 2 at a steady rate, so its total is 2 Σ / (N + 1); how it divides among the op's rows is lost, so each row's
+    printed total is scaled by that factor. On a real 2-rank CPU run (0.19.8) this gave its reduce-scatters
+    14.6 s and its all-reduces 0.27 s where the probe timed 15.7 s and 0.30 s; read as printed, 1,541 s.
+
+    Where the latencies are also short of the calls: on DeepSpeed's CPU accelerator ``synchronize`` does
+    nothing, so an async call (ZeRO-3's parameter all-gathers, ``partition_parameters._dist_allgather_fn``) is
+    timed to its launch; on a real run the table's all-gathers were 1.7 s where the probe timed 13 s.
+    """
 
     keywords = (b"Comm. Op",)
 
@@ -137,21 +161,21 @@ class CommsTable:
         self.context = context
         self.holding = False
         self._op: str | None = None
+        self._rows: list[tuple[Line, str, int, int, float]] = []  # line, op, bytes per call, calls, total ms
 
     def feed(self, line: Line) -> list[Event] | None:
         text = line.text
         if not self.holding:
-            if "Comm. Op" in text and "Message Size" in text and "Count" in text:
-                self.holding, self._op = True, None
+            # show_straggler's second table (its "Total comm lat(ms)" the minimum over ranks) reads the same calls
+            if "Comm. Op" in text and "Message Size" in text and "Count" in text and "comm lat(ms)" not in text:
+                self.holding, self._op, self._rows = True, None, []
                 return []
             return None
         row = _ROW.search(text)
         if row and self._op:
             size, unit, count, total_ms = row.groups()
-            calls = int(count)
-            return [self.context.event("comm", line, op=self._op, count=calls,
-                                       bytes=int(float(size) * LOGGED[unit]) * calls, total_s=float(total_ms) / 1000.0,
-                                       step=self.context.last_step())]
+            self._rows.append((line, self._op, int(float(size) * LOGGED[unit]), int(count), float(total_ms)))
+            return []
         op = _OP.search(text)
         if op and not text.startswith(" "):
             self._op = op.group(1)
@@ -162,8 +186,30 @@ class CommsTable:
         return None
 
     def finish(self) -> list[Event]:
+        """The table's rows, read as its version wrote them; the dialect calls it when the table ends."""
         self.holding = False
-        return []
+        rows, self._rows = self._rows, []
+        if not rows:
+            return []
+        scale = dict.fromkeys((op for _, op, *_ in rows), 1.0)
+        if self.running(rows):
+            calls: dict[str, int] = {}
+            for _, op, _, count, _ in rows:
+                calls[op] = calls.get(op, 0) + count
+            scale = {op: 2.0 / (n + 1) for op, n in calls.items()}
+        step = self.context.last_step()
+        return [self.context.event("comm", line, op=op, count=count, bytes=size * count,
+                                   total_s=total_ms * scale[op] / 1000.0, step=step, since_step=0)
+                for line, op, size, count, total_ms in rows]
+
+    def running(self, rows: list[tuple[Line, str, int, int, float]]) -> bool:
+        """Whether the printed totals are sums of running totals: the version says so, else they hold more than
+        the steps' time."""
+        version = self.context.facts.get("deepspeed_version")
+        if version is not None:
+            return bool(version >= RUNNING_SINCE)
+        timed = self.context.timed_s
+        return timed > 0 and sum(row[4] for row in rows) / 1000.0 > timed
 
 
 # profiling/flops_profiler/profiler.py print_model_profile (0.4.0+): one '{:<70}  {:<8}' line per figure, each a

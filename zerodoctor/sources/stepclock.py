@@ -95,6 +95,7 @@ class StepClock:
             p.fields[k] = p.fields.get(k, 0.0) + v if k == "comm_s" else p.fields.get(k, v)
         if {"fwd_s", "bwd_s", "optim_s"} <= p.fields.keys():
             p.fields.setdefault("step_time_s", p.fields["fwd_s"] + p.fields["bwd_s"] + p.fields["optim_s"])
+        self.context.timed_s += p.fields.get("step_time_s") or 0.0
         out: list[Event] = []
         number = p.step if p.step is not None else self.context.step + 1
         gap = number - self.context.step - 1

@@ -89,6 +89,7 @@ class Context:
     facts: dict[str, Any] = field(default_factory=dict)
     progress_t: float | None = None  # clock time of the last stamped line that carried a step's facts
     clocked: bool = False  # a line showed a clock time: events carry times, not line numbers
+    timed_s: float = 0.0  # the step times the log showed, summed (``dsblocks.CommsTable.running``)
     _last_t: float | None = None
 
     def last_step(self) -> int | None:

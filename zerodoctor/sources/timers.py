@@ -102,6 +102,17 @@ _MEGATRON_INSIDE = {
 _SINCE_SYNC = ("layernorm-grads-all-reduce", "embedding-grads-all-reduce")  # inside the schedule with all-grads-sync
 
 
+def zero3_optimizer(names: dict[str, float]) -> bool:
+    """Whether a DeepSpeed timer line is ZeRO-3's optimizer's: ``init_optimizer_state``, logged once at start, or
+    ``optimizer_step`` with no ``optimizer_allgather`` beside it (``runtime/zero/stage3.py`` since 0.5.0, and its
+    ZenFlow and SuperOffload forms). ZeRO-1/2 (``stage2.py`` 0.3-0.5, ``stage_1_and_2.py`` since) start all three
+    of ``optimizer_allgather | optimizer_gradients | optimizer_step`` every step, an overflowed one too, and log
+    them together; no other optimizer names either timer. Under ``wall_clock_breakdown`` the line prints whatever
+    the log level since 0.18.0 (``print_dist``, 9cbd3edd0), while "Creating … ZeRO stage 3 optimizer" is logged at
+    INFO, below the default level since 0.17.6 (066d91205): on today's consoles it is the stage's only word."""
+    return "init_optimizer_state" in names or ("optimizer_step" in names and "optimizer_allgather" not in names)
+
+
 def named(text: str) -> dict[str, float]:
     """``name → milliseconds`` of a ``time (ms) | …`` line, the memory breakdown's GB included."""
     return {name: float(value) for name, value in _NAMED.findall(text)}
