@@ -18,6 +18,7 @@ read), and is read by an unpickler that only builds the rulebook's own classes a
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import os
@@ -68,11 +69,16 @@ def key(files: list[Path], catalog: dict[str, Signal], limit: int) -> str | None
 
 def read(entry_key: str, catalog: dict[str, Signal]) -> list[Any] | None:
     """The rules kept under ``entry_key``, their signals the catalogue's own; None on any miss."""
+    collecting = gc.isenabled()
+    gc.disable()  # a read makes ~20,000 objects, none garbage: the collector walked every module's for nothing
     try:
         with open(cache_dir() / f"rules-{entry_key}.pickle", "rb") as f:
             stored = _Unpickler(f, catalog).load()
     except Exception:  # noqa: BLE001 - a missing, corrupt or foreign entry is a miss, whatever the reason
         return None
+    finally:
+        if collecting:
+            gc.enable()
     if not (isinstance(stored, tuple) and len(stored) == 3 and stored[:2] == (FORMAT, entry_key)
             and isinstance(stored[2], list)):
         return None
