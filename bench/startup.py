@@ -12,7 +12,7 @@ command that does not import torch) and of the pairwise ratios to ``python -c pa
 ``PYTHONDONTWRITEBYTECODE`` is dropped from the commands' environment: an installed package
 has its bytecode, and a run that recompiles every module measures the compiler.
 
-    python bench/startup.py [--runs 10] [--only diagnose] [--tree DIR [--tree DIR2]] [--cold]
+    python bench/startup.py [--runs 10] [--only diagnose,rules] [--tree DIR [--tree DIR2]] [--cold]
 
 Below the commands, the floor the dependencies set: what importing typer, pydantic and rich costs
 (every command), and with SQLAlchemy (every command that opens a store: ``status``, ``watch``,
@@ -145,7 +145,7 @@ def measure(argv: list[str], runs: int, trees: list[tuple[Path | None, Path]]) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--only", help="only the commands whose name contains this")
+    parser.add_argument("--only", help="only the commands whose name contains one of these (comma-separated)")
     parser.add_argument("--tree", type=Path, action="append",
                         help="a checkout whose zerodoctor to time (default: the installed one); twice: interleaved")
     parser.add_argument("--cold", action="store_true", help="an empty rules cache for every run")
@@ -163,7 +163,7 @@ def main() -> None:
         print(f"{'command':<44} {'median s':>9} {'min s':>7} {'max s':>7} {'beyond s':>9} {'x python -c pass':>17} "
               f"{'cpu s':>6} {'cpu beyond s':>13}")
         for name, argv in table.items():
-            if args.only and args.only not in name:
+            if args.only and not any(part in name for part in args.only.split(",")):
                 continue
             floor = name.startswith("floor")
             for tree, (runs, bases) in zip(trees, measure(argv, args.runs, trees[:1] if floor else trees)):
