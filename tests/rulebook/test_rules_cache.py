@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, fill, run_cli
 from zerodoctor import signals
 from zerodoctor.rulebook import cache, loader
 
@@ -125,6 +125,16 @@ def test_a_cache_directory_that_cannot_be_written_costs_only_the_time(tmp_path: 
     monkeypatch.setenv("ZERODOCTOR_CACHE_DIR", str(blocked / "zerodoctor"))  # its parent is a file: no mkdir
     assert len(loader.rules_from()) == len(loader.rules_from()) > 0
     assert blocked.read_text() == ""
+
+
+def test_a_full_disk_costs_only_the_time_and_leaves_no_half_entry(small_disk: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = small_disk / "cache"
+    directory.mkdir()
+    fill(small_disk / "filler")
+    monkeypatch.setenv("ZERODOCTOR_CACHE_DIR", str(directory))
+    assert len(loader.rules_from()) == len(loader.rules_from()) > 0
+    assert list(directory.iterdir()) == []  # neither an entry cut short nor its temporary file
 
 
 def test_without_the_variable_the_cache_is_the_xdg_user_cache(monkeypatch: pytest.MonkeyPatch,
