@@ -113,9 +113,12 @@ def test_a_corrupt_or_foreign_entry_is_a_miss_and_is_written_again(cache_dir: Pa
     assert cache.read(entry.name[len("rules-"):-len(".pickle")], signals.catalog()) is not None  # written again
 
     marker = cache_dir / "ran"
-    entry.write_bytes(pickle.dumps(_Hostile(str(marker))))
-    assert [r.code for r in loader.rules_from()] == expected
-    assert not marker.exists(), "an entry builds nothing but the rulebook's own classes"
+    for hostile in (pickle.dumps(_Hostile(str(marker))),
+                    # os.system reached through a rulebook module's own import, by a dotted name (protocol 4)
+                    b"\x80\x04czerodoctor.rulebook.cache\nos.system\n(S'touch " + str(marker).encode() + b"'\ntR."):
+        entry.write_bytes(hostile)
+        assert [r.code for r in loader.rules_from()] == expected
+        assert not marker.exists(), "an entry builds nothing but the rulebook's own classes"
 
 
 def test_a_cache_directory_that_cannot_be_written_costs_only_the_time(tmp_path: Path,

@@ -138,6 +138,9 @@ class _Unpickler(pickle.Unpickler):
         return self._catalog[name]
 
     def find_class(self, module: str, name: str) -> Any:
-        if not module.startswith(_CLASSES):
-            raise pickle.UnpicklingError(f"{module}.{name} is not part of a rulebook")
-        return super().find_class(module, name)
+        # A class defined in one of those modules, by its own name: a dotted name would reach what a module
+        # imported (``zerodoctor.rulebook.cache`` + ``os.system``), a function would be called by the entry.
+        found = super().find_class(module, name) if module.startswith(_CLASSES) and "." not in name else None
+        if not (isinstance(found, type) and found.__module__ == module):
+            raise pickle.UnpicklingError(f"{module}.{name} is not a class of a rulebook")
+        return found
