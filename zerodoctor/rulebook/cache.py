@@ -33,7 +33,7 @@ from zerodoctor.sources.readable import open_regular
 
 KEPT = 16  # entries kept: one per rules set (a checkout, each ``--rules`` directory used); the oldest go
 FORMAT = 1  # bump when an entry's layout changes (the key covers the rulebook's sources too)
-_CLASSES = ("zerodoctor.rulebook.", "pathlib")  # the modules whose classes an entry may build
+_PACKAGE = "zerodoctor.rulebook."  # an entry may build the classes of these modules, and pathlib's
 
 
 def cache_dir() -> Path:
@@ -140,7 +140,8 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         # A class defined in one of those modules, by its own name: a dotted name would reach what a module
         # imported (``zerodoctor.rulebook.cache`` + ``os.system``), a function would be called by the entry.
-        found = super().find_class(module, name) if module.startswith(_CLASSES) and "." not in name else None
+        ours = module == "pathlib" or module.startswith(_PACKAGE)
+        found = super().find_class(module, name) if ours and "." not in name else None
         if not (isinstance(found, type) and found.__module__ == module):
             raise pickle.UnpicklingError(f"{module}.{name} is not a class of a rulebook")
         return found
