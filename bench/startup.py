@@ -150,13 +150,13 @@ def main() -> None:
                         help="a checkout whose zerodoctor to time (default: the installed one); twice: interleaved")
     parser.add_argument("--cold", action="store_true", help="an empty rules cache for every run")
     args = parser.parse_args()
-    global TREE, COLD
+    global TREE, CACHE, COLD
     COLD = args.cold
     all_bases: list[tuple[float, float]] = []
     tmp = Path(tempfile.mkdtemp(prefix="zerodoctor-startup-"))
     trees: list[tuple[Path | None, Path]] = [(t.resolve(), tmp / f"cache-{i}") for i, t in enumerate(args.tree or [])]
     trees = trees or [(None, tmp / "cache")]
-    TREE = trees[0][0]
+    TREE, CACHE = trees[0]  # the inputs are made by the first tree, its cache never the user's
     try:
         table = commands(_inputs(tmp))
         table.update({name: [sys.executable, "-c", code] for name, code in FLOORS.items()})
