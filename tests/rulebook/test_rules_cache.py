@@ -130,6 +130,13 @@ def test_a_cache_directory_that_cannot_be_written_costs_only_the_time(tmp_path: 
     assert blocked.read_text() == ""
 
 
+def test_no_home_directory_costs_only_the_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ZERODOCTOR_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", _homeless)
+    assert len(loader.rules_from()) > 0
+
+
 def test_a_full_disk_costs_only_the_time_and_leaves_no_half_entry(small_disk: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     directory = small_disk / "cache"
@@ -148,6 +155,10 @@ def test_without_the_variable_the_cache_is_the_xdg_user_cache(monkeypatch: pytes
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache.cache_dir() == tmp_path / "home" / ".cache" / "zerodoctor"
+
+
+def _homeless() -> Path:
+    raise RuntimeError("Could not determine home directory.")  # pathlib's words where HOME and the passwd entry lack
 
 
 def _refuse(*args: object) -> None:

@@ -8,7 +8,7 @@ catalogue) took about half of a one-line ``diagnose``'s start-up. A clean load i
 The key is a hash of everything the checked rules depend on: the bytes of every file the loader reads, with
 their paths, in the loader's order (so an edited rule, a plugin's rules or a ``--rules`` directory is a
 different key: a stale entry is never read), the signal catalogue (each signal's ``repr``), the rulebook's
-own source files, pydantic's and Python's versions. Only a clean load is kept: a rulebook with errors is
+own source files, zerodoctor's, pydantic's and Python's versions. Only a clean load is kept: a rulebook with errors is
 loaded and its errors said every time. A missing, corrupt, foreign or unreadable entry is a miss (the rules
 are loaded and the entry written again); a cache directory that cannot be written only costs the time.
 An entry is written to a temporary file and renamed, so a reader never sees half of one; the newest
@@ -50,11 +50,16 @@ def key(files: list[Path], catalog: dict[str, Signal], limit: int) -> str | None
     as the loader reads it (the loader then says why, and nothing is kept)."""
     import pydantic
 
+    from zerodoctor import __version__
+
     digest = hashlib.blake2b(digest_size=20)
-    for part in (f"format {FORMAT}", sys.version, pydantic.VERSION, *map(repr, catalog.values())):
+    for part in (f"format {FORMAT}", __version__, sys.version, pydantic.VERSION, *map(repr, catalog.values())):
         digest.update(part.encode() + b"\0")
-    for source in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    try:
+        for source in sorted(Path(__file__).parent.glob("*.py")):
+            digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    except OSError:
+        return None
     for path in files:
         try:
             with open_regular(path) as f:
@@ -87,10 +92,10 @@ def read(entry_key: str, catalog: dict[str, Signal]) -> list[Any] | None:
 
 def write(entry_key: str, rules: list[Any]) -> None:
     """Keep ``rules`` under ``entry_key``, atomically; a directory that cannot take it is left as it is."""
-    directory = cache_dir()
     buffer = io.BytesIO()
     _Pickler(buffer).dump((FORMAT, entry_key, rules))
     try:
+        directory = cache_dir()  # RuntimeError: no home directory to find it in
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".rules-", suffix=".tmp", delete=False) as tmp:
             try:
@@ -101,7 +106,7 @@ def write(entry_key: str, rules: list[Any]) -> None:
                 os.unlink(tmp.name)
                 raise
         _prune(directory)
-    except OSError:
+    except (OSError, RuntimeError):
         return
 
 
