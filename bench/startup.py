@@ -12,14 +12,19 @@ command that does not import torch) and of the pairwise ratios to ``python -c pa
 ``PYTHONDONTWRITEBYTECODE`` is dropped from the commands' environment: an installed package
 has its bytecode, and a run that recompiles every module measures the compiler.
 
-    python bench/startup.py [--runs 10] [--only diagnose] [--tree DIR]
+    python bench/startup.py [--runs 10] [--only diagnose,rules] [--tree DIR [--tree DIR2]] [--cold]
 
 Below the commands, the floor the dependencies set: what importing typer, pydantic and rich costs
 (every command), and with SQLAlchemy (every command that opens a store: ``status``, ``watch``,
 ``diagnose --db``; ``diagnose`` and ``compare`` keep none). What a command takes above its floor is zerodoctor's own.
 
 ``--tree DIR`` times the zerodoctor of another checkout (``python -m zerodoctor`` run in DIR), e.g. a ``git worktree``
-of an earlier commit, for before/after figures.
+of an earlier commit, for before/after figures; given twice or more, each run of a command runs in every tree in
+turn (old/new/old/new), so a neighbour's load falls on both, and a table is printed per tree.
+
+The rules are kept between commands in a cache (``rulebook/cache.py``): each tree gets its own empty cache
+directory, filled by the warm-up run (a warm cache, what every command after the first sees); ``--cold`` gives
+every run an empty one (the first command after an install or an edited rule).
 """
 
 from __future__ import annotations
@@ -56,7 +61,9 @@ def _inputs(tmp: Path) -> dict[str, str]:
     return {"log": str(log), "events": str(events), "store": str(store), "config": str(CONFIG)}
 
 
-TREE: Path | None = None  # --tree
+TREE: Path | None = None  # the tree being timed (--tree)
+CACHE: Path | None = None  # its rules cache directory (ZERODOCTOR_CACHE_DIR)
+COLD = False  # --cold: an empty cache directory for every run
 
 
 def _zerodoctor() -> list[str]:
@@ -92,62 +99,88 @@ FLOORS = {
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if CACHE is not None:
+        if COLD:
+            shutil.rmtree(CACHE, ignore_errors=True)
+        env["ZERODOCTOR_CACHE_DIR"] = str(CACHE)
     return env
 
 
 def _run(argv: list[str]) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of one run: on a loaded machine the wall time
     measures the neighbours too, the CPU time only the command."""
+    env = _env()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env=_env(), cwd=TREE, check=False)
+                   env=env, cwd=TREE, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
-def measure(argv: list[str], runs: int) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """(wall, CPU) seconds of ``argv``, and of ``python -c pass`` run right after each."""
+Timings = tuple[list[tuple[float, float]], list[tuple[float, float]]]
+
+
+def _in_tree(tree: tuple[Path | None, Path], argv: list[str]) -> tuple[float, float]:
+    global TREE, CACHE
+    TREE, CACHE = tree
+    return _run(argv)
+
+
+def measure(argv: list[str], runs: int, trees: list[tuple[Path | None, Path]]) -> list[Timings]:
+    """For each tree: (wall, CPU) seconds of ``argv``, and of ``python -c pass`` run right after each; the trees
+    take turns, run by run."""
     baseline = [sys.executable, "-c", "pass"]
-    _run(argv)
-    walls, bases = [], []
+    out: list[Timings] = [([], []) for _ in trees]
+    for tree in trees:
+        _in_tree(tree, argv)
     for _ in range(runs):
-        walls.append(_run(argv))
-        bases.append(_run(baseline))
-    return walls, bases
+        for tree, (walls, bases) in zip(trees, out):
+            walls.append(_in_tree(tree, argv))
+            bases.append(_run(baseline))
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--only", help="only the commands whose name contains this")
-    parser.add_argument("--tree", type=Path, help="the checkout whose zerodoctor to time (default: the installed one)")
+    parser.add_argument("--only", help="only the commands whose name contains one of these (comma-separated)")
+    parser.add_argument("--tree", type=Path, action="append",
+                        help="a checkout whose zerodoctor to time (default: the installed one); twice: interleaved")
+    parser.add_argument("--cold", action="store_true", help="an empty rules cache for every run")
     args = parser.parse_args()
-    global TREE
-    TREE = args.tree.resolve() if args.tree else None
+    global TREE, CACHE, COLD
+    COLD = args.cold
     all_bases: list[tuple[float, float]] = []
     tmp = Path(tempfile.mkdtemp(prefix="zerodoctor-startup-"))
+    trees: list[tuple[Path | None, Path]] = [(t.resolve(), tmp / f"cache-{i}") for i, t in enumerate(args.tree or [])]
+    trees = trees or [(None, tmp / "cache")]
+    TREE, CACHE = trees[0]  # the inputs are made by the first tree, its cache never the user's
     try:
         table = commands(_inputs(tmp))
         table.update({name: [sys.executable, "-c", code] for name, code in FLOORS.items()})
-        print(f"{'command':<28} {'median s':>9} {'min s':>7} {'max s':>7} {'beyond s':>9} {'x python -c pass':>17} "
+        print(f"{'command':<44} {'median s':>9} {'min s':>7} {'max s':>7} {'beyond s':>9} {'x python -c pass':>17} "
               f"{'cpu s':>6} {'cpu beyond s':>13}")
         for name, argv in table.items():
-            if args.only and args.only not in name:
+            if args.only and not any(part in name for part in args.only.split(",")):
                 continue
-            runs, bases = measure(argv, args.runs)
-            all_bases += bases
-            walls = [w for w, _ in runs]
-            ratio = statistics.median(w / b for (w, _), (b, _) in zip(runs, bases))
-            beyond = statistics.median(w - b for (w, _), (b, _) in zip(runs, bases))
-            cpu_beyond = statistics.median(c - b for (_, c), (_, b) in zip(runs, bases))
-            mark = "" if name.startswith("floor") or beyond <= GOAL_S else f"  over the {GOAL_S} s goal"
-            print(f"{name:<28} {statistics.median(walls):9.3f} {min(walls):7.3f} {max(walls):7.3f} {beyond:9.3f} "
-                  f"{ratio:17.1f} {statistics.median(c for _, c in runs):6.3f} {cpu_beyond:13.3f}{mark}", flush=True)
+            floor = name.startswith("floor")
+            for tree, (runs, bases) in zip(trees, measure(argv, args.runs, trees[:1] if floor else trees)):
+                all_bases += bases
+                label = name if len(trees) == 1 or floor else f"{name} [{tree[0].name if tree[0] else 'installed'}]"
+                walls = [w for w, _ in runs]
+                ratio = statistics.median(w / b for (w, _), (b, _) in zip(runs, bases))
+                beyond = statistics.median(w - b for (w, _), (b, _) in zip(runs, bases))
+                cpu_beyond = statistics.median(c - b for (_, c), (_, b) in zip(runs, bases))
+                mark = "" if floor or beyond <= GOAL_S else f"  over the {GOAL_S} s goal"
+                print(f"{label:<44} {statistics.median(walls):9.3f} {min(walls):7.3f} {max(walls):7.3f} "
+                      f"{beyond:9.3f} {ratio:17.1f} {statistics.median(c for _, c in runs):6.3f} "
+                      f"{cpu_beyond:13.3f}{mark}", flush=True)
         base_walls = [w for w, _ in all_bases]
-        print(f"{'python -c pass':<28} {statistics.median(base_walls):9.3f} {min(base_walls):7.3f} "
+        print(f"{'python -c pass':<44} {statistics.median(base_walls):9.3f} {min(base_walls):7.3f} "
               f"{max(base_walls):7.3f} {'':>9} {'':>17} {statistics.median(c for _, c in all_bases):6.3f}")
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
@@ -85,19 +86,23 @@ SNAPSHOTS = ROOT / "tests" / "snapshots"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Every DeepSpeed process a test starts builds its ops into this session's own directory (tests/extensions.py)."""
+    """Every DeepSpeed process a test starts builds its ops into this session's own directory (tests/extensions.py),
+    and keeps its rules cache (rulebook/cache.py) in a directory of the session's, never the user's ~/.cache."""
     directory, made = extensions.private_directory()
     os.environ["TORCH_EXTENSIONS_DIR"] = str(directory)
     config.stash[_EXTENSIONS] = (directory, made)
+    os.environ["ZERODOCTOR_CACHE_DIR"] = config.stash[_CACHE] = tempfile.mkdtemp(prefix="zerodoctor-test-cache-")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     directory, made = config.stash.get(_EXTENSIONS, (None, False))
     if made:
         extensions.remove(directory)
+    shutil.rmtree(config.stash.get(_CACHE, ""), ignore_errors=True)
 
 
 _EXTENSIONS = pytest.StashKey[tuple]()
+_CACHE = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -131,3 +131,11 @@ def test_persistent_store_is_not_filled_twice_and_findings_keep_first_seen(tmp_p
         assert conn.execute("pragma journal_mode").fetchone()[0] == "wal"
     assert last_seen >= first_seen
     json.dumps(second)  # the contract is plain JSON
+
+
+def test_a_report_prints_emoji_codes_as_written() -> None:
+    """A message may quote a log holding ``:fire:``: the report prints it as written, never as an emoji
+    (the console looks no emoji up, which also kept rich's 3,600-entry table out of every start-up)."""
+    from zerodoctor.cli import _console
+
+    assert _console().render_str("rank 3 logged cuda:fire: at step 9").plain == "rank 3 logged cuda:fire: at step 9"

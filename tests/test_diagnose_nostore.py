@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -33,7 +34,9 @@ finally:
 
 
 def _probe(args: list[str], cwd: Path, tmpdir: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "TMPDIR": str(tmpdir), "COLUMNS": "1000"}
+    # the rules cache (rulebook/cache.py), a user cache, is the session's (conftest), never beside the run or in TMPDIR
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "TMPDIR": str(tmpdir), "COLUMNS": "1000",
+           "ZERODOCTOR_CACHE_DIR": os.environ["ZERODOCTOR_CACHE_DIR"]}
     proc = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, cwd=cwd, env=env,
                           timeout=120)
     imported = ast.literal_eval(proc.stderr.strip().splitlines()[-1])  # the list the probe printed

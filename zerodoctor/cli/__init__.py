@@ -13,7 +13,7 @@ import shlex
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -90,6 +90,14 @@ def _load_rules(extra: list[Path] | None):  # noqa: ANN202 - returns list[Rule],
         for error in exc.errors:
             typer.echo(str(error), err=True)
         raise fail(f"{len(exc.errors)} error(s) in rule files") from None
+
+
+def _console(**options: Any):  # noqa: ANN202 - a rich Console, imported lazily
+    """A console for a report: no highlighting, lines kept whole, and no ``:name:`` emoji codes (a message may
+    quote a log holding one; looking them up also cost 6 ms of every report's start-up)."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True, emoji=False, **options)
 
 
 def _version(value: bool) -> None:
@@ -173,16 +181,14 @@ def _rendered(report, fmt: Format, explain: bool) -> str:  # noqa: ANN001 - a re
 
 
 def _write_text(report, output: Optional[Path], explain: bool) -> None:  # noqa: ANN001 - a report.model Report
-    from rich.console import Console
-
     from zerodoctor.report.text import render
 
     if output is None:
-        render(report, Console(highlight=False, soft_wrap=True), explain=explain)
+        render(report, _console(), explain=explain)
         return
     try:
         with output.open("w", encoding="utf-8") as f:
-            render(report, Console(file=f, highlight=False, soft_wrap=True), explain=explain)
+            render(report, _console(file=f), explain=explain)
     except OSError as exc:
         raise fail(f"{output}: {exc}") from None
     typer.echo(f"wrote {output}", err=True)
@@ -226,13 +232,11 @@ def compare(
     elif fmt is Page.html:
         _emit(to_html(comparison), output)
     else:
-        from rich.console import Console
-
         text = "\n".join(lines(comparison))
         if output is None:
-            Console(highlight=False, soft_wrap=True).print(text)
+            _console().print(text)
         else:
-            _emit(Console(highlight=False, soft_wrap=True, no_color=True).render_str(text).plain, output)
+            _emit(_console(no_color=True).render_str(text).plain, output)
 
 
 @app.command(context_settings={"ignore_unknown_options": True})
@@ -330,8 +334,6 @@ def watch(
     """Tail run directories into the store; print each new finding once, as the run goes."""
     import logging
 
-    from rich.console import Console
-
     from zerodoctor.report.terminal import escape, wrap_width
     from zerodoctor.report.text import finding_block, finding_line
     from zerodoctor.store.db import DEFAULT_DB_NAME, open_engine, url_for
@@ -357,7 +359,7 @@ def watch(
     url = url_for(db or dirs[0] / DEFAULT_DB_NAME)
     if problem := network_store_error(url):
         raise fail(problem)
-    console = Console(highlight=False, soft_wrap=True)
+    console = _console()
 
     def announce(finding, config: dict, change: str | None) -> None:  # noqa: ANN001 - a rulebook Finding
         said = finding_block(finding, config, wrap_width(console)) if full else finding_line(finding.to_json())
@@ -527,9 +529,7 @@ def status(
     if fmt.value == "json":
         typer.echo(json.dumps(to_json(statuses), indent=2))
     else:
-        from rich.console import Console
-
-        render(statuses, Console(highlight=False, soft_wrap=True))
+        render(statuses, _console())
 
 
 def _quantity(text: str | None, what: str) -> int | None:
@@ -626,11 +626,9 @@ def check(
 
         typer.echo(json.dumps(to_json(report), indent=2))
     else:
-        from rich.console import Console
-
         from zerodoctor.report.check import render
 
-        render(report, Console(highlight=False, soft_wrap=True))
+        render(report, _console())
     if fix:
         _fix_config(config, report.findings, report.world_size if use_deepspeed else None, unsafe=unsafe, output=output,
                     in_place=in_place, err=fmt.value == "json")

@@ -95,7 +95,7 @@ class Expression:
     def __init__(self, text: str, known: set[str]) -> None:
         self.text = text
         self._resolve: Resolver = _unset
-        self._evaluator = EvalWithCompoundTypes(functions=dict(FUNCTIONS), names=self._name)
+        self._evaluator: EvalWithCompoundTypes | None = None  # made at the first evaluation: most never run
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
@@ -104,10 +104,22 @@ class Expression:
         self.signals = _check(tree, known, self.what)
         self._whole = {s for s in self.signals if "." not in s}  # a phrase's record fields: bare names
         self.guaranteed = _read_when_true(tree.body, set(known))
-        self._tree = tree.body
+        self._tree: ast.expr | None = tree.body
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What the rulebook's cache keeps: the text and what the checks found, not the tree or the evaluator
+        (made again at the first evaluation: a kept rulebook reads in a few ms)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_tree", "_evaluator", "_resolve")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _tree=None, _evaluator=None, _resolve=_unset)
 
     def value(self, resolve: Resolver) -> Any:
         """Evaluate with ``resolve(name)`` giving each signal's value (or raising MissingSignal)."""
+        if self._evaluator is None:
+            self._evaluator = EvalWithCompoundTypes(functions=dict(FUNCTIONS), names=self._name)
+        if self._tree is None:
+            self._tree = ast.parse(self.text.strip(), mode="eval").body
         self._resolve = resolve
         try:
             return self._evaluator.eval(self.text, previously_parsed=self._tree)

@@ -19,17 +19,20 @@ import difflib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import yaml
 from pydantic import ValidationError
 
 from zerodoctor import plugins, signals
+from zerodoctor.rulebook import cache
 from zerodoctor.rulebook.expr import Condition, ExprError
 from zerodoctor.rulebook.template import Template
 from zerodoctor.rulebook.model import CATEGORIES, FixSpec, PhraseSpec, RuleSpec
 from zerodoctor.signals.base import Signal
 from zerodoctor.sources.readable import UnreadableFile, open_regular
+
+if TYPE_CHECKING:
+    import yaml
 
 MAX_RULE_BYTES = 256 * 1024  # the largest shipped rule is ~5 KiB; a 50 MB one took 109 s and 3.2 GB
 PHRASES = "phrases.yaml"
@@ -106,21 +109,46 @@ def builtin_rules_dir() -> Path:
 
 
 def load_rules(dirs: Iterable[Path], catalog: dict[str, Signal]) -> list[Rule]:
-    """Load every ``*.yaml`` under ``dirs``; raise RuleLoadError with all problems found."""
+    """Load every ``*.yaml`` under ``dirs``; raise RuleLoadError with all problems found.
+
+    A clean load is kept in the user's cache (``rulebook/cache.py``) under the hash of every file read and
+    of the catalogue: the same rules and signals are read back, anything changed is loaded and checked again."""
+    dirs = [Path(d) for d in dirs]
+    files = _files(dirs)
+    entry = None if files is None else cache.key(files, catalog, MAX_RULE_BYTES)
+    if entry is not None and (kept := cache.read(entry, catalog)) is not None:
+        return kept
+    rules = _load_checked(dirs, catalog)
+    if entry is not None and _files(dirs) == files and cache.key(files, catalog, MAX_RULE_BYTES) == entry:
+        cache.write(entry, rules)  # only what was read under that key: a file edited meanwhile is not kept
+    return rules
+
+
+def _files(dirs: list[Path]) -> list[Path] | None:
+    """Every file the loader reads, in its order (each directory's phrases first); None where a directory is
+    missing (an error, never kept)."""
+    if not all(d.is_dir() for d in dirs):
+        return None
+    phrases = [d / PHRASES for d in dirs if (d / PHRASES).exists()]
+    return [*phrases, *(p for d in dirs for p in _rule_files(d))]
+
+
+def _rule_files(directory: Path) -> list[Path]:
+    return [p for p in sorted(directory.rglob("*.yaml")) if p != directory / PHRASES]
+
+
+def _load_checked(dirs: list[Path], catalog: dict[str, Signal]) -> list[Rule]:
     rules: list[Rule] = []
     errors: list[RuleError] = []
     seen: dict[str, str] = {}
     phrases: dict[str, Template] = {}
-    dirs = [Path(d) for d in dirs]
     for directory in dirs:
         if not directory.is_dir():
             errors.append(RuleError(str(directory), 0, "RL100", "rules directory does not exist"))
         elif (directory / PHRASES).exists():
             errors += load_phrases(directory / PHRASES, phrases)
     for directory in filter(Path.is_dir, dirs):
-        for path in sorted(directory.rglob("*.yaml")):
-            if path == directory / PHRASES:
-                continue
+        for path in _rule_files(directory):
             rule, file_errors = _load_file(path, catalog, phrases)
             errors += file_errors
             if rule is not None:
@@ -146,6 +174,8 @@ def rules_from(extra_dirs: list[Path] | None = None) -> list[Rule]:
 
 def _read(path: Path, what: str) -> tuple[yaml.Node, dict] | RuleError:
     """The file's mapping and its YAML node tree, or why it is none."""
+    import yaml  # here, not above: a command whose rules come from the cache reads no YAML
+
     name = str(path)
     try:
         node, data = _parse(path)
@@ -307,15 +337,20 @@ class _TooLarge(ValueError):
     pass
 
 
-# libyaml's safe loader where PyYAML has it: reading the ~60 rule files took 0.39 s in pure Python,
-# a third of every command's start-up.
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+def _loader() -> type:
+    """libyaml's safe loader where PyYAML has it: reading the ~60 rule files took 0.39 s in pure Python,
+    a third of every command's start-up."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _refuse_aliases(text: str) -> None:
     """Aliases are refused before anything is built: ten nested ``*a`` lists of ten are a billion
     (``billion laughs``)."""
-    for event in yaml.parse(text, Loader=_Loader):
+    import yaml
+
+    for event in yaml.parse(text, Loader=_loader()):
         if isinstance(event, yaml.AliasEvent):
             raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed in rule files",
                                               event.start_mark)
@@ -329,7 +364,7 @@ def _parse(path: Path) -> tuple[yaml.Node | None, Any]:
         raise _TooLarge(f"rule file is over the {MAX_RULE_BYTES // 1024} KiB cap for rule files")
     text = raw.decode("utf-8")
     _refuse_aliases(text)
-    loader = _Loader(text)
+    loader = _loader()(text)
     try:
         node = loader.get_single_node()
         return node, None if node is None else loader.construct_document(node)
@@ -394,6 +429,8 @@ def _allowed_keys(loc: tuple, model: type) -> list[str]:
 
 def _line(node: yaml.Node, loc: tuple) -> int:
     """1-based line of the YAML node at ``loc`` (its key for a mapping entry), best effort."""
+    import yaml
+
     line = node.start_mark.line + 1
     for part in loc:
         if isinstance(node, yaml.MappingNode):

@@ -16,8 +16,9 @@ Category = Literal[CATEGORIES]  # type: ignore[valid-type]
 Severity = Literal[SEVERITIES]  # type: ignore[valid-type]
 
 
+# defer_build: a command whose rules come from the cache (rulebook/cache.py) validates none; it only reads them.
 class FixSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     title: str = Field(description="the remedy in one line; a template (docs/rules.md)")
     safety: Literal["safe", "unsafe"] = Field(description="unsafe when it changes training math (batch, lr, precision)")
@@ -38,7 +39,7 @@ class FixSpec(BaseModel):
 
 
 class PhraseSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     fields: list[str] = Field(description="the record's fields the text may read, as bare names")
     text: str = Field(description="a template over those fields (no signals) that words one record")
@@ -53,7 +54,7 @@ class PhraseSpec(BaseModel):
 
 
 class RuleSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     code: str = Field(pattern=r"^ZD[1-9]\d{2}$", description="ZD + family digit + two digits")
     name: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$", description="kebab-case name of the problem")
