@@ -4,7 +4,8 @@
 every step and rank cost 6 s of a 1M-event ``diagnose``). Over random by-rank histories — ranks that join
 late or stop, steps where a rank has a wait but no step time, steps with no ranks at all — its windows, and the
 order its ranks were first met (``_judge`` names the first of equally slow ranks), must equal those of the
-step-by-step walk it replaced, whatever blocks the steps come in.
+step-by-step walk it replaced, whatever blocks the steps come in, given as lists of dicts or as the
+``ByRank`` columns ``merges.merge`` makes.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import json
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
-from zerodoctor.events.columns import Steps
+from zerodoctor.events.columns import Columns, Steps
+from zerodoctor.events.merges import merge
 from zerodoctor.signals import straggler
 
 _SUMS = ("comm_s", "step_time_s", "fwd_s", "bwd_s", "optim_s", "data_s")
@@ -58,15 +61,37 @@ def _step_by_step(cols: dict[str, list[Any]]) -> dict[str, list[list[Any]]]:
     return recent
 
 
+def _merged(cols: dict[str, list[Any]]) -> dict[str, Any]:
+    """The same history as ``merges.merge`` hands it to the fold: one row per rank and step, the ``ranks``
+    columns as ``ByRank`` (a step's dict built when read)."""
+    rows = [(step, rank) for i, step in enumerate(cols["step"])
+            for rank in {r: None for name in _SUMS for r in cols[f"straggler_{name}_by_rank"][i] or {}}]
+    values = {name: [(cols[f"straggler_{name}_by_rank"][cols["step"].index(step)] or {}).get(rank)
+                     for step, rank in rows] for name in _SUMS}
+    n = len(rows)
+    columns = Columns(n, {"step": np.array([s for s, _ in rows], dtype=np.int64),
+                          "rank": np.array([r for _, r in rows], dtype=np.int64),
+                          "t": np.zeros(n), **{k: np.array(v, dtype=np.float64) for k, v in values.items()}},
+                      {"step": None, "rank": None, "t": None, **{k: None for k in _SUMS}})
+    merged = merge(columns, {f"straggler_{name}_by_rank": (name, "ranks") for name in _SUMS})
+    held = [i for i, step in enumerate(cols["step"]) if step in set(merged["step"])]  # a step no rank reported: none
+    for name in _SUMS:  # the merge gives each step's dict
+        key = f"straggler_{name}_by_rank"
+        assert list(merged[key]) == [cols[key][i] or {} for i in held]
+    return merged
+
+
+@pytest.mark.parametrize("by_rank", [False, True], ids=["lists", "ByRank"])
 @pytest.mark.parametrize("seed", range(40))
-def test_the_window_equals_a_walk_over_every_step_in_any_blocks(seed):
+def test_the_window_equals_a_walk_over_every_step_in_any_blocks(seed, by_rank):
     cols = _history(seed, random.Random(seed).choice((5, 30, 200)))
     expected = _step_by_step(cols)
+    given = _merged(cols) if by_rank else cols
     rng = random.Random(seed + 1000)
-    fold, start, n = straggler.Fold(), 0, len(cols["step"])
+    fold, start, n = straggler.Fold(), 0, len(given["step"])
     while start < n:
         end = min(n, start + rng.choice((1, 3, 17, 64, n)))
-        fold.add_steps(Steps({k: v[start:end] for k, v in cols.items()}), None)  # type: ignore[arg-type]
+        fold.add_steps(Steps({k: v[start:end] for k, v in given.items()}), None)  # type: ignore[arg-type]
         # the state goes through JSON between blocks, as a store keeps it
         fold = straggler.Fold.load(json.loads(json.dumps(fold.dump())))
         start = end
