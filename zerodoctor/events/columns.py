@@ -260,7 +260,8 @@ class Steps:
     each declared ``STEP_FIELDS`` name; ``None`` where no rank reported the field.
 
     Columns are plain lists: a fold may take a whole block at once (slices, ``sum``, ``max``),
-    which costs a fraction of a Python call per step.
+    which costs a fraction of a Python call per step. A ``ranks`` merge's column is a sequence
+    (``merges.ByRank``) whose step's dict rank → value is built when it is read.
     """
 
     __slots__ = ("columns",)

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from zerodoctor.events.columns import Steps
+from zerodoctor.events.merges import ByRank
 from zerodoctor.signals import view as run_view
 from zerodoctor.signals.base import shown_by, verdict
 from zerodoctor.signals.inputs import STEP_TIMES, STEPS
@@ -83,21 +84,57 @@ class Fold(run_view.Fold):
     recent: dict[str, list[list[Any]]] = field(default_factory=dict)
 
     def add_steps(self, block: Steps, view: RunView) -> None:
+        """Each rank's window takes its last ``WINDOW_STEPS`` timed steps of the block: only those can stay in
+        it, so the block is walked from its end until every rank in it has them, where a walk over every
+        step and rank cost 6 s of a 1M-event ``diagnose``. A rank new to the window is placed where a walk
+        from the block's start would first meet it (``_judge`` takes the first of equally slow ranks)."""
         cols = block.columns
         comm, step_time, fwd, bwd, optim, data = (cols[f"straggler_{name}_by_rank"] for name in _SUMS)
-        for i, step in enumerate(cols["step"]):
-            times = step_time[i] or {}
+        steps = cols["step"]
+        waiting = _ranks_in(comm) & _ranks_in(step_time)  # ranks that may have timed steps here
+        rows: dict[int, list[list[Any]]] = {}  # rank → its last timed rows of the block, latest first
+        i = len(steps)
+        while waiting and i:
+            i -= 1
+            times, parts, known = step_time[i] or {}, [part[i] or {} for part in (fwd, bwd, optim)], data[i] or {}
             for rank, wait in (comm[i] or {}).items():
                 total = times.get(rank)
-                if total is None:
+                if total is None or rank not in waiting:
                     continue
-                engine = sum((part[i] or {}).get(rank, 0.0) for part in (fwd, bwd, optim))
+                engine = sum(part.get(rank, 0.0) for part in parts)
                 device = max(engine - wait, 0.0)  # waits happen inside collectives: this part has none of them
-                ring = self.recent.setdefault(str(rank), [])
-                ring.append([step, round(wait, 6), round(device, 6), round(max(total - wait - device, 0.0), 6),
-                             (data[i] or {}).get(rank)])
-                if len(ring) > WINDOW_STEPS:
-                    del ring[0]
+                mine = rows.setdefault(rank, [])
+                mine.append([steps[i], round(wait, 6), round(device, 6),
+                             round(max(total - wait - device, 0.0), 6), known.get(rank)])
+                if len(mine) == WINDOW_STEPS:
+                    waiting.discard(rank)
+        for rank in _first_met(rows, self.recent, comm, step_time):
+            ring = self.recent.setdefault(str(rank), [])
+            ring += reversed(rows[rank])
+            del ring[:-WINDOW_STEPS]
+
+
+def _ranks_in(column: Sequence[dict[int, Any] | None]) -> set[int]:
+    """The ranks with a value at some step of a ``ranks`` column (a ``ByRank`` knows without building a step's dict)."""
+    return column.ranks() if isinstance(column, ByRank) else set().union(*filter(None, column))
+
+
+def _first_met(rows: dict[int, Any], known: dict[str, Any], comm: list[Any], step_time: list[Any]) -> list[int]:
+    """The ranks of ``rows``, those not ``known`` yet in the order a walk from the block's start meets their
+    first timed step (the rows of a step come in the order their lines were read)."""
+    new = {rank for rank in rows if str(rank) not in known}
+    order = [rank for rank in rows if rank not in new]
+    if len(new) <= 1:
+        return order + list(new)
+    for i, waits in enumerate(comm):
+        times = step_time[i] or {}
+        for rank in waits or {}:
+            if rank in new and times.get(rank) is not None:
+                new.discard(rank)
+                order.append(rank)
+        if not new:
+            break
+    return order
 
 
 def compute(view: RunView, values: dict[str, Any]) -> dict[str, Any]:
