@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import random
 import re
@@ -154,7 +155,7 @@ def poisoned_configs(tmp: Path, quick: bool) -> Row:
 
 def sigterm_mid_ingest(tmp: Path, quick: bool) -> Row:
     """SIGTERM ×16 at random times while ``watch`` ingests 4 big rank files (more appended before each life)."""
-    lines = 15_000 if quick else 40_000
+    lines = 15_000 if quick else 25_000
     row = Row("SIGTERM ×16 mid-ingest", f"4 files × {lines} lines, +2,000 per file before each life; "
                                         "SIGTERM at 0.3-3 s; --once after")
     runs, db = tmp / "runs", tmp / "runs" / "zerodoctor.db"
@@ -223,10 +224,9 @@ def pg_schema(prefix: str) -> str:
 
 
 def pg_start() -> None:
-    data = re.search(r"-D (\S+)", PG_STOP)
-    assert data
-    command = PG_STOP.replace("-m fast stop", f"-w -l {Path(data.group(1)).parent / 'server.log'} start")
-    subprocess.run(command, shell=True, capture_output=True, timeout=120)
+    """Start the stopped server with the options it ran with: ``pg_ctl restart`` takes them from ``postmaster.opts``
+    (``pg_ctl start`` would drop them: another port, another socket directory, every other user of it cut off)."""
+    _restart_server()
 
 
 def pg_is_up() -> bool:
@@ -288,7 +288,7 @@ def pg_restart_and_outage(tmp: Path, quick: bool, prefix: str) -> Row:
 
 def many_writers(tmp: Path, quick: bool) -> Row:
     """Many writers at a high line rate under one live watch, then SIGTERM and --once."""
-    writers_n, seconds, per_s = (16, 20.0, 4000) if quick else (32, 60.0, 8000)
+    writers_n, seconds, per_s = (16, 20.0, 4000) if quick else (32, 40.0, 6000)
     per_file = int(per_s * seconds / writers_n / 4)
     row = Row("many writers", f"{writers_n} writers × 4 files asked {per_s} lines/s for {seconds:.0f} s")
     runs, db = tmp / "runs", tmp / "runs" / "zerodoctor.db"
@@ -323,7 +323,7 @@ def wide_file(tmp: Path, ranks: int) -> Row:
     """One file whose lines claim ``ranks`` ranks, beside a healthy run: the ``--once`` pass timed, then a live
     watch on a fresh store SIGTERMed 2 s in (its exit latency)."""
     row = Row(f"one file, {ranks:,} ranks", f"{ranks:,} ranks × 2 steps in one file + a 300-line run; "
-                                              "--once timed; live watch SIGTERMed 0.5 s after its first commit")
+                                              "--once timed; live: 10 lines to the other run mid-pass, then SIGTERM")
     runs = tmp / "runs"
     (runs / "wide").mkdir(parents=True)
     with open(runs / "wide" / "rank-0.jsonl", "w") as f:
@@ -339,12 +339,20 @@ def wide_file(tmp: Path, ranks: int) -> Row:
     live = tmp / "live.db"
     watch = start_watch("-q", "--db", str(live), str(runs))
     wait_for(lambda: stored_count(live) > 0, timeout=120, every=0.2)  # mid-pass: its first commit is in
-    time.sleep(0.5)
+    append(runs / "ok" / "rank-0.jsonl", "ok", 0, range(301, 311))  # the other run writes on
+    appended = time.monotonic()
+    try:
+        wait_for(lambda: sum(r == "ok" for r, _, _ in stored_steps(live)) == 310, timeout=60, every=0.2)
+        other = time.monotonic() - appended
+    except AssertionError:
+        other = math.inf
     code, took, err = sigterm(watch)
     row.exit("live", code, 0)
     row.said(err)
-    row.done += f"; pass {row.seconds:.1f} s, SIGTERM latency {took:.1f} s"
+    row.done += (f"; pass {row.seconds:.1f} s, the other run's new lines stored {other:.1f} s after they were "
+                 f"written, SIGTERM latency {took:.1f} s")
     row.check(took < 10, f"SIGTERM took {took:.1f} s")
+    row.check(other < 15, f"the other run's lines waited {other:.1f} s")
     return row
 
 
@@ -363,6 +371,31 @@ def console_crash(tmp: Path, quick: bool) -> Row:
     row.exit("live", code, 0)
     row.said(done.stderr, said)
     row.check("ZD903" in said, "live watch did not say ZD903 within 15 s")
+    return row
+
+
+def console_crash_killed(tmp: Path, quick: bool) -> Row:
+    """The same console log written in two parts under a live watch, SIGKILLed 1.5 s after the traceback came (its
+    message held: the file is not quiet yet), then ``--once`` on the same store: the crash must be said."""
+    row = Row("console crash, watch SIGKILLed mid-hold", "qlora#82's log: 5 lines, live watch, the rest, SIGKILL "
+                                                         "1.5 s later; --once on the same store")
+    runs = tmp / "runs"
+    (runs / "c").mkdir(parents=True)
+    lines = ILLEGAL_ACCESS.read_bytes().splitlines(keepends=True)
+    log = runs / "c" / "console.log"
+    log.write_bytes(b"".join(lines[:5]))
+    watch = start_watch(str(runs))
+    time.sleep(6)
+    with open(log, "ab") as f:
+        f.write(b"".join(lines[5:]))
+    time.sleep(1.5)
+    watch.kill()
+    out, err = watch.communicate(timeout=30)
+    row.exit("live", watch.returncode, -signal.SIGKILL)
+    done = once(runs)
+    row.exit("once", done.returncode, 0, 1)
+    row.said(err, done.stderr)
+    row.check("ZD903" in out + done.stdout, "ZD903 said by neither the killed watch nor the restart")
     return row
 
 
@@ -568,7 +601,7 @@ def trickled_webhook(tmp: Path, quick: bool) -> Row:
     (runs / "r1").mkdir(parents=True)
     shutil.copy(ROOT / "tests/fixtures/rules/ZD203/fires.jsonl", runs / "r1" / "rank-0.jsonl")
     env = {**ENV, "ZERODOCTOR_WEBHOOK_URL": server.url, "ZERODOCTOR_WEBHOOK_RETRIES": "1",
-           "ZERODOCTOR_WEBHOOK_TIMEOUT": "1"}
+           "ZERODOCTOR_WEBHOOK_TIMEOUT": "1", "ZERODOCTOR_WEBHOOK_DEADLINE": "3"}
     try:
         started = time.monotonic()
         done = once(runs, env=env, timeout=300)
@@ -581,7 +614,7 @@ def trickled_webhook(tmp: Path, quick: bool) -> Row:
         delivered = conn.execute("SELECT count(*) FROM deliveries").fetchone()[0]
     row.check(delivered == 0, f"{delivered} finding(s) recorded as delivered")
     row.check("pending" in done.stderr, "the undelivered findings were not said to stay pending")
-    row.done += f"; --once took {took:.1f} s"
+    row.done += f"; --once took {took:.1f} s (a 3 s deadline)"
     return row
 
 
@@ -650,7 +683,8 @@ CASES: dict[str, Callable[..., Row]] = {
     "poisoned": poisoned_configs, "sigterm": sigterm_mid_ingest, "sigkill": sigkill_under_appends,
     "pg": pg_restart_and_outage, "writers": many_writers,
     "wide10k": lambda tmp, quick: wide_file(tmp, 10_000), "wide20k": lambda tmp, quick: wide_file(tmp, 20_000),
-    "console": console_crash, "gzip": gzip_rotations, "renamed": renamed_dir_once, "hardlink": hard_link,
+    "console": console_crash, "console-killed": console_crash_killed,
+    "gzip": gzip_rotations, "renamed": renamed_dir_once, "hardlink": hard_link,
     "clauses": deep_rule_clauses, "expressions": deep_expressions, "disk": full_disk, "secrets": secrets_in_argv,
     "bidi": bidi_run_name, "index": corrupt_index, "webhook": trickled_webhook, "sigint": sigint_at_start,
     "copytruncate": copytruncate_twice, "nodes": status_two_nodes,

@@ -151,6 +151,10 @@ class Batch:
     steps: list[StepRecord] = field(default_factory=list)
     step_lines: list[int] = field(default_factory=list)
     columns: dict[str, Columns] = field(default_factory=dict)  # sealed steps, per run (``seal``)
+    # How many of the lines before ``end`` hold a crash message the parser keeps open for lines that may still come
+    # (``TextParser.held_lines``): stored with the offset, so a reader killed before it let the message go leaves
+    # them to be read again (``pipeline/tail.py``).
+    held_lines: int = 0
 
     def seal(self) -> None:
         """Turn ``steps`` into ``columns``, one ``Columns`` per run with each row's rank and line:
@@ -255,9 +259,12 @@ def read_batches(
     those ``open_log`` gives: gzip and UTF-16/32 decoded. Batches come sealed (``Batch.seal``): the
     shape the store takes them in.
     """
+    held = getattr(parser, "held_lines", None)
     for batch in _parsed_batches(path, parser, start=start, first_line=first_line, final=final,
                                  batch_lines=batch_lines, stream=stream, unterminated=unterminated):
         batch.seal()
+        if held is not None and not final:  # the parser has read up to this batch's end, no further
+            batch.held_lines = held()
         yield batch
 
 
