@@ -122,8 +122,9 @@ class FileTail:
         self._held_lines: int = row.get("held_lines") or 0
 
     def poll(self, conn: Connection, store: Store) -> Polled:
-        """Store up to ``BATCH_LINES`` new complete lines: "more" when more are waiting, "missing" while the
-        file is away from its path (``MISSING_GRACE_S``), "gone" once it is gone for good.
+        """Store a batch of new complete lines (``BATCH_LINES`` lines, ``BATCH_RANKS`` ranks at most): "more" when
+        more are waiting, "missing" while the file is away from its path (``MISSING_GRACE_S``), "gone" once it is
+        gone for good.
 
         ``store`` writes each batch read (the pipeline: rows, views). Nothing is committed
         here: the caller commits ``conn``'s transaction, and calls ``resync`` for every tail if
@@ -413,14 +414,14 @@ class FileTail:
         for count, batch in enumerate(self._batches(stream, final=final, unterminated=unterminated), 1):
             if batch.end == self.offset and not batch.events and not batch.step_count() and not batch.rejected:
                 continue
-            lines_before, signed = self.lines, min(self.offset, HEAD_BYTES)
+            cut, signed = batch.cut, min(self.offset, HEAD_BYTES)
             batch = self._store(conn, self, batch, partial(pread, stream, batch.end - self.offset, self.offset))
             self.offset, self.lines = batch.end, batch.last_line
             if min(self.offset, HEAD_BYTES) != signed:  # the fingerprint grows with the first bytes read
                 self._sign(conn, stream)
             _log_rejected(self.name, batch)
             if count == batches:
-                return self.lines - lines_before == BATCH_LINES or (self._ahead is not None and self._ahead.active)
+                return cut or (self._ahead is not None and self._ahead.active)
         return False
 
     def _replay_held(self, stream: BinaryIO) -> None:
