@@ -120,3 +120,37 @@ def test_a_quiet_file_whose_last_line_is_unfinished_keeps_the_message_held(tmp_p
     with watcher.engine.connect() as conn:
         told = conn.execute(select(events.c.payload).where(events.c.kind == "exception")).scalars().all()
     assert len(told) == 1
+
+
+def _exceptions(watcher) -> int:
+    with watcher.engine.connect() as conn:
+        return len(conn.execute(select(events.c.id).where(events.c.kind == "exception")).all())
+
+
+def test_a_traceback_held_when_watch_was_killed_is_told_after_the_restart(tmp_path, make_watcher, rules) -> None:
+    """Issue 34's round 4, the campaign's console crash killed mid-hold (bench/hostile_campaign.py): a watch
+    SIGKILLed while it held a traceback's message (its file not yet quiet) had committed its offset past the
+    traceback; the restart read nothing from there, and the crash was never stored or said (ZD903 under diagnose,
+    no finding and 0 events in the store). The lines of what was held are read again by the next watcher."""
+    _console_run(tmp_path / "runs", "r", ILLEGAL_ACCESS)
+    killed = make_watcher()
+    killed.discover()
+    killed.ingest()  # just written, not quiet: the message is held; then SIGKILL (no stop, no let go)
+    assert _exceptions(killed) == 0
+    judged: list = []
+    restarted = make_watcher()
+    restarted.on_judged = judged.append
+    restarted.once()
+    expected = _errors(diagnose([tmp_path / "runs" / "r"], rules=rules).findings)
+    assert "ZD903" in expected and _errors(judged[-1].findings if judged else []) == expected
+    assert _exceptions(restarted) == 1
+
+
+def test_a_traceback_told_at_a_clean_stop_is_not_told_again_after_the_restart(tmp_path, make_watcher) -> None:
+    """The other side of the one above: a watch that let the held message go (``--once``, a quiet file, a
+    SIGTERM) leaves nothing to read again; the next watcher stores no second crash."""
+    _console_run(tmp_path / "runs", "r", ILLEGAL_ACCESS)
+    make_watcher().once()
+    restarted = make_watcher()
+    restarted.once()
+    assert _exceptions(restarted) == 1

@@ -65,14 +65,13 @@ class FileRead:
         for count, batch in enumerate(self._batches(final=final), 1):
             if batch.end == self.offset and not batch.events and not batch.step_count() and not batch.rejected:
                 continue
-            lines_before = self.lines
             feed(self, batch)
             self.offset, self.lines = batch.end, batch.last_line
             self.events += len(batch.events) + batch.step_count()
             self.rejected += batch.rejected
             say_rejected(log, self.name, batch.rejected)
             if count == batches:
-                return self.lines - lines_before == BATCH_LINES or (self._ahead is not None and self._ahead.active)
+                return batch.cut or (self._ahead is not None and self._ahead.active)
         return False
 
     def _batches(self, *, final: bool) -> Iterator[Batch]:

@@ -58,6 +58,9 @@ MISSING_GRACE_S = 30.0  # a file away from its path this long is gone (a run dir
 # A file unchanged this long is quiet: what its parser holds open for lines that may still come (a traceback
 # waiting for more of its message) is let go. A traceback prints in one burst; a crashed rank writes nothing after.
 QUIET_S = 5.0
+# What a reader reads back for the lines of a crash message held when it started (``FileTail._replay_held``): a
+# traceback lets go after 400 lines (``sources/fatal.py``), a line is mostly under 200 bytes.
+REPLAY_BYTES = 4 << 20
 Polled = Literal["idle", "more", "missing", "gone"]
 # A rotated generation's name: the file's, then logrotate's ``.1``/``.2`` or dateext ``-20261202`` (maybe gzipped).
 _ROTATED = re.compile(r"(?:\.(?P<n>\d+)|-(?P<date>\d[\w.:+-]*?))(?:\.gz)?")
@@ -114,10 +117,14 @@ class FileTail:
         self.fingerprint: str | None = row["fingerprint"]
         self.parser: Parser = make_parser(self.fmt, run_id=run_id_for(self.path), path=self.path)
         self._read_to_end = False  # read again from the row's offset, whatever the file's size
+        # the last lines before the offset that held a crash message when it was stored, fed again before the
+        # first read (``_replay_held``); the one who stored them may have been killed before letting it go
+        self._held_lines: int = row.get("held_lines") or 0
 
     def poll(self, conn: Connection, store: Store) -> Polled:
-        """Store up to ``BATCH_LINES`` new complete lines: "more" when more are waiting, "missing" while the
-        file is away from its path (``MISSING_GRACE_S``), "gone" once it is gone for good.
+        """Store a batch of new complete lines (``BATCH_LINES`` lines, ``BATCH_RANKS`` ranks at most): "more" when
+        more are waiting, "missing" while the file is away from its path (``MISSING_GRACE_S``), "gone" once it is
+        gone for good.
 
         ``store`` writes each batch read (the pipeline: rows, views). Nothing is committed
         here: the caller commits ``conn``'s transaction, and calls ``resync`` for every tail if
@@ -402,18 +409,37 @@ class FileTail:
     def _read(self, conn: Connection, stream: BinaryIO, *, final: bool, batches: int | None = None,
               unterminated: bool = True) -> bool:
         """Store batches from the offset on; True when ``batches`` full ones were read (more may wait)."""
+        if self._held_lines:
+            self._replay_held(stream)
         for count, batch in enumerate(self._batches(stream, final=final, unterminated=unterminated), 1):
             if batch.end == self.offset and not batch.events and not batch.step_count() and not batch.rejected:
                 continue
-            lines_before, signed = self.lines, min(self.offset, HEAD_BYTES)
+            cut, signed = batch.cut, min(self.offset, HEAD_BYTES)
             batch = self._store(conn, self, batch, partial(pread, stream, batch.end - self.offset, self.offset))
             self.offset, self.lines = batch.end, batch.last_line
             if min(self.offset, HEAD_BYTES) != signed:  # the fingerprint grows with the first bytes read
                 self._sign(conn, stream)
             _log_rejected(self.name, batch)
             if count == batches:
-                return self.lines - lines_before == BATCH_LINES or (self._ahead is not None and self._ahead.active)
+                return cut or (self._ahead is not None and self._ahead.active)
         return False
+
+    def _replay_held(self, stream: BinaryIO) -> None:
+        """Feed this fresh parser the stored lines that held a crash message (a traceback's message, which may
+        go on) when the offset was committed past them: the reader that held it may have been SIGKILLed before
+        the file went quiet, and the crash, stored nowhere, would never be told. Held again here, it is told
+        when let go (a quiet file, the end of ``--once``), once: letting it go stores ``held_lines`` 0."""
+        count, self._held_lines = self._held_lines, 0
+        replay = getattr(self.parser, "replay", None)
+        if replay is None:
+            return
+        start = max(0, self.offset - REPLAY_BYTES)
+        lines = pread(stream, self.offset - start, start).split(b"\n")[:-1]  # the offset is past a newline
+        if len(lines) < count + (start > 0):  # the first line read back may be cut at ``start``
+            log.warning("%s: the %d line(s) before byte %d held a crash message not stored yet; over %d bytes, "
+                        "not read again", self.name, count, self.offset, REPLAY_BYTES)
+            return
+        replay([line + b"\n" for line in lines[-count:]])
 
     def _batches(self, stream: BinaryIO, *, final: bool, unterminated: bool) -> Iterator[Batch]:
         """The file's batches from the offset: parsed ahead by ``pool`` while it can, then in process

@@ -30,6 +30,10 @@ from zerodoctor.sources.rejects import BadLine, Rejected
 
 SNIFF_BYTES = 64 * 1024
 BATCH_LINES = 20_000  # lines a batch holds at most: what a reader hands on at once, stored or folded
+# Ranks a batch's steps claim at most: each is a chunk to store and a rank to fold, so a file whose lines claim
+# 20,000 ranks made one batch ~100 times the cost of one rank's 20,000 lines, and every other file waited for it.
+BATCH_RANKS = 4_000
+_RANK_LINES = 1_000  # lines parsed between two counts of a batch's ranks
 _run_of = operator.attrgetter("run")
 
 
@@ -151,6 +155,20 @@ class Batch:
     steps: list[StepRecord] = field(default_factory=list)
     step_lines: list[int] = field(default_factory=list)
     columns: dict[str, Columns] = field(default_factory=dict)  # sealed steps, per run (``seal``)
+    # How many of the lines before ``end`` hold a crash message the parser keeps open for lines that may still come
+    # (``TextParser.held_lines``): stored with the offset, so a reader killed before it let the message go leaves
+    # them to be read again (``pipeline/tail.py``).
+    held_lines: int = 0
+    cut: bool = False  # ended by ``BATCH_LINES`` or ``BATCH_RANKS``, not by the end of what there was to read
+    _ranks: set = field(default_factory=set, repr=False)  # (run, rank) of ``steps[:_counted]``
+    _counted: int = 0
+
+    def ranks(self) -> int:
+        """How many ranks the batch's steps claim (counted as they come: a count costs the new steps only)."""
+        for record in self.steps[self._counted:]:
+            self._ranks.add((record.run, record.rank))
+        self._counted = len(self.steps)
+        return len(self._ranks)
 
     def seal(self) -> None:
         """Turn ``steps`` into ``columns``, one ``Columns`` per run with each row's rank and line:
@@ -255,9 +273,12 @@ def read_batches(
     those ``open_log`` gives: gzip and UTF-16/32 decoded. Batches come sealed (``Batch.seal``): the
     shape the store takes them in.
     """
+    held = getattr(parser, "held_lines", None)
     for batch in _parsed_batches(path, parser, start=start, first_line=first_line, final=final,
                                  batch_lines=batch_lines, stream=stream, unterminated=unterminated):
         batch.seal()
+        if held is not None and not final:  # the parser has read up to this batch's end, no further
+            batch.held_lines = held()
         yield batch
 
 
@@ -284,14 +305,19 @@ def _parsed_batches(path: Path, parser: Parser, *, start: int, first_line: int, 
                     _add_lines(batch, parser, name, Block(block.first, block.start, block.end, [block.tail],
                                                           block.unterminated))
             else:
-                while len(block.lines) > room:  # the batch fills up inside this block
-                    full, block = block.split(room)
-                    _add_lines(batch, parser, name, full)
-                    yield batch
-                    batch, room = Batch(end=batch.end, last_line=batch.last_line), batch_lines
+                # the batch may fill up inside this block; a step line claims one rank at most
+                while len(block.lines) > (take := min(room, _RANK_LINES, BATCH_RANKS - batch.ranks())):
+                    part, block = block.split(take)
+                    _add_lines(batch, parser, name, part)
+                    room -= take
+                    if not room or batch.ranks() >= BATCH_RANKS:
+                        batch.cut = True
+                        yield batch
+                        batch, room = Batch(end=batch.end, last_line=batch.last_line), batch_lines
                 _add_lines(batch, parser, name, block)
                 room -= len(block.lines)
-            if not room:
+            if not room or batch.ranks() >= BATCH_RANKS:
+                batch.cut = True
                 yield batch
                 batch, room = Batch(end=batch.end, last_line=batch.last_line), batch_lines
     if final:

@@ -117,6 +117,10 @@ class FatalDialect:
         that dies on it writes nothing after it)."""
         return self.finish()
 
+    def held_since(self) -> int | None:
+        """The first line of the tracebacks ``let_go`` would tell."""
+        return min((tb.line.number for tb in self._open.values()), default=None)
+
     def _continue(self, tb: _Traceback, line: Line, text: str) -> list[Event]:
         tb.lines += 1
         if tb.type is not None:  # reading the message's next lines

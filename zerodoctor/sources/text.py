@@ -168,6 +168,7 @@ class Dialect(Protocol):
 
     # Optional: ``let_go() -> list[Event]``, what a dialect holding a crash message open tells of it when the
     # file goes quiet (``TextParser.let_go``); a dialect without it holds on until the next line or the end.
+    # With it, ``held_since() -> int | None``: the number of the first line of what ``let_go`` would tell.
 
 
 def dialects() -> list[type]:
@@ -221,6 +222,19 @@ class TextParser:
     def clockless(self) -> bool:
         """No line read so far showed a clock time: events are ordered by line number, which is no time."""
         return not self.context.clocked
+
+    def held_lines(self) -> int:
+        """How many of the last lines fed hold what ``let_go`` would tell (0: nothing): a tail stores it with
+        its offset, and a reader that starts there feeds those lines again (``replay``) to hold it again."""
+        starts = [since() for d in self._holders if (since := getattr(d, "held_since", None)) is not None]
+        first = min((s for s in starts if s is not None), default=None)
+        return 0 if first is None else self._number - first + 1
+
+    def replay(self, lines: list[bytes]) -> None:
+        """Feed lines stored before (``held_lines``) so their held message is held again; their events,
+        stored with them, are dropped, and only what ends up held is told later."""
+        for data in lines:
+            self.feed(data)
 
     def let_go(self) -> list[Event]:
         """The file went quiet (``pipeline/tail.py``): the crash messages held open for lines that may still

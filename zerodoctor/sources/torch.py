@@ -119,6 +119,10 @@ class TorchDialect:
             out += self._emit(rank)
         return out
 
+    def held_since(self) -> int | None:
+        """The first line of the OOM messages ``let_go`` would tell."""
+        return min((lines[0].number for lines in self._open.values()), default=None)
+
     def _emit(self, rank: int | None) -> list[Event]:
         lines = self._open.pop(rank)
         message = re.sub(r"\s+", " ", joined(lines, _END.search))[:MAX_MESSAGE]

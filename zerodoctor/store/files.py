@@ -149,14 +149,16 @@ def sign(conn: Connection, file_id: int, value: str) -> None:
 # Every stored batch moves its file's offset: built once, so SQLAlchemy reuses its compiled form
 # (building this and the runs' UPDATE per batch cost ~1.5 ms, most of a one-line batch's cost in a live watch).
 _ADVANCE = update(files).where(files.c.id == bindparam("b_file")).values(
-    offset=bindparam("b_end"), lines=bindparam("b_lines"),
+    offset=bindparam("b_end"), lines=bindparam("b_lines"), held_lines=bindparam("b_held"),
     events=files.c.events + bindparam("b_events"), quarantined=files.c.quarantined + bindparam("b_rejected"))
 
 
-def advance(conn: Connection, file_id: int, *, end: int, lines: int, events: int, rejected: int) -> None:
-    """Move the file's offset to ``end`` (line ``lines``) and count what was stored, in the batch's transaction."""
+def advance(conn: Connection, file_id: int, *, end: int, lines: int, events: int, rejected: int,
+            held: int = 0) -> None:
+    """Move the file's offset to ``end`` (line ``lines``) and count what was stored, in the batch's transaction;
+    ``held``: how many of the lines before ``end`` belong to a message the parser still holds open."""
     conn.execute(_ADVANCE, {"b_file": file_id, "b_end": end, "b_lines": lines, "b_events": events,
-                            "b_rejected": rejected})
+                            "b_rejected": rejected, "b_held": held})
 
 
 def forget(conn: Connection, file_id: int) -> None:

@@ -101,7 +101,8 @@ class Ingestor:
             conn.execute(_WIDEN_SPAN, [{"b_run": rid, "b_first": first, "b_last": last}
                                        for rid, (first, last) in spans.items()])
         stored_files.advance(conn, file_id, end=batch.end, lines=batch.last_line,
-                             events=len(batch.events) + batch.step_count(), rejected=len(batch.rejected))
+                             events=len(batch.events) + batch.step_count(), rejected=len(batch.rejected),
+                             held=batch.held_lines)
 
     def arrived(self, conn: Connection, names: Iterable[str], t: float) -> None:
         """These runs' events arrived at ``t`` (a log with no clock of its own numbers them by line, which
@@ -167,7 +168,8 @@ class Ingestor:
                 refused.append(Rejected(name, line, storable_text(f"not stored: {describe(exc)}"),
                                         data.rstrip(b"\r"), len(data) + ended))
         kept.rejected = batch.rejected + refused
-        self.add(conn, file_id, Batch(rejected=kept.rejected, end=batch.end, last_line=batch.last_line))
+        self.add(conn, file_id, Batch(rejected=kept.rejected, end=batch.end, last_line=batch.last_line,
+                                      held_lines=batch.held_lines))
         return kept
 
 

@@ -68,6 +68,9 @@ files = Table(
     Column("lines", BigInteger, nullable=False, default=0),
     Column("events", BigInteger, nullable=False, default=0),
     Column("quarantined", BigInteger, nullable=False, default=0),
+    # The last lines before the offset holding a crash message the parser keeps open for lines that may still come
+    # (pipeline/tail.py): a watcher killed before it let the message go leaves them to be read again. 0: none.
+    Column("held_lines", BigInteger, nullable=False, server_default="0"),  # an insert naming none: 0
     UniqueConstraint("node", "path", name="uq_files_node_path"),
 )
 

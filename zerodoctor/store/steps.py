@@ -180,8 +180,11 @@ def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, 
         summary = msgspec.msgpack.decode(meta["summary"])
         new = {"steps": meta["rows"], "first_step": meta["first_step"], "last_step": meta["last_step"],
                "last_t": meta["last_t"], "max_id": meta["id"], "late": 0}
-        if late_upto is not None and meta["first_step"] <= late_upto:  # rare: rows for steps already merged
-            new["late"] = int((_columns_of(conn, meta["id"]).values["step"] <= late_upto).sum())
+        if late_upto is not None and meta["first_step"] <= late_upto:  # rows for steps already merged
+            # all of them when the chunk ends at or below (a rank whose steps come in a later batch than the others'
+            # did: a file claiming thousands of ranks, BATCH_RANKS to a batch); only a chunk across it is read
+            new["late"] = meta["rows"] if meta["last_step"] <= late_upto else int(
+                (_columns_of(conn, meta["id"]).values["step"] <= late_upto).sum())
         for name, (field, agg) in aggregates.items():
             known = summary.get(field)
             new[name] = None if known is None else known[{"sum": 1, "min": 2, "max": 3}[agg]]
