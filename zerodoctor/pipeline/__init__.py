@@ -353,6 +353,22 @@ class Pipeline:
 
     # -- judge ----------------------------------------------------------------------
 
+    def saved_elsewhere(self, names: Iterable[str]) -> list[str]:
+        """Of ``names``, the runs whose view another writer of the store saved since this one's was loaded or
+        saved (the ranks of other nodes): their views are dropped, so the next judgement loads the new one."""
+        from zerodoctor.store import runs as stored_runs
+
+        held = {view.run_id: name for name in names
+                if (view := self.views.get(name)) is not None and name not in self._dirty | self._current}
+        if not held:
+            return []
+        with self.engine.connect() as conn:
+            saved = stored_runs.generations(conn, list(held))
+        moved = [name for run_id, name in held.items() if saved.get(run_id, 0) != self.views[name].generation]
+        for name in moved:
+            del self.views[name]
+        return moved
+
     def view(self, name: str) -> RunView | None:
         """The run's view: the one kept up to date here, else loaded from the store; None for a run set aside."""
         view = self.views.get(name)
