@@ -221,8 +221,8 @@ class Pipeline:
             self._load(conn, name, run_id)
             self._current.add(name)
 
-    def _load(self, conn: Connection, name: str, run_id: int) -> RunView | None:
-        """The run's view from the store; None where the run is (or now gets) set aside."""
+    def _load(self, conn: Connection, name: str, run_id: int, *, to_write: bool = True) -> RunView | None:
+        """The run's view from the store (``RunView.load``); None where the run is (or now gets) set aside."""
         from zerodoctor.store import setaside
 
         why = setaside.reason(conn, run_id, self.reads.version)
@@ -232,7 +232,7 @@ class Pipeline:
             log.warning("run %s stays set aside (not judged; its events are stored): %s", name, why)
             return None
         with self._isolated(name):
-            self.views[name] = RunView.load(conn, run_id, name, self.reads)
+            self.views[name] = RunView.load(conn, run_id, name, self.reads, to_write=to_write)
         return self.views.get(name)
 
     @contextmanager
@@ -374,7 +374,7 @@ class Pipeline:
         view = self.views.get(name)
         if view is None and name not in self.set_aside:
             with self.engine.begin() as conn:
-                view = self._load(conn, name, self.ingestor.run_id(conn, name))
+                view = self._load(conn, name, self.ingestor.run_id(conn, name), to_write=False)
                 self._mark_set_aside(conn)
         return view
 

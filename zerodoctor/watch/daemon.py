@@ -282,6 +282,8 @@ class Watcher:
         # a run another watcher judges is asked for again now and then: that watcher may have died
         self._changed.update(n for n, asked in self._others.items() if now - asked >= self.recheck_s)
         self._changed.update(self._saved_elsewhere(now))
+        if self.lock is not None and self.lock.judging:  # other nodes' ranks arrive without waking this loop
+            wait = self.judge_every_s
         for name in sorted(self._changed):
             due = self._judged_at.get(name, -1e9) + self._interval.get(name, 0.0)
             if not force and due > now:
