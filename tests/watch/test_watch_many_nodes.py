@@ -18,7 +18,17 @@ from sqlalchemy import func, select, text
 from sqlalchemy.engine import make_url
 
 from tests.conftest import NO_PG, PG_URL, ROOT, run_cli
-from tests.watch.conftest import ENV, append, start_watch, stop, stored_steps, two_nodes, wait_for
+from tests.watch.conftest import (
+    ENV,
+    Node,
+    append,
+    start_watch,
+    step_line,
+    stop,
+    stored_steps,
+    two_nodes,
+    wait_for,
+)
 from tests.watch.test_watch_daemon import (
     KILLED_WHILE_WRITING_S,
     assert_every_line_stored_once,
@@ -361,3 +371,81 @@ def test_a_live_watchers_lock_is_not_waited_for(tmp_path, pg_url):
     finally:
         conn.close()
         engine.dispose()
+
+
+def _judge_of(pg_url: str, run: str) -> int | None:
+    """The pid of the watcher holding ``run``'s judge lock in this store, from its session's name; None if none."""
+    from zerodoctor.watch.lock import judge_key
+
+    engine = open_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            key = judge_key(conn.execute(text("SELECT current_schema()")).scalar(), run)
+            holder = conn.execute(text(
+                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :hi AND l.objid = :lo "
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
+                {"hi": key >> 32, "lo": key & 0xFFFF_FFFF}).scalar()
+    finally:
+        engine.dispose()
+    return int(holder.split()[3]) if holder else None  # "zerodoctor watch pid N on HOST"
+
+
+def _announced(pg_url: str, rule: str) -> bool:
+    engine = open_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            return bool(conn.execute(text("SELECT count(*) FROM findings WHERE rule = :r AND notified"),
+                                     {"r": rule}).scalar())
+    finally:
+        engine.dispose()
+
+
+def test_four_nodes_judge_their_run_once_and_the_judge_fails_over_when_killed(tmp_path, pg_url):
+    """Four nodes of one job, two ranks each, each node's watcher live into one store. One watcher judges
+    the run for all (before, each of the four judged the whole run at every pass and each printed its
+    findings): only it takes the run's judge lock and says the run's state. SIGKILLed, its lock goes with
+    its session and a survivor takes the run over; a NaN then written on a rank of another node is
+    announced once, across the three survivors."""
+    nodes = [Node(f"node-{i}", tmp_path / f"node-{i}" / "runs", tmp_path / f"node-{i}" / "runs") for i in range(4)]
+    for i, node in enumerate(nodes):
+        for rank in (2 * i, 2 * i + 1):
+            append(node.disk / "job" / f"rank-{rank}.jsonl", "job", rank, range(1, 21))
+    watchers = [node.watch("--db", pg_url, str(node.disk)) for node in nodes]
+    pids = [w.pid for w in watchers]
+    killed = None
+    try:
+        wait_for(lambda: stored_count(pg_url) == 8 * 20, timeout=60)
+        judge = wait_for(lambda: _judge_of(pg_url, "job"), timeout=30)
+        for step in range(21, 31):  # every node keeps writing: every watcher stores, one judges
+            for i, node in enumerate(nodes):
+                for rank in (2 * i, 2 * i + 1):
+                    append(node.disk / "job" / f"rank-{rank}.jsonl", "job", rank, [step])
+            time.sleep(0.1)
+        wait_for(lambda: stored_count(pg_url) == 8 * 30, timeout=60)
+        time.sleep(2.5)  # the others ask again for the judge lock (every 2 s): still the judge's
+        assert _judge_of(pg_url, "job") == judge
+        killed = pids.index(judge)
+        watchers[killed].kill()
+        watchers[killed].wait(timeout=10)
+        alive = (killed + 1) % 4
+        with open(nodes[alive].disk / "job" / f"rank-{2 * alive}.jsonl", "a") as f:
+            f.write(step_line("job", 2 * alive, 31, loss=float("nan")))
+        successor = wait_for(lambda: _judge_of(pg_url, "job") not in (None, judge) and _judge_of(pg_url, "job"),
+                             timeout=30)
+        wait_for(lambda: _announced(pg_url, "ZD204"), timeout=30)
+        time.sleep(2.5)  # more passes of every survivor: none says it again
+    finally:
+        # the judge last: one stopped before the others could hand the run to one of them
+        order = sorted(range(4), key=lambda i: _judge_of(pg_url, "job") == pids[i])
+        stopped = {i: stop(watchers[i]) if i != killed else (watchers[i].returncode, *watchers[i].communicate())
+                   for i in order}
+        ended = [stopped[i] for i in range(4)]
+    assert successor in pids
+    assert [code for i, (code, _, _) in enumerate(ended) if i != killed] == [0, 0, 0], [e for _, _, e in ended]
+    took = [err.count("judging run job for every watcher") for _, _, err in ended]
+    said = [err.count("zerodoctor: run job:") for _, _, err in ended]
+    # the killed judge and its successor each took the run once; the two others never judged it
+    assert took == [1 if pid in (judge, successor) else 0 for pid in pids], took
+    assert [bool(n) for n in said] == [bool(n) for n in took], said
+    assert sum(out.count("ZD204") for _, out, _ in ended) == 1, [out for _, out, _ in ended]

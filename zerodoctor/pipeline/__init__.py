@@ -221,8 +221,8 @@ class Pipeline:
             self._load(conn, name, run_id)
             self._current.add(name)
 
-    def _load(self, conn: Connection, name: str, run_id: int) -> RunView | None:
-        """The run's view from the store; None where the run is (or now gets) set aside."""
+    def _load(self, conn: Connection, name: str, run_id: int, *, to_write: bool = True) -> RunView | None:
+        """The run's view from the store (``RunView.load``); None where the run is (or now gets) set aside."""
         from zerodoctor.store import setaside
 
         why = setaside.reason(conn, run_id, self.reads.version)
@@ -232,7 +232,7 @@ class Pipeline:
             log.warning("run %s stays set aside (not judged; its events are stored): %s", name, why)
             return None
         with self._isolated(name):
-            self.views[name] = RunView.load(conn, run_id, name, self.reads)
+            self.views[name] = RunView.load(conn, run_id, name, self.reads, to_write=to_write)
         return self.views.get(name)
 
     @contextmanager
@@ -353,12 +353,28 @@ class Pipeline:
 
     # -- judge ----------------------------------------------------------------------
 
+    def saved_elsewhere(self, names: Iterable[str]) -> list[str]:
+        """Of ``names``, the runs whose view another writer of the store saved since this one's was loaded or
+        saved (the ranks of other nodes): their views are dropped, so the next judgement loads the new one."""
+        from zerodoctor.store import runs as stored_runs
+
+        held = {view.run_id: name for name in names
+                if (view := self.views.get(name)) is not None and name not in self._dirty | self._current}
+        if not held:
+            return []
+        with self.engine.connect() as conn:
+            saved = stored_runs.generations(conn, list(held))
+        moved = [name for run_id, name in held.items() if saved.get(run_id, 0) != self.views[name].generation]
+        for name in moved:
+            del self.views[name]
+        return moved
+
     def view(self, name: str) -> RunView | None:
         """The run's view: the one kept up to date here, else loaded from the store; None for a run set aside."""
         view = self.views.get(name)
         if view is None and name not in self.set_aside:
             with self.engine.begin() as conn:
-                view = self._load(conn, name, self.ingestor.run_id(conn, name))
+                view = self._load(conn, name, self.ingestor.run_id(conn, name), to_write=False)
                 self._mark_set_aside(conn)
         return view
 

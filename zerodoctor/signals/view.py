@@ -375,12 +375,16 @@ class RunView:
         })
 
     @classmethod
-    def load(cls, conn: Connection, run_id: int, name: str, reads: Reads) -> RunView:
-        """The run's view from its saved state, or rebuilt from its rows when none matches this code."""
+    def load(cls, conn: Connection, run_id: int, name: str, reads: Reads, *, to_write: bool = True) -> RunView:
+        """The run's view from its saved state, or rebuilt from its rows when none matches this code.
+
+        ``to_write``: the run's row is locked to the end of ``conn``'s transaction, so writers of one run take
+        turns; a view loaded only to be judged takes no lock (a store it later makes checks its generation
+        under the lock first), so a judge never queues behind every node's writers."""
         from zerodoctor.store import runs as stored
 
         view = cls(run_id, name, reads)
-        saved = stored.saved_state(conn, run_id, for_update=True)
+        saved = stored.saved_state(conn, run_id, for_update=to_write)
         if saved is None or saved[0] != reads.state_version:
             view.formats = stored.run_formats(conn, run_id)
             view._rebuild(conn)

@@ -103,6 +103,12 @@ def saved_generation(conn: Connection, run_id: int) -> int | None:
     return conn.execute(select(run_state.c.generation).where(run_state.c.run_id == run_id)).scalar()
 
 
+def generations(conn: Connection, run_ids: list[int]) -> dict[int, int]:
+    """The generation of each run's saved state, unlocked: has another writer saved it since?"""
+    query = select(run_state.c.run_id, run_state.c.generation).where(run_state.c.run_id.in_(run_ids))
+    return {run_id: generation for run_id, generation in conn.execute(query)}
+
+
 def _lock_run(conn: Connection, run_id: int) -> None:
     """Lock the run's row, which exists before its first saved state does: two writers of a new run
     take turns too, instead of both inserting its first state (SQLite has one writer anyway)."""

@@ -113,6 +113,8 @@ class Watcher:
         self._in_progress: set[str] = set()  # runs whose ranks send heartbeats and have not all ended
         self._run_states: dict[str, str] = {}  # what this watch last said of each run (``watch/changes.py``)
         self._files_of: dict[str, set[Path]] = {}  # run → the files its events came from (``_clocks_for``)
+        self._others: dict[str, float] = {}  # runs another watcher judges (``lock.judges``) → when last asked
+        self._saves_read_at = 0.0  # when the runs judged here were last looked at for other watchers' saves
         self._write_failures = 0  # store writes refused in a row (a full disk): the next pass waits, doubling
         self._write_retry_at = 0.0
 
@@ -278,6 +280,11 @@ class Watcher:
         now = time.monotonic()
         wait = None
         self._changed.update(n for n in self._in_progress if now - self._judged_at.get(n, -1e9) >= self.recheck_s)
+        # a run another watcher judges is asked for again now and then: that watcher may have died
+        self._changed.update(n for n, asked in self._others.items() if now - asked >= self.recheck_s)
+        self._changed.update(self._saved_elsewhere(now))
+        if self.lock is not None and self.lock.judging:  # other nodes' ranks arrive without waking this loop
+            wait = self.judge_every_s
         for name in sorted(self._changed):
             due = self._judged_at.get(name, -1e9) + self._interval.get(name, 0.0)
             if not force and due > now:
@@ -286,6 +293,8 @@ class Watcher:
             self._changed.discard(name)
             started = time.monotonic()
             try:
+                if not self._judges(name, now):
+                    continue
                 self._judge_run(name)
             except Exception as exc:
                 if self._store_away(exc):
@@ -301,6 +310,30 @@ class Watcher:
         self._release_views()
         return wait
 
+    def _judges(self, name: str, now: float) -> bool:
+        """Whether this watcher judges the run: the store's only writer judges them all; of the watchers of
+        the nodes of one job, one judges each run for all (``lock.judges``), so a run is judged once per
+        pass, not once per node, and its findings said once. The others ask again every ``recheck_s``."""
+        if self.lock is None:
+            return True
+        asked = self._others.get(name)
+        if asked is not None and now - asked < self.recheck_s:
+            return False
+        if self.lock.judges(name):
+            self._others.pop(name, None)
+            return True
+        self._others[name] = now
+        return False
+
+    def _saved_elsewhere(self, now: float) -> list[str]:
+        """The runs judged here whose views other watchers saved since (at most every ``judge_every_s``):
+        the ranks of other nodes arrived, and the run is judged again with them."""
+        judging = self.lock.judging if self.lock is not None else set()
+        if not judging or now - self._saves_read_at < self.judge_every_s:
+            return []
+        self._saves_read_at = now
+        return self.pipeline.saved_elsewhere(judging)
+
     def _release_views(self) -> None:
         """Past ``VIEWS_KEPT`` views in memory, drop those of the runs judged longest ago that are neither
         going (``in_progress``) nor waiting to be judged: a watch that has seen thousands of runs held
@@ -310,8 +343,12 @@ class Watcher:
         if len(views) <= VIEWS_KEPT:
             return
         idle = sorted((n for n in views if n not in self._in_progress and n not in self._changed),
-                      key=lambda n: self._judged_at.get(n, 0.0))
-        self.pipeline.release(idle[:len(views) - VIEWS_KEPT])
+                      key=lambda n: self._judged_at.get(n, 0.0))[:len(views) - VIEWS_KEPT]
+        self.pipeline.release(idle)
+        for name in idle:
+            self._others.pop(name, None)
+        if self.lock is not None:
+            self.lock.let_go(idle)  # judged again by whichever watcher stores its events next
 
     def _judge_run(self, name: str) -> None:
         with self.interrupts.judging(f"judging run {name}", self.judge_budget_s):

@@ -12,6 +12,12 @@
   read from ``/proc/locks``), so a planted link cannot make a watcher clobber another file.
 - Any other SQLAlchemy store: the same file lock, in a private (0700) directory of this user.
 
+On PostgreSQL every node's watcher stores ranks of the same runs, and judging a run is one watcher's work:
+the judge of a run is whoever holds its judge lock (``judges``), a session advisory lock on the same
+connection, taken without waiting. The others store their ranks and skip the judgement, so a run is judged
+once per pass for the whole store, not once per node, and each finding is announced once. The judge's
+death (SIGKILL) closes its session and frees the lock: the next watcher that tries takes the run over.
+
 The kernel or the server drops a lock when its process dies, SIGKILL included, so a crashed
 watcher never leaves a stale one behind; the server only once it notices the closed socket,
 after the query that session was running, so a watcher started at once after waits for a dead
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import socket
@@ -30,7 +37,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Iterable, Iterator, Protocol
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -39,6 +46,8 @@ from zerodoctor.store.db import StoreError, shown
 from zerodoctor.store.nodes import node_of
 from zerodoctor.watch.budget import Stopping
 
+
+log = logging.getLogger("zerodoctor.watch")
 
 STALE_WAIT_S = 10.0  # a dead watcher's lock outlives it until the server notices: waited for this long
 
@@ -56,6 +65,17 @@ class WriterLock(Protocol):
     def check(self) -> bool:
         """True when the locks claimed so far had to be taken again (the store's connection was lost and
         is back: what the store holds must be read again); ``StoreBusy`` when one is another's now."""
+
+    def judges(self, run: str) -> bool:
+        """True when this watcher is the one that judges ``run`` (taken now if no watcher is)."""
+
+    @property
+    def judging(self) -> set[str]:
+        """The runs this watcher judges for other writers of the store: their saves must be read before a
+        judgement (empty where this watcher is the store's only writer)."""
+
+    def let_go(self, runs: Iterable[str]) -> None:
+        """No longer judge ``runs`` (their views left memory): another watcher may take them."""
 
 
 @contextmanager
@@ -98,15 +118,30 @@ class _WholeStore:
         """The kernel keeps an flock as long as the process lives."""
         return False
 
+    def judges(self, run: str) -> bool:
+        """The only writer judges every run it reads."""
+        return True
+
+    @property
+    def judging(self) -> set[str]:
+        return set()  # no other writer saves these runs' views
+
+    def let_go(self, runs: Iterable[str]) -> None:
+        pass
+
 
 class _AdvisoryLocks:
-    """One ``pg_try_advisory_lock`` per run directory (``lock_key``), on a session of its own."""
+    """One ``pg_try_advisory_lock`` per run directory (``lock_key``) and per run this watcher judges
+    (``judge_key``), on a session of its own."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.held: set[int] = set()
+        self.judged: dict[str, int] = {}  # run → its judge lock's key, held
         self.stop = threading.Event()
         self.conn = self._session()
+        # advisory locks are the database's: two stores in two schemas of it must not share a run's judge
+        self.schema = str(self.conn.execute(text("SELECT current_schema()")).scalar())
 
     def _session(self) -> Connection:
         conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
@@ -153,7 +188,7 @@ class _AdvisoryLocks:
             )).scalar()
         except SQLAlchemyError:
             held = None
-        if held is not None and held >= len(self.held):
+        if held is not None and held >= len(self.held) + len(self.judged):
             return False
         if held is not None:  # the session lives but its locks went (pg_advisory_unlock_all): not ours to undo
             raise StoreBusy(f"this watcher's locks are gone ({held} of {len(self.held)} held); stopping: "
@@ -167,7 +202,34 @@ class _AdvisoryLocks:
             if not self.conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar():
                 holder = self._holder(key) or "unknown"
                 raise StoreBusy(_busy(holder, shown(self.engine.url), "a run directory of this watcher "))
+        # a run another watcher took over while this one was away is that one's to judge now
+        self.judged = {run: key for run, key in self.judged.items() if self._try(key)}
         return True
+
+    def judges(self, run: str) -> bool:
+        """Whether this watcher judges ``run``: it does once it holds the run's judge lock, taken here without
+        waiting when no watcher holds it (the first to try, or the next after the judge died or let go)."""
+        if run in self.judged:
+            return True
+        key = judge_key(self.schema, run)
+        if not self._try(key):
+            return False
+        self.judged[run] = key
+        log.info("judging run %s for every watcher of this store", run)
+        return True
+
+    @property
+    def judging(self) -> set[str]:
+        return set(self.judged)
+
+    def let_go(self, runs: Iterable[str]) -> None:
+        for run in runs:
+            key = self.judged.pop(run, None)
+            if key is not None:
+                self.conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+
+    def _try(self, key: int) -> bool:
+        return bool(self.conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar())
 
 
 _PREFIX = "zerodoctor watch "
@@ -201,6 +263,12 @@ def lock_key(run_dir: Path) -> int:
     """The advisory-lock key of a run directory: its node's and its resolved path's."""
     run_dir = run_dir.resolve()
     return advisory_key(f"{node_of(run_dir)}\n{run_dir}")  # a node id has no newline
+
+
+def judge_key(schema: str, run: str) -> int:
+    """The advisory-lock key of a run's judge: one per store (its schema) and run name, whichever node writes
+    its ranks (a NUL is in no node id, so no run directory's key is a judge's)."""
+    return advisory_key(f"judge\0{schema}\0{run}")
 
 
 def busy_dir(run_dir: Path, holder: str, url: str) -> StoreBusy:
