@@ -100,10 +100,13 @@ def test_between_nodes_the_network_sets_the_pace_and_zeropp_cuts_it() -> None:
     assert parts["reduce-scatter"] == pytest.approx(ring / 4)  # qgZ: int4 gradients
 
 
-def test_parameter_offload_adds_a_partition_over_pcie_per_gather() -> None:
+def test_parameter_offload_fetches_a_partition_per_gather_and_sends_nothing_back() -> None:
+    """offload_param: each rank's partition crosses PCIe before the forward and the backward gather, and the
+    updated fp16 partition stays on the host (stage3.py keeps it there), so the copy back after the step that
+    optimizer-only offload pays is not paid: two partitions more, one less."""
     inputs = replace(worked(), overlap_comm=False)
     both, opt = predict(3, "optimizer+param", inputs), predict(3, "optimizer", inputs)
-    assert both.pcie.value - opt.pcie.value == pytest.approx(2 * 2.5e8 / 6e9)
+    assert both.pcie.value - opt.pcie.value == pytest.approx((2 - 1) * 2.5e8 / 6e9)
     assert both.total.value > opt.total.value
 
 
