@@ -184,7 +184,7 @@ def _bench() -> ModuleType:
 
 
 def test_the_picks_error_and_the_fetch_cost_are_the_benchs_own_figures() -> None:
-    """MODEL_ERROR is the bench's held-out median per ratio, LAYER_FETCH_S its fit on every ZeRO-3 row; and a
+    """MODEL_ERROR is the bench's held-out median per ratio, LAYER_FETCH_S its fit on every looked-at ZeRO-3 row; and a
     row held out never moves its own fit: changing its published time leaves the cost it was predicted with."""
     bench = _bench()
     data = json.loads(bench.DATA.read_text())
@@ -198,6 +198,19 @@ def test_the_picks_error_and_the_fetch_cost_are_the_benchs_own_figures() -> None
     again = bench.leave_one_out(bench.tables(moved))
     assert again[0]["fetch_s"] == held[0] and again[0]["error"] != result["leave_one_out"][0]["error"]
     assert any(a["fetch_s"] != h for a, h in zip(again[1:], held[1:]) if h is not None)  # the others see it
+
+
+def test_untouched_rows_are_predicted_and_fitted_on_never() -> None:
+    """A row added after the model's last change (``looked_at`` false) is the honest figure only if nothing was
+    fitted on it: the fetch cost and every looked-at row's held-out error are the same with the untouched rows gone."""
+    bench = _bench()
+    data = json.loads(bench.DATA.read_text())
+    assert any(not s["looked_at"] for s in data["setups"])
+    full = bench.measure(data)
+    seen = bench.measure({**data, "setups": [s for s in data["setups"] if s["looked_at"]]})
+    assert full["fitted_fetch_s"] == seen["fitted_fetch_s"]
+    assert [h["error"] for r, h in zip(full["rows"], full["leave_one_out"]) if r["looked_at"]] == [
+        h["error"] for h in seen["leave_one_out"]]
 
 
 def test_stage_1_with_the_optimizer_offloaded_is_priced_and_picked_as_the_simpler_offload() -> None:
