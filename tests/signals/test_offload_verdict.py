@@ -63,12 +63,14 @@ def test_an_optimizer_step_under_half_the_step_is_silent(tmp_path: Path) -> None
 
 def test_remedies_the_device_memory_refutes_are_not_offered(tmp_path: Path) -> None:
     # 8B parameters on 2 × 80 GB, bf16: stage 3 with nothing offloaded needs 64 GB per GPU, more than 70% of 80 GB;
-    # with the optimizer alone offloaded 16 GB, which fits: drop the parameter offload, keep the optimizer's.
+    # with the optimizer alone offloaded 16 GB, which fits. Memory refutes dropping offload altogether; dropping the
+    # parameter offload fits, but in a step that is 70% CPU Adam it saves one partition over PCIe per gather (the
+    # updated partition never went back: stage3.py keeps it on the host), within the model's error: not offered.
     start = {**_offload(3, offload_optimizer=dict(CPU), offload_param=dict(CPU)), "params": 8e9,
              "precision": "bf16", "device_memory_bytes": 80_000_000_000}
     titles = [fix.title for fix in _findings(tmp_path, start, SLOW_STEP)[0]["ZD502"].fixes]
-    assert any(t.startswith("Drop parameter offload") for t in titles), titles
     assert not any("Drop offload altogether" in t or "Try without offload" in t for t in titles), titles
+    assert not any(t.startswith("Drop parameter offload") for t in titles), titles
     # pinned already: the pin remedy is refuted too
     start["config"]["zero_optimization"]["offload_optimizer"]["pin_memory"] = True
     titles = [fix.title for fix in _findings(tmp_path, start, SLOW_STEP)[0]["ZD502"].fixes]
