@@ -45,7 +45,8 @@ sys.path.insert(0, str(ROOT / "plugins" / "zerodoctor-webhook"))
 
 from tests.conftest import fill, run_cli  # noqa: E402
 from tests.watch.conftest import (  # noqa: E402
-    ENV, Node, append, namespaces_work, start_watch, step_line, stored_steps, two_nodes, wait_for)
+    ENV, Node, append, namespaces_work, start_watch, step_line, stored_steps, two_nodes, wait_for,
+    write_through_two_copytruncates)
 from tests.watch.test_watch_compressed_rotation import write_two_compressed_rotations  # noqa: E402
 from tests.watch.test_watch_daemon import kill_repeatedly, start_writer, stored_count, written  # noqa: E402
 from tests.watch.test_watch_held_messages import ILLEGAL_ACCESS  # noqa: E402
@@ -646,13 +647,7 @@ def copytruncate_twice(tmp: Path, quick: bool) -> Row:
     append(log, "r", 0, range(1, 11))
     first = once(runs)
     append(log, "r", 0, range(11, 14))
-    for steps in (range(14, 17), range(17, 19)):
-        if log.with_name("rank-0.jsonl.1").exists():
-            log.with_name("rank-0.jsonl.1").rename(log.with_name("rank-0.jsonl.2"))
-        shutil.copyfile(log, log.with_name("rank-0.jsonl.1"))
-        with open(log, "r+") as f:
-            f.truncate(0)
-        append(log, "r", 0, steps)
+    write_through_two_copytruncates(log, "r")
     second = once(runs)
     row.exit("once", first.returncode, 0)
     row.exit("once", second.returncode, 0)

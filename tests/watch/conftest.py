@@ -37,6 +37,18 @@ def append(path: Path, run: str, rank: int, steps: Iterable[int]) -> None:
         f.writelines(step_line(run, rank, s) for s in steps)
 
 
+def write_through_two_copytruncates(log: Path, run: str) -> None:
+    """Steps 14-18 of ``log``'s run written through two logrotate ``copytruncate`` rotations (the older copy
+    moved to ``.2``), as when watch is down through both: the copies hold what was not read yet."""
+    for steps in (range(14, 17), range(17, 19)):
+        if log.with_name(log.name + ".1").exists():
+            log.with_name(log.name + ".1").rename(log.with_name(log.name + ".2"))
+        shutil.copyfile(log, log.with_name(log.name + ".1"))
+        with open(log, "r+") as f:
+            f.truncate(0)
+        append(log, run, 0, steps)
+
+
 def event_line(t: float, rank: int, kind: str, **fields) -> str:
     """One event of run "r" as the probe writes it (``events`` schema v1)."""
     return json.dumps({"v": 1, "t": t, "run": "r", "rank": rank, "kind": kind, **fields}) + "\n"

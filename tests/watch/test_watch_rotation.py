@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
 from tests.conftest import ROOT
-from tests.watch.conftest import append, step_line, stored_steps
+from tests.watch.conftest import append, step_line, stored_steps, write_through_two_copytruncates
 from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import steps as chunked_steps
@@ -74,13 +74,7 @@ def test_copytruncate_twice_while_down(tmp_path, make_watcher, caplog):
     append(log, "r", 0, range(1, 11))
     one_pass(make_watcher())
     append(log, "r", 0, range(11, 14))  # never read before the first copy
-    for steps in (range(14, 17), range(17, 19)):
-        if log.with_name("rank-0.jsonl.1").exists():
-            log.with_name("rank-0.jsonl.1").rename(log.with_name("rank-0.jsonl.2"))
-        shutil.copyfile(log, log.with_name("rank-0.jsonl.1"))
-        with open(log, "r+") as f:
-            f.truncate(0)
-        append(log, "r", 0, steps)
+    write_through_two_copytruncates(log, "r")
     with caplog.at_level("INFO", logger="zerodoctor.watch"):
         one_pass(make_watcher())
     expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 19))
