@@ -24,10 +24,10 @@ def test_console_log_diagnosis_fits_one_screen_with_the_finding_first() -> None:
     assert lines[0].startswith("ERROR ZD201 fp16-loss-scale-collapse")
     assert len(lines) <= SCREEN, proc.stdout
     not_judged = [line.split(" ", 1)[1] for line in lines if "not judged" in line]  # the count moves with the rules
+    # a CPU run (its console says DeepSpeed built the CPU accelerator's shm op) is not asked for its MFU
     assert not_judged == ["rules not judged: this log has no per-step lines, config dump, profiler traces, heartbeats "
                           "or flight-recorder dumps; needs model parameters, time the log went on past the last step, "
-                          "expected tokens / parameters, model FLOPs utilisation against the GPU's peak …; "
-                          "`--explain` lists them"]
+                          "expected tokens / parameters; `--explain` lists them"]
 
 
 def test_summary_and_evidence_say_words_not_identifiers() -> None:

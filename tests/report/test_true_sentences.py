@@ -30,11 +30,15 @@ INPUTS = [
     "tests/fixtures/rules/ZD702/fires.jsonl",  # probe events with heartbeats
     "tests/fixtures/flight_recorder/hang",  # flight-recorder dumps
     "tests/fixtures/rules/ZD302/fires.run",  # probe events with profiler traces
+    "samples/offload-zero3-torch-adam/console.log",  # console on the CPU accelerator: its collective times unsynced
 ]
 
 
 LACKS = {"config": "config", "steps": "steps", "heartbeats": "heartbeats", "device memory": "device_memory",
-         "flight-recorder dumps": "dumps", "profiler traces": "traces"}  # the JSON's words → Held's fields
+         "flight-recorder dumps": "dumps", "profiler traces": "traces",
+         "synchronised collective times": "synced"}  # the JSON's words → Held's fields
+COMMS_ON = '"comms_logger": {"enabled": true}'  # the switch's words in a hint
+HOST_BUILT = "deepspeed_shm_comm_op built successfully"  # only DeepSpeed's CPU accelerator builds it
 
 
 @dataclass
@@ -48,6 +52,8 @@ class Held:
     device_memory: bool
     dumps: bool
     traces: bool
+    synced: bool  # collective times that waited for the device: the probe's, or any on a GPU
+    comms_table: bool  # the comms logger printed its table: its switch is on
 
 
 def held(path: Path) -> Held:
@@ -58,9 +64,11 @@ def held(path: Path) -> Held:
         events += parsed(read_batches(file, make_parser(fmt, "t", path=file)))
     kinds = [e.get("kind", "step") for e in events]  # parsed() gives steps as their fields alone
     starts = [e for e in events if e.get("kind") == "run_start"]
+    text = "".join(f.read_text(errors="replace") for f, fmt in expand_inputs([path]) if fmt == "text")
     return Held(probe="jsonl" in formats, steps=kinds.count("step"), config=any(s.get("config") for s in starts),
                 heartbeats="heartbeat" in kinds, device_memory=any(s.get("device_memory_bytes") for s in starts),
-                dumps="flight-recorder" in formats, traces="chrome-trace" in formats)
+                dumps="flight-recorder" in formats, traces="chrome-trace" in formats,
+                synced="jsonl" in formats or HOST_BUILT not in text, comms_table="Comm. Op" in text)
 
 
 def _claims(text: str) -> set[str]:
@@ -68,7 +76,7 @@ def _claims(text: str) -> set[str]:
     said = text.split(" has no ", 1)[1].split(";", 1)[0] if " has no " in text else ""
     words = {"per-step lines": "steps", "steps": "steps", "config dump": "config", "config": "config",
              "heartbeats": "heartbeats", "device memory": "device_memory", "flight-recorder dumps": "dumps",
-             "profiler traces": "traces"}
+             "profiler traces": "traces", "synchronised collective times": "synced"}
     parts = [p.strip() for chunk in said.split(" or ") for p in chunk.split(",")]
     assert all(p in words for p in parts if p), f"unknown claim in {text!r}"
     return {words[p] for p in parts if p}
@@ -94,6 +102,8 @@ def test_what_the_report_says_a_run_lacks_it_lacks(name: str) -> None:
             assert "run the job under `zerodoctor run`" not in hint.lower(), (name, u)
         if facts.config:
             assert "config dump" not in hint, (name, u)
+        if facts.comms_table:
+            assert COMMS_ON not in hint, (name, u)  # a switch already on is never the advice
 
     explain = run_cli("diagnose", "--explain", "--fail-on", "never", str(path)).stdout
     if facts.probe:
@@ -103,5 +113,5 @@ def test_what_the_report_says_a_run_lacks_it_lacks(name: str) -> None:
 def test_inputs_are_told_apart_by_the_parsers() -> None:
     """The table above covers each input kind both ways, so the test would see a claim the run contradicts."""
     facts = [held(ROOT / n) for n in INPUTS]
-    for kind in ("probe", "steps", "config", "heartbeats", "device_memory", "dumps", "traces"):
+    for kind in ("probe", "steps", "config", "heartbeats", "device_memory", "dumps", "traces", "synced", "comms_table"):
         assert {bool(getattr(f, kind)) for f in facts} == {True, False}, kind

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from zerodoctor.signals.base import Signal
-from zerodoctor.signals.inputs import CONFIG, DEVICE, DUMPS, HEARTBEATS, PROFILE, STEPS, TRACES
+from zerodoctor.signals.inputs import CONFIG, DEVICE, DUMPS, HEARTBEATS, HOST_TIMES, PROFILE, STEPS, SYNCED, TRACES
 
 ZD_RUN = "run the job under `zerodoctor run`, which records it for every rank and step"
 
@@ -38,17 +38,20 @@ class RunInputs:
     device_memory: bool  # the accelerator's memory, as the run stated it
     dumps: bool  # flight-recorder dumps
     traces: bool = False  # profiler traces
+    host_only: bool = False  # DeepSpeed's CPU accelerator: a console's collective times never waited for a device
 
     @classmethod
     def of(cls, values: dict[str, Any]) -> RunInputs:
         return cls(probe=not values.get("evidence.console_log"), config=values.get("config.zero_stage") is not None,
                    steps=values.get("run.steps") or 0, heartbeats=values.get("hang.window_s") is not None,
                    device_memory=values.get("run.device_memory_bytes") is not None,
-                   dumps=values.get("hang.fr_behind") is not None, traces=bool(values.get("trace.present")))
+                   dumps=values.get("hang.fr_behind") is not None, traces=bool(values.get("trace.present")),
+                   host_only=bool(values.get("run.host_only")))
 
     def has(self, what: str) -> bool:
         return {CONFIG: self.config, STEPS: self.steps > 0, HEARTBEATS: self.heartbeats,
-                DEVICE: self.device_memory, DUMPS: self.dumps, TRACES: self.traces}[what]
+                DEVICE: self.device_memory, DUMPS: self.dumps, TRACES: self.traces,
+                SYNCED: self.probe or not self.host_only}[what]
 
     def lacks(self, missing: Iterable[Signal]) -> tuple[str, ...]:
         """The inputs this run lacks that ``missing`` signals come from (each once, first need first)."""
@@ -75,6 +78,11 @@ def hint_for(missing: list[Signal], inputs: RunInputs) -> str | None:
         return "; ".join(dict.fromkeys([*notes, *dumps])) or None
     if not any(s.shown_by or s.switch for s in missing):
         return None
+    # a switch already on, but blind on this accelerator, is not worth naming: only the probe times these
+    blind = [s for s in missing if inputs.lacks([s]) == (SYNCED,)]
+    missing = [s for s in missing if s not in blind]
+    if blind and not missing:
+        return f"{HOST_TIMES}; {ZD_RUN}"
     # a config dump is whole, and so is a trace: a run that has one gains nothing from the switch that gives it
     # (step lines are not: one that prints lr and loss may still lack the times another switch adds)
     switches = list(dict.fromkeys(s.switch for s in missing if s.switch

@@ -24,7 +24,7 @@ from zerodoctor.deepspeed import defaults as ds
 from zerodoctor.deepspeed.modelstates import weight_bytes
 from zerodoctor.signals import view as runview
 from zerodoctor.signals.view import RunView, Steps
-from zerodoctor.signals.inputs import COMM_TIMES, STEPS
+from zerodoctor.signals.inputs import COMM_TIMES, STEPS, SYNCED
 from zerodoctor.signals.base import StepWindow, nested, ratios, shown_by, verdict
 from zerodoctor.signals.config import BUCKET_TARGET_COLLECTIVES, round_up
 from zerodoctor.signals.config_values import config_int
@@ -77,7 +77,8 @@ SIGNALS = [
              "more, from the timings), exposed_allgathers (as much with no compute beside them, from a profiler "
              f"trace), hidden (a trace shows less exposed), straggler (a straggler costs {WAITING:.0%} of the step "
              "or more: the collective time is a wait), minor (less), not_stage3",
-             ("allgathers", "exposed_allgathers", "hidden", "straggler", "minor", "not_stage3")),
+             ("allgathers", "exposed_allgathers", "hidden", "straggler", "minor", "not_stage3"),
+             shown_by=(STEPS, SYNCED)),
     _timed("comm.top_op_call_bytes", "bytes", "mean message size of one call of the collective with the most time"),
     _verdict("comm.step_verdict",
              f"what the collectives cost the step: named (they take {DOMINANT:.0%} of each step or more, per-op "

@@ -11,7 +11,10 @@ from __future__ import annotations
 # what a run's inputs can hold (``rulebook.hints.RunInputs`` says which a run has)
 CONFIG, STEPS, HEARTBEATS, DEVICE, DUMPS = "config", "steps", "heartbeats", "device memory", "flight-recorder dumps"
 TRACES = "profiler traces"
-INPUTS = (CONFIG, STEPS, HEARTBEATS, DEVICE, DUMPS, TRACES)
+# collective times that waited for the device: a GPU's comms logger, or the probe's own intervals (on DeepSpeed's
+# CPU accelerator ``synchronize`` does nothing, and the logger times an async all-gather to its launch only)
+SYNCED = "synchronised collective times"
+INPUTS = (CONFIG, STEPS, HEARTBEATS, DEVICE, DUMPS, TRACES, SYNCED)
 
 # the switches, in the words of DeepSpeed's config and PyTorch's environment
 FP16_LINES = ('set "log_level": "info" and "steps_per_print": 1 in the DeepSpeed config (since 0.17.6 '
@@ -26,5 +29,7 @@ RUN_DUMP = 'the DeepSpeed config dump ("log_level": "info") prints world size, s
 CONFIG_DUMP = 'the DeepSpeed config dump ("log_level": "info") prints the whole config'
 FLIGHT_RECORDER = ("TORCH_NCCL_DUMP_ON_TIMEOUT=1 makes NCCL dump its flight recorder (under "
                    "`zerodoctor run` the dumps land in the run directory)")
+HOST_TIMES = ("no console switch shows it on DeepSpeed's CPU accelerator, whose comms logger times ZeRO-3's async "
+              "all-gathers to their launch only")
 PROFILE = ("profile a few steps: `zerodoctor run --profile 10-12`, or hand over torch.profiler traces "
            "(export_chrome_trace, TensorBoard's plugin folder) with the logs")
