@@ -60,6 +60,20 @@ def step_rows(conn) -> list[dict]:
     return out
 
 
+def console_log(tmp_path: Path, lines) -> Path:
+    """``tmp_path/console.log`` holding ``lines``, one a line: a console built from a library's format strings."""
+    path = tmp_path / "console.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def findings_by_rule(path: Path, rules) -> dict:
+    """The findings ``diagnose`` gives a console log in process, by rule code."""
+    from zerodoctor.pipeline.diagnose import diagnose
+
+    return {f.rule: f for f in diagnose([path], rules=rules, input_format="text").findings}
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120,
             stdin: str | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m zerodoctor ARGS`` as a user would, capturing output; ``stdin`` is piped in.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import ROOT, diagnose_json
+from tests.conftest import ROOT, console_log, diagnose_json
 
 WAIT_1X = ("INFO:root:Waiting in store based barrier to initialize process group for rank: {rank}, key: "
            "store_based_barrier_key:1 (world_size={world}, worker_count={joined}, timeout=0:30:00)")
@@ -37,9 +37,7 @@ TIMED_OUT = ("RuntimeError: Timed out initializing process group in store based 
 
 
 def _findings(tmp_path: Path, lines: list[str]) -> dict[str, dict]:
-    log = tmp_path / "console.log"
-    log.write_text("\n".join(lines) + "\n")
-    return {f["rule"]: f for f in diagnose_json(log)["findings"]}
+    return {f["rule"]: f for f in diagnose_json(console_log(tmp_path, lines))["findings"]}
 
 
 def test_more_workers_than_the_world_size_is_a_shared_store(tmp_path: Path) -> None:

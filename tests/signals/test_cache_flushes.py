@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from zerodoctor.pipeline import rules_from
-from zerodoctor.pipeline.diagnose import diagnose
+from tests.conftest import console_log, findings_by_rule
 
 FLUSHES = ("[2023-03-20 20:38:{s:02d},874] [WARNING] [stage3.py:1939:step] {n} pytorch allocator cache flushes since "
            "last step. this happens when there is high memory pressure and is detrimental to performance. if this is "
@@ -30,9 +30,7 @@ def rules():
 
 
 def _found(tmp_path: Path, rules, lines: list[str]):
-    path = tmp_path / "console.log"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return {f.rule: f for f in diagnose([path], rules=rules, input_format="text").findings}
+    return findings_by_rule(console_log(tmp_path, lines), rules)
 
 
 def test_flushes_in_two_of_three_steps(tmp_path: Path, rules) -> None:

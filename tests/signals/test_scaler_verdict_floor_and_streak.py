@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import console_log, findings_by_rule
 from zerodoctor.pipeline import rules_from
-from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.sources import deepspeed
 
 
@@ -32,9 +32,7 @@ def rules():
 
 
 def _findings(tmp_path: Path, rules, lines: list[str]) -> dict[str, str]:
-    path = tmp_path / "console.log"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return {f.rule: f.message for f in diagnose([path], rules=rules, input_format="text").findings}
+    return {rule: f.message for rule, f in findings_by_rule(console_log(tmp_path, lines), rules).items()}
 
 
 def test_a_scale_pinned_at_1_that_still_overflows_is_a_collapse_at_the_floor(tmp_path: Path, rules) -> None:

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from zerodoctor.pipeline import rules_from
-from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.sources.batches import make_parser, read_batches
-from tests.conftest import parsed
+from tests.conftest import console_log, findings_by_rule, parsed
 
 STAGE1 = ("[2021-03-18 04:21:58,423] [INFO] [stage1.py:633:step] [deepspeed] fp16 dynamic loss scale overflow! "
           "Skipping step. Attempted loss scale: {a}, reducing to {b}")
@@ -34,10 +33,9 @@ def rules():
 
 
 def _run(tmp_path: Path, rules, lines: list[str]):
-    path = tmp_path / "console.log"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = console_log(tmp_path, lines)
     events = parsed(list(read_batches(path, make_parser("text", "t"))))
-    return events, {f.rule: f.message for f in diagnose([path], rules=rules, input_format="text").findings}
+    return events, {rule: f.message for rule, f in findings_by_rule(path, rules).items()}
 
 
 def test_one_halving_printed_by_three_ranks_is_one_dynamic_step(tmp_path: Path, rules) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import parsed
+from tests.conftest import console_log, parsed
 from tests.sources import test_message_families as families
 from tests.sources.message_families import Message
 from zerodoctor.sources.batches import make_parser, read_batches
@@ -63,8 +63,7 @@ _FALCON = (
 
 
 def _read(tmp_path: Path, lines: tuple[str, ...]) -> dict[int, float]:
-    path = tmp_path / "console.log"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = console_log(tmp_path, lines)
     return {e["step"]: e["loss"] for e in parsed(list(read_batches(path, make_parser("text", "t"))))
             if e["kind"] == "step" and "loss" in e}
 
