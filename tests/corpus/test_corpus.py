@@ -62,6 +62,12 @@ KNOWN_WRONG: dict[str, str] = {
                                                      "partition_grads, cut there): a dump alone is not called a hang",
     "heldout-openrlhf-187-ray-actor-oom-killed": "Ray lists the OOM killer only as one possible cause of the dead "
                                                  "actor; the excerpt alone does not confirm host memory",
+    "heldout12-tablemaster-69-oom-14mib-asked-320mib-stranded-title": "14 MiB asked with 327.68 MiB reserved but "
+                                                                      "unallocated: 2.97% of the 10.76 GiB card, "
+                                                                      "under ZD401's 3% line by less than the "
+                                                                      "message's own rounding (9.75 - 9.43 GiB), so "
+                                                                      "ZD402 says capacity first; the paste cannot "
+                                                                      "settle the side, the expectation stands",
     "heldout8-ds-7568-collective-mismatch-detail": "the expectation, written before scoring and before ZD708, asks "
                                                    "'other' (ZD901's fatal error); ZD708 now names the ranks' "
                                                    "different collectives as a hang (its category): the finding "
