@@ -49,11 +49,11 @@ CASES = [
      "Of the allocated memory 14.66 GiB is allocated by PyTorch, and 483.75 MiB is reserved by PyTorch but "
      "unallocated. If reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation."
      "  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
-     0.02996, "ZD402", ("capacity first, some fragmentation", "might serve this allocation", "buys no headroom")),
+     0.02996, "ZD402", ("capacity first, some fragmentation", "might get this allocation", "not a bigger step")),
     ("https://github.com/huggingface/transformers-bloom-inference/issues/84",
      "OutOfMemoryError: CUDA out of memory. Tried to allocate 62.00 MiB (GPU 6; 79.19 GiB total capacity; 66.51 GiB "
      "already allocated; 61.56 MiB free; 67.77 GiB reserved in total by PyTorch)" + CAPACITY_HINT,
-     0.0159, "ZD402", ("capacity first, some fragmentation", "room for about 21 of this size")),
+     0.0159, "ZD402", ("capacity first, some fragmentation", "hold about 21 of this size")),
     ("https://github.com/Lightning-AI/pytorch-lightning/issues/18134",
      "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 31.75 GiB total "
      "capacity; 30.25 GiB already allocated; 62.19 MiB free; 30.67 GiB reserved in total by PyTorch)" + CAPACITY_HINT,
