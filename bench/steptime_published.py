@@ -80,7 +80,8 @@ def rows(data: dict[str, Any], fetch: float = st.LAYER_FETCH_S) -> list[dict[str
     """Published against predicted per compared pair, the ZeRO-3 per-layer fetch cost set to ``fetch``."""
     out = []
     for setup in data["setups"]:
-        nominal = replace(setup_inputs(setup), layer_fetch_s=Figure(fetch, "assumed"))
+        base = _at(replace(setup_inputs(setup), layer_fetch_s=Figure(fetch, "assumed")), setup, setup["calibrate_from"])
+        nominal = _Options(base, setup)
         stage, offload = _option(setup["calibrate_from"])
         times = step_times(setup)
         run = {"run.zero_stage": stage, "run.world_size": setup["world_size"],
@@ -90,7 +91,7 @@ def rows(data: dict[str, Any], fetch: float = st.LAYER_FETCH_S) -> list[dict[str
             "micro_batch", "seq_len", "gpu"} & set(setup.get("assumed", ()))
         for a, b in setup["pairs"]:
             published = times[a] / times[b]
-            predicted = _ratio(calibrate(nominal, run), a, b)
+            predicted = _ratio(nominal.calibrated(run), a, b)
             out.append({"setup": setup["id"], "source": setup["source"], "kind": kind(a, b), "pair": f"{a} ÷ {b}",
                         "published": published, "predicted": predicted, "error": predicted / published - 1,
                         "uncalibrated": _ratio(nominal, a, b) if stated else None,
@@ -126,15 +127,15 @@ def leave_one_out(tabs: dict[float, list[dict[str, Any]]]) -> list[dict[str, Any
     return out
 
 
-def _exact_fetch(nominal: st.Inputs, run: dict[str, Any], a: str, b: str, published: float) -> float | None:
+def _exact_fetch(nominal: _Options, run: dict[str, Any], a: str, b: str, published: float) -> float | None:
     """The per-layer ZeRO-3 fetch cost at which the predicted ratio equals the published one (the ratio is a
     ratio of two sums linear in it, so two evaluations give it); None without a ZeRO-3 option, or below 0."""
     if 3 not in (_option(a)[0], _option(b)[0]):
         return None
 
     def gap(fetch: float) -> float:
-        inputs = calibrate(replace(nominal, layer_fetch_s=Figure(fetch, "assumed")), run)
-        return st.predict(*_option(a), inputs).total.value - published * st.predict(*_option(b), inputs).total.value
+        inputs = nominal.with_fetch(fetch).calibrated(run)
+        return inputs.total(a) - published * inputs.total(b)
 
     g0, g1 = gap(0.0), gap(0.01)
     if g1 == g0:
@@ -218,8 +219,34 @@ def _option(key: str) -> tuple[int, str]:
     return int(stage), offload
 
 
-def _ratio(inputs: st.Inputs, a: str, b: str) -> float:
-    return st.predict(*_option(a), inputs).total.value / st.predict(*_option(b), inputs).total.value
+class _Options:
+    """A setup's inputs, each option at its own micro-batch: a source that ran an option at another micro-batch
+    (``micro_batch_by_option``) kept the global batch, so that option's step holds the same tokens in fewer (or
+    more) micro-steps. Compute is calibrated at ``calibrate_from``'s micro-steps; the others keep it."""
+
+    def __init__(self, inputs: st.Inputs, setup: dict[str, Any]) -> None:
+        self.inputs, self.setup = inputs, setup
+
+    def calibrated(self, run: dict[str, Any]) -> _Options:
+        return _Options(calibrate(self.inputs, run), self.setup)
+
+    def with_fetch(self, fetch: float) -> _Options:
+        return _Options(replace(self.inputs, layer_fetch_s=Figure(fetch, "assumed")), self.setup)
+
+    def total(self, key: str) -> float:
+        return st.predict(*_option(key), _at(self.inputs, self.setup, key)).total.value
+
+
+def _at(inputs: st.Inputs, setup: dict[str, Any], key: str) -> st.Inputs:
+    """``inputs`` with option ``key``'s micro-steps: the setup's per-GPU batch over that option's micro-batch."""
+    micro = setup.get("micro_batch_by_option", {}).get(key) or setup["micro_batch"]
+    if not micro or not setup["micro_batch"]:
+        return inputs
+    return replace(inputs, micro_steps=max(setup["micro_batch"] * (setup["grad_accum"] or 1) // micro, 1))
+
+
+def _ratio(options: _Options, a: str, b: str) -> float:
+    return options.total(a) / options.total(b)
 
 
 if __name__ == "__main__":
