@@ -7,13 +7,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from tests.conftest import step_rows
-from zerodoctor.events import step_record
+from zerodoctor.events import STEP_BOOLS, STEP_FLOATS, STEP_INTS, step_record
 from zerodoctor.pipeline import Pipeline, rules_from
 from zerodoctor.sources.batches import Batch
 from zerodoctor.events.columns import Columns
@@ -131,6 +132,41 @@ def test_a_nan_loss_is_flagged_beside_gaps_and_infinities():
                        for i, row in enumerate(rows)], list(range(len(rows))))
     assert cols.values["nonfinite"].tolist() == [1, 0, 3, 2]
     assert [v if v == v else None for v in cols.values["loss"].tolist()] == [None, None, None, 2.0]
+
+
+_FLOAT = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))
+_INT = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.integers(-(2**53) - 2, 2**53 + 2))
+_ANY_STEP = st.fixed_dictionaries(
+    {"rank": st.integers(0, 2**62), "step": st.integers(-(2**63), 2**63 - 1), "t": st.floats(allow_nan=False)},
+    optional={name: st.one_of(st.none(), st.booleans()) if name in STEP_BOOLS else _INT if name in STEP_INTS
+              else _FLOAT for name in (*STEP_INTS, *STEP_FLOATS)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(_ANY_STEP, min_size=1, max_size=12))
+def test_columns_hold_every_field_of_every_record_as_it_was(rows):
+    """``Columns.of`` (one matrix of the fields the first record has, the rest a column apiece) gives back each
+    record's every field: ints exact past 2**53, bools as bools, a gap as a gap (NaN in a float other than loss or
+    grad norm is a gap too), a non-finite loss or grad norm as NaN."""
+    records = [step_record({"v": 1, "run": "r", "kind": "step", **row}) for row in rows]
+    back = Columns.of(records, list(range(7, 7 + len(rows)))).records("r")
+    assert [line for line, _ in back] == list(range(7, 7 + len(rows)))
+
+    def expected(record) -> dict:
+        out = msgspec.structs.asdict(record)
+        for name in STEP_FLOATS:
+            value = out[name]
+            if name in ("loss", "grad_norm") and value is not None and not math.isfinite(value):
+                out[name] = "nan"
+            elif value is not None and value != value:
+                out[name] = None
+        return out
+
+    def got(record) -> dict:
+        out = msgspec.structs.asdict(record)
+        return {k: "nan" if isinstance(v, float) and v != v else v for k, v in out.items()}
+
+    assert [got(r) for _, r in back] == [expected(r) for r in records]
 
 
 def test_an_infinite_time_is_stored_and_summed_as_it_is(tmp_path: Path):
