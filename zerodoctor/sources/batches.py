@@ -166,7 +166,7 @@ class Batch:
 
     def ranks(self) -> int:
         """How many ranks the batch's steps claim (counted as they come: a count costs the new steps only)."""
-        self._ranks.update(map(_run_rank, self.steps[self._counted:]))  # at C speed: a Python loop cost 0.27 µs a step
+        self._ranks.update(map(_run_rank, self.steps[self._counted:]))  # at C speed: a Python loop took 3x as long
         self._counted = len(self.steps)
         return len(self._ranks)
 
