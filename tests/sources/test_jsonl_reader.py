@@ -200,3 +200,44 @@ def test_every_other_line_of_the_recorded_runs_decodes_as_the_schema_says(root: 
     for line in lines:
         got, expected = _by_both(line)
         assert got == expected, line
+
+
+def test_blocks_read_steps_first_or_by_the_union_give_every_line_as_the_schema_does(root: Path):
+    """One parser fed blocks of the real runs' lines (samples/): blocks of steps alone (read steps-first), blocks
+    mixed with every other kind and bad lines (which send the next block to the union), steps again (back to
+    steps-first). Every line comes out as the schema makes of it alone, in its place; a line of another kind that
+    msgspec can take is decoded by ``feed_lines``, not left to ``feed``."""
+    lines = [line for path in sorted(root.glob("samples/**/rank-*.jsonl")) for line in path.read_bytes().splitlines()
+             if line.strip()]
+    steps = [line for line in lines if b'"kind":"step"' in line]
+    others = [line for line in lines if b'"kind":"step"' not in line] + [bad for bad, _ in BAD_LINES]
+    assert len(steps) > 200 and len(others) > 20
+    blocks = [steps[:100], others[:10] + steps[100:130] + others[10:], others + steps[130:160], steps[160:200],
+              steps[:5] + others[:1] + steps[5:100]]
+    parser, modes = JsonlParser(), []
+    for block in blocks:
+        modes.append(parser._steps_first)
+        got_steps, left = parser.feed_lines(block)
+        taken = iter(got_steps)
+        others_at = dict(left)
+        for i, line in enumerate(block):
+            try:
+                expected = events.EVENT_ADAPTER.validate_json(line)
+            except ValidationError:
+                expected = None
+            if i not in others_at:
+                assert expected is not None and expected["kind"] == "step"
+                assert msgspec.structs.asdict(next(taken)) == msgspec.structs.asdict(events.step_record(expected))
+            elif others_at[i] is not None:
+                assert repr(sorted(others_at[i].items())) == repr(sorted(expected.items()))
+            else:  # left to feed: the schema's own verdict
+                try:
+                    (event,) = parser.feed(line)
+                except BadLine:
+                    event = None
+                assert repr(event) == repr(expected if expected is None or expected["kind"] != "step"
+                                           else events.step_record(expected))
+        assert next(taken, None) is None
+        decodable = [line for line in block if b'"kind":"comm"' in line or b'"kind":"run_end"' in line]
+        assert all(others_at.get(block.index(line)) is not None for line in decodable)
+    assert modes == [True, True, False, False, True]

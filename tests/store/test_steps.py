@@ -7,16 +7,19 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from tests.conftest import step_rows
-from zerodoctor.events import step_record
+from zerodoctor.events import STEP_BOOLS, STEP_FLOATS, STEP_INTS, step_record
 from zerodoctor.pipeline import Pipeline, rules_from
 from zerodoctor.sources.batches import Batch
 from zerodoctor.events.columns import Columns
+from zerodoctor.events.merges import add_totals
+from zerodoctor.signals.held import HeldSteps
 from zerodoctor.store import runs as stored_runs
 from zerodoctor.store import steps
 from zerodoctor.store import files as stored_files
@@ -85,6 +88,56 @@ def test_chunks_merge_as_the_rows_would(tmp_path_factory, batches):
     engine.dispose()
 
 
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(_ROW, min_size=1, max_size=30, unique_by=lambda r: (r["rank"], r["step"])), data=st.data())
+def test_rows_in_step_order_merge_as_any_order_does(rows, data):
+    """The merge skips its sort where rows come in step order (a probe's files): the same steps as rows in any
+    order give (one row per rank and step: of two, a rank's value is the later row's), each merge under a second name
+    the same list, and every merge as a plain Python merge gives."""
+    specs = {**FIELDS, "again_lr": ("lr", "max"), "again_comm_s": ("comm_s", "mean"), "by_rank": ("comm_s", "ranks")}
+
+    def merged(some: list[dict]) -> dict:
+        cols = Columns.of([step_record({"v": 1, "run": "r", "kind": "step", **r}) for r in some], [1] * len(some))
+        out = steps.merge(cols, specs)
+        out["by_rank"] = [sorted(by_rank.items()) for by_rank in out["by_rank"]]  # a step's ranks in any order
+        return out
+
+    in_order = sorted(rows, key=lambda r: r["step"])
+    got = merged(in_order)
+    assert repr(got) == repr(merged(data.draw(st.permutations(in_order))))  # repr: NaN == NaN
+    assert got["again_lr"] == got["lr"] and repr(got["again_comm_s"]) == repr(got["comm_s"])
+    want = _merge_by_hand(in_order, FIELDS)
+    for key in want:
+        assert got[key] == pytest.approx(want[key], nan_ok=True), key
+    assert got["by_rank"] == [sorted((r["rank"], r["comm_s"]) for r in in_order
+                                     if r["step"] == s and r["comm_s"] is not None) for s in got["step"]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches=st.lists(st.lists(_ROW, min_size=1, max_size=30), min_size=1, max_size=3),
+       late_upto=st.one_of(st.none(), st.integers(0, 40)))
+def test_held_rows_total_per_rank_as_a_stored_chunk_does(batches, late_upto):
+    """A run without a store totals each rank's rows of a batch (``HeldSteps.add``: only the fields its totals
+    read, no rank's rows copied) exactly as the store's chunk of those rows does (``Columns.split`` and
+    ``Columns.summary``, the numbers ``rank_totals`` reads back)."""
+    aggregates = {"samples": ("samples", "sum"), "comm": ("comm_s", "sum"), "comm_max": ("comm_s", "max"),
+                  "loss_max": ("loss", "max"), "lr_min": ("lr", "min"), "tokens": ("tokens", "sum"),
+                  "data": ("data_s", "sum")}
+    held, want = HeldSteps(), {}
+    for batch in batches:
+        cols = Columns.of([step_record({"v": 1, "run": "r", "kind": "step", **r}) for r in batch], [1] * len(batch))
+        held.add(cols, aggregates, late_upto=late_upto)
+        for rank, part in cols.split("rank"):
+            summary, steps_ = part.summary(), part.values["step"]
+            new = {"steps": part.n, "first_step": int(steps_.min()), "last_step": int(steps_.max()),
+                   "last_t": float(part.values["t"].max()),
+                   "late": 0 if late_upto is None else int((steps_ <= late_upto).sum()),
+                   **{name: summary[field][{"sum": 1, "min": 2, "max": 3}[agg]] if field in summary else None
+                      for name, (field, agg) in aggregates.items()}}
+            want[rank] = new if rank not in want else add_totals(want[rank], new, aggregates)
+    assert repr(held.take_totals()) == repr(want)  # repr: exactly, NaN and all
+
+
 def test_a_column_no_record_has_is_not_stored_and_reads_as_absent(tmp_path: Path):
     cols = Columns.of([step_record({"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": 1})], [1])
     assert "tokens" not in cols.values and "comm_s" not in cols.values
@@ -131,6 +184,41 @@ def test_a_nan_loss_is_flagged_beside_gaps_and_infinities():
                        for i, row in enumerate(rows)], list(range(len(rows))))
     assert cols.values["nonfinite"].tolist() == [1, 0, 3, 2]
     assert [v if v == v else None for v in cols.values["loss"].tolist()] == [None, None, None, 2.0]
+
+
+_FLOAT = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))
+_INT = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.integers(-(2**53) - 2, 2**53 + 2))
+_ANY_STEP = st.fixed_dictionaries(
+    {"rank": st.integers(0, 2**62), "step": st.integers(-(2**63), 2**63 - 1), "t": st.floats(allow_nan=False)},
+    optional={name: st.one_of(st.none(), st.booleans()) if name in STEP_BOOLS else _INT if name in STEP_INTS
+              else _FLOAT for name in (*STEP_INTS, *STEP_FLOATS)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(_ANY_STEP, min_size=1, max_size=12))
+def test_columns_hold_every_field_of_every_record_as_it_was(rows):
+    """``Columns.of`` (one matrix of the fields the first record has, the rest a column apiece) gives back each
+    record's every field: ints exact past 2**53, bools as bools, a gap as a gap (NaN in a float other than loss or
+    grad norm is a gap too), a non-finite loss or grad norm as NaN."""
+    records = [step_record({"v": 1, "run": "r", "kind": "step", **row}) for row in rows]
+    back = Columns.of(records, list(range(7, 7 + len(rows)))).records("r")
+    assert [line for line, _ in back] == list(range(7, 7 + len(rows)))
+
+    def expected(record) -> dict:
+        out = msgspec.structs.asdict(record)
+        for name in STEP_FLOATS:
+            value = out[name]
+            if name in ("loss", "grad_norm") and value is not None and not math.isfinite(value):
+                out[name] = "nan"
+            elif value is not None and value != value:
+                out[name] = None
+        return out
+
+    def got(record) -> dict:
+        out = msgspec.structs.asdict(record)
+        return {k: "nan" if isinstance(v, float) and v != v else v for k, v in out.items()}
+
+    assert [got(r) for _, r in back] == [expected(r) for r in records]
 
 
 def test_an_infinite_time_is_stored_and_summed_as_it_is(tmp_path: Path):

@@ -62,27 +62,33 @@ class Columns:
         # a None still becomes NaN. ``dense`` holds step, rank and t, so each item is a tuple.
         matrix = np.fromiter(itertools.chain.from_iterable(map(operator.attrgetter(*dense), records)),
                              dtype=np.float64, count=n * len(dense)).reshape(n, len(dense))
-        raw = {name: matrix[:, j] for j, name in enumerate(dense)}
+        # one copy makes each field's column contiguous, and one pass finds every field's gaps: a strided
+        # column apiece read the whole matrix again for each of its twenty fields
+        rows = np.ascontiguousarray(matrix.T)
+        gaps = np.isnan(rows)
+        raw = {name: (rows[j], gaps[j]) for j, name in enumerate(dense)}
         for name in _FIELDS:
             if name not in raw:
                 listed = list(map(operator.attrgetter(name), records))
                 if listed.count(None) < n or name in _FLAGGED:
-                    raw[name] = np.array(listed, dtype=np.float64)
+                    column = np.array(listed, dtype=np.float64)
+                    raw[name] = (column, np.isnan(column))
         values: dict[str, np.ndarray] = {}
         valid: dict[str, np.ndarray | None] = {}
-        for name, column in raw.items():
-            present = ~np.isnan(column)
+        for name, (column, missing) in raw.items():
             if name in FLOATS:
-                if present.any() or name in _FLAGGED:  # all NaN may still be values: non-finite losses
-                    values[name], valid[name] = np.ascontiguousarray(column), None
+                if name in _FLAGGED or not missing.all():  # all NaN may still be values: non-finite losses
+                    values[name], valid[name] = column, None
                 continue
-            if not present.any():
+            if missing.all():
                 continue  # an integer field no record has: absent, as in the events
-            exact = np.abs(column[present]).max() < _EXACT
-            ints = (np.where(present, column, 0).astype(np.int64) if exact else
-                    np.array([v if v is not None else 0 for v in map(operator.attrgetter(name), records)],
-                             dtype=np.int64))
-            values[name], valid[name] = ints, None if present.all() else present
+            present = ~missing if missing.any() else None
+            if np.abs(column if present is None else column[present]).max() < _EXACT:
+                ints = column.astype(np.int64) if present is None else np.where(present, column, 0).astype(np.int64)
+            else:
+                ints = np.array([v if v is not None else 0 for v in map(operator.attrgetter(name), records)],
+                                dtype=np.int64)
+            values[name], valid[name] = ints, present
         # NaN or inf in loss / grad norm (a value, not a gap): flagged, then stored as missing
         nonfinite = np.zeros(n, dtype=np.int64)
         for name, bit in zip(_FLAGGED, (1, 2)):

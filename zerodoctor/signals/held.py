@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from zerodoctor.events.columns import Columns, Steps
-from zerodoctor.events.merges import add_totals, merge, totals_of
+from zerodoctor.events.merges import add_totals, merge
 
 
 class HeldSteps:
@@ -29,12 +29,27 @@ class HeldSteps:
         series has that step already, as a stored run's has."""
         import numpy as np
 
-        for rank, part in cols.split("rank"):
-            steps = part.values["step"]
+        ranks = cols.values["rank"]
+        order = None if (ranks == ranks[0]).all() else np.argsort(ranks, kind="stable")
+        ordered = ranks if order is None else ranks[order]
+        edges = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), cols.n]  # each rank's rows
+        # each rank's rows of the fields its totals read, in their order, as ``cols.split`` would give them
+        # (so a float's sum is numpy's over the same values in the same order): no other column is copied
+        fields = {field for field, _ in aggregates.values()}
+        picked = {name: (column, cols.mask(name)) for name, column in
+                  (("step", cols.values["step"]), ("t", cols.values["t"]),
+                   *((f, cols.values[f]) for f in fields if f in cols.values))}
+        if order is not None:
+            picked = {name: (column[order], None if mask is None else mask[order])
+                      for name, (column, mask) in picked.items()}
+        for lo, hi in zip(edges, edges[1:]):
+            rank = int(ordered[lo])
+            steps = picked["step"][0][lo:hi]
             late = 0 if late_upto is None else int((steps <= late_upto).sum())
-            new = {"steps": part.n, "first_step": int(steps.min()), "last_step": int(steps.max()),
-                   "last_t": float(part.values["t"].max()), "late": late,
-                   **totals_of(part.without("rank", "line").summary(), aggregates)}
+            new = {"steps": hi - lo, "first_step": int(steps.min()), "last_step": int(steps.max()),
+                   "last_t": float(picked["t"][0][lo:hi].max()), "late": late,
+                   **{name: _total(*picked[field], lo, hi, agg) if field in picked else None
+                      for name, (field, agg) in aggregates.items()}}
             old = self._totals.get(rank)
             self._totals[rank] = new if old is None else add_totals(old, new, aggregates)
         if late_upto is not None:
@@ -74,3 +89,12 @@ class HeldSteps:
         cols = self.parts[0] if len(self.parts) == 1 else Columns.concat(self.parts)
         keep = cols.values["step"] > step
         self.parts = [] if not keep.any() else [cols if keep.all() else cols.take(np.flatnonzero(keep))]
+
+
+def _total(column: Any, mask: Any, lo: int, hi: int, agg: str) -> Any:
+    """``agg`` of one rank's rows ``lo:hi`` of a column where the mask holds (a Python number; None: no value),
+    as ``Columns.summary`` finds it."""
+    values = column[lo:hi] if mask is None else column[lo:hi][mask[lo:hi]]
+    if not len(values):
+        return None
+    return (values.sum() if agg == "sum" else values.min() if agg == "min" else values.max()).item()

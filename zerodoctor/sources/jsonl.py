@@ -8,6 +8,12 @@ its dict (1.25 µs, where a refusal by the steps' decoder and then pydantic took
 ``bench/decode.py``). Anything msgspec refuses or cannot express (NaN, lax coercions such as
 ``"1.5"`` or ``0`` for a bool, a ``trace``, a bad line) goes to ``feed``: the pydantic schema in
 ``events.py``, which stays the one judge of what is valid and of the reason a line is not.
+
+A file of nothing but steps (a run without the comms logger) is decoded steps-first: the decoder of
+``StepRecord`` alone takes a step line in 12% less time than the union, which must find the tag before
+it decodes; a line it refuses is then decoded by the union. A block with more than one line in
+``STEPS_FIRST`` of another kind sends the file's next blocks to the union, a block of steps alone (and
+lines no decoder takes) back.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from zerodoctor.events import EVENT_ADAPTER, SCHEMA_VERSION, Event, EventLine, S
 from zerodoctor.sources.rejects import BadLine
 
 _DECODE = msgspec.json.Decoder(EventLine).decode
+_DECODE_STEP = msgspec.json.Decoder(StepRecord).decode
+STEPS_FIRST = 64  # steps-first while at most one line in this many of a block is of another kind
 _as_dict = msgspec.to_builtins  # a tagged Struct → the event dict, its tag as ``kind``, UNSET fields left out
 
 
@@ -31,6 +39,7 @@ class JsonlParser:
         # The run id comes from each line's envelope; the argument keeps the parser
         # interface shared with the text dialects, which have no envelope.
         del run_id
+        self._steps_first = True
 
     def feed(self, data: bytes) -> tuple[Event | StepRecord, ...]:
         """The schema's verdict on one line: ``read_batches`` feeds only the lines ``feed_lines`` left,
@@ -51,24 +60,42 @@ class JsonlParser:
 
         ``list.extend`` over a ``map`` decodes without a Python loop; a line msgspec refuses
         stops it with the lines before appended, so the refused line's index is the count of
-        lines consumed so far, and the same ``map`` goes on past it: no line is decoded twice.
-        A block of steps alone (one type, seen in C) is returned as it was decoded.
+        lines consumed so far, and the same ``map`` goes on past it. Steps-first, each line the steps'
+        decoder refused is decoded again by the union; else no line is decoded twice. A block of
+        steps alone (one type, seen in C) is returned as it was decoded.
         """
         decoded: list = []
-        decoding = map(_DECODE, lines)
+        refused: list[int] = []  # where the decoder gave up
+        decoding = map(_DECODE_STEP if self._steps_first else _DECODE, lines)
         while True:
             try:
                 decoded.extend(decoding)
                 break
             except msgspec.DecodeError:
+                refused.append(len(decoded))
                 decoded.append(None)  # keeps each line's index
-        if set(map(type, decoded)) == {StepRecord}:
+        if self._steps_first:
+            for i in refused:
+                decoded[i] = _decode_or_none(lines[i])
+            # a line both refuse (a NaN loss, a bad line) is no sign of another kind: the union would refuse it too
+            self._steps_first = sum(decoded[i] is not None for i in refused) * STEPS_FIRST <= len(lines)
+        kinds = set(map(type, decoded))
+        self._steps_first = self._steps_first or kinds <= {StepRecord, type(None)}
+        if kinds == {StepRecord}:
             return decoded, []
         steps = [r for r in decoded if type(r) is StepRecord]
         return steps, [(i, r if r is None else _as_dict(r)) for i, r in enumerate(decoded) if type(r) is not StepRecord]
 
     def finish(self) -> tuple[Event, ...]:
         return ()
+
+
+def _decode_or_none(line: bytes) -> object:
+    """The union's reading of a line the steps' decoder refused: another kind, or None (``feed`` judges it)."""
+    try:
+        return _DECODE(line)
+    except msgspec.DecodeError:
+        return None
 
 
 def _reason(data: bytes, exc: ValidationError) -> str:
