@@ -310,6 +310,16 @@ def predict(stage: int, offload: str, inputs: Inputs) -> StepTime:
     return StepTime(stage, offload, compute, comm, fetch, pcie, optimizer, parts)
 
 
+def scaled_batch(inputs: Inputs, factor: float, mark: str) -> Inputs:
+    """``inputs`` with ``factor`` × the samples in each micro-step: the tokens and the compute they cost (measured
+    compute scales with them); ZeRO's collectives, host copies and CPU Adam move the model's bytes, not the
+    batch's, and stay. ``mark``: how certain the new batch is."""
+    tokens = inputs.tokens_per_gpu
+    compute = inputs.compute_s.scaled(factor, worst(inputs.compute_s, Figure(1, mark))) if inputs.compute_s else None
+    return replace(inputs, tokens_per_gpu=Figure(tokens.value * factor, worst(tokens, Figure(1, mark)), tokens.source),
+                   compute_s=compute)
+
+
 def with_compute(inputs: Inputs, seconds: float, mark: str = "measured") -> Inputs:
     """``inputs`` with forward + backward set from a run (one optimizer step on one GPU)."""
     return replace(inputs, compute_s=Figure(seconds, mark, "the run's forward + backward"))
