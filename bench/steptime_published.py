@@ -17,6 +17,14 @@ parts, its constants, the fetch cost's fit); their error is not the model's. Unt
 model's last change and never used to change it; their error, each ZeRO-3 row held out of the fetch cost's fit
 as well, is the honest figure, and a change made after reading them turns them into looked-at rows.
 
+Some setups ran each option at the largest micro-batch its memory allowed (the ZeRO-3 Offload blog's one V100).
+Where a setup states the model's shape and the GPU's memory (``shape``, ``gpu_mem_bytes``), each option is also
+priced at its own largest micro-batch, as ``check --model`` prices it (``memory_plan.plan`` with activations):
+calibrated on the calibrating option's published throughput at its largest batch, each option's time per sample
+at its largest batch, and their ratio against the published one (the inverse of the throughputs). That ratio is
+the row's prediction ("largest" column; the fixed-batch one is shown beside it): the published options differed
+in batch, so the fixed-batch ratio compares what was never run.
+
 Per row: published ratio, predicted ratio, error (predicted / published - 1) at the shipped cost, the error
 held out, the uncalibrated ratio (only where batch, sequence length and GPU are stated, none assumed), the fetch
 cost that would make a ZeRO-3 row exact, and whether the row was looked at. Then per kind of ratio the median and
@@ -36,7 +44,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from zerodoctor.config.memory_plan import PlanRow, plan
 from zerodoctor.deepspeed import steptime as st
+from zerodoctor.deepspeed.activations import CHECKPOINTING, Shape, Workload
 from zerodoctor.deepspeed.stepinputs import Hardware, calibrate, inputs_for
 from zerodoctor.deepspeed.steptime import Figure
 
@@ -89,15 +99,52 @@ def rows(data: dict[str, Any], fetch: float = st.LAYER_FETCH_S) -> list[dict[str
                "offload.optimizer": offload != "none", "offload.param": offload == "optimizer+param"}
         stated = bool(setup["micro_batch"] and setup["seq_len"] and setup["gpu"]) and not {
             "micro_batch", "seq_len", "gpu"} & set(setup.get("assumed", ()))
+        largest = at_largest(setup, fetch)
         for a, b in setup["pairs"]:
             published = times[a] / times[b]
-            predicted = _ratio(nominal.calibrated(run), a, b)
+            fixed = _ratio(nominal.calibrated(run), a, b)
+            batches = (largest[_option(a)], largest[_option(b)]) if largest else None
+            predicted = _per_sample(batches[0]) / _per_sample(batches[1]) if batches else fixed
             out.append({"setup": setup["id"], "source": setup["source"], "kind": kind(a, b), "pair": f"{a} ÷ {b}",
                         "published": published, "predicted": predicted, "error": predicted / published - 1,
+                        "fixed_batch": fixed, "fixed_batch_error": fixed / published - 1,
+                        "micro_batches": [r.max_micro_batch.value for r in batches
+                                          if r.max_micro_batch] if batches else None,
                         "uncalibrated": _ratio(nominal, a, b) if stated else None,
-                        "exact_fetch_s": _exact_fetch(nominal, run, a, b, published),
+                        "exact_fetch_s": None if batches else _exact_fetch(nominal, run, a, b, published),
                         "zero3": 3 in (_option(a)[0], _option(b)[0]), "looked_at": setup["looked_at"]})
     return out
+
+
+def at_largest(setup: dict[str, Any], fetch: float = st.LAYER_FETCH_S) -> dict[tuple[int, str], PlanRow] | None:
+    """Each option of a setup that states its model's shape and GPU memory, priced at its own largest micro-batch
+    (the plan ``check --model`` makes), calibrated on the calibrating option's published throughput at its largest
+    batch; None where the setup does not state them, or the calibrating option fits not one sample."""
+    if not (setup.get("shape") and setup.get("gpu_mem_bytes") and "tflops_per_gpu" in setup):
+        return None
+    given = setup["shape"]
+    shape = Shape(given["hidden"], setup["layers"], given["heads"], given.get("vocab"), setup["id"])
+    mode = Figure(CHECKPOINTING.index(given["checkpointing"]), "nominal")
+    seq = Figure(setup["seq_len"], "nominal")
+    params, world, mem = setup["params"], setup["world_size"], setup["gpu_mem_bytes"]
+    sizes = {(r.stage, r.offload): r for r in plan(params, world, mem, estimators=False,
+                                                    workload=Workload(shape, seq, Figure(1, "nominal"), mode))}
+    stage, offload = _option(setup["calibrate_from"])
+    most = sizes[(stage, offload)].max_micro_batch
+    if not most or most.value < 1:
+        return None
+    own = {**setup, "micro_batch": int(most.value)}
+    nominal = replace(setup_inputs(own), layer_fetch_s=Figure(fetch, "assumed"))
+    run = {"run.zero_stage": stage, "run.world_size": world, "run.step_s": step_times(own)[setup["calibrate_from"]],
+           "offload.optimizer": offload != "none", "offload.param": offload == "optimizer+param"}
+    rows = plan(params, world, mem, estimators=False, timing=calibrate(nominal, run),
+                workload=Workload(shape, seq, Figure(most.value, "nominal"), mode))
+    return {(r.stage, r.offload): r for r in rows}
+
+
+def _per_sample(row: PlanRow) -> float:
+    """Seconds per sample of an option at its largest micro-batch; infinite where not one sample fits."""
+    return 1 / row.largest.samples_per_s.value if row.largest else float("inf")
 
 
 FETCH_GRID = tuple(i / 10_000 for i in range(1001))  # the per-layer fetch costs tried: 0 to 100 ms by 0.1 ms
@@ -182,16 +229,20 @@ def main() -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(f"{'setup':<36}{'pair':<34}{'published':>10}{'predicted':>10}{'error':>8}{'held out':>10}"
-          f"{'uncalib.':>10}{'exact fetch':>13}{'seen':>6}")
+          f"{'uncalib.':>10}{'exact fetch':>13}{'seen':>6}   one batch for both")
     for row, held in zip(result["rows"], result["leave_one_out"]):
         unc = f"{row['uncalibrated']:>10.2f}" if row["uncalibrated"] is not None else f"{'-':>10}"
         fetch = f"{row['exact_fetch_s'] * 1000:>10.1f} ms" if row["exact_fetch_s"] is not None else f"{'-':>13}"
         out = f"{held['error']:>+10.0%}" if held["fetch_s"] is not None else f"{'=':>10}"
+        fixed = (f"   {row['fixed_batch']:.2f} ({row['fixed_batch_error']:+.0%}); largest micro-batches "
+                 + " and ".join(f"{b:.0f}" for b in row["micro_batches"]) if row["micro_batches"] else "")
         print(f"{row['setup']:<36}{row['pair']:<34}{row['published']:>10.2f}{row['predicted']:>10.2f}"
-              f"{row['error']:>+8.0%}{out}{unc}{fetch}{'yes' if row['looked_at'] else 'no':>6}")
+              f"{row['error']:>+8.0%}{out}{unc}{fetch}{'yes' if row['looked_at'] else 'no':>6}{fixed}")
     print(f"(ZeRO-3 per-layer fetch: {result['fitted_fetch_s'] * 1000:.1f} ms fitted on every looked-at ZeRO-3 row"
           f" (least median error); the model ships {st.LAYER_FETCH_S * 1000:.1f} ms. 'held out': the row's error"
           f" with the cost fitted on the other rows only; '=': the row has no ZeRO-3 option and no fitted input;"
+          f" 'one batch for both': where a row is priced at each option's largest micro-batch, the ratio and error"
+          f" with both options at the row's micro_batch, and the two largest micro-batches;"
           f" 'seen': the row was looked at while the model was changed)")
     print()
     print(f"{'ratio':<45}{'rows':>5}{'in-sample median':>18}{'worst':>7}{'held-out median':>17}{'worst':>7}"

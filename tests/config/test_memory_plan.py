@@ -32,13 +32,27 @@ def test_deepspeed_estimators_print_gib_labelled_gb() -> None:
     assert per_gpu[1] == pytest.approx(rows[(2, "none")].model_states_bytes_per_gpu / 2**30, abs=0.01)
 
 
+def test_optimizer_offload_takes_the_gradient_partition_to_the_host_as_deepspeed_does() -> None:
+    """ZeRO-Offload keeps only the fp16 parameters on the GPU; DeepSpeed's estimator counts 2Ψ for stage 2 with
+    offload, whatever the world size, and the stage-3 figures (less the largest layer) agree too."""
+    rows = plan(7_500_000_000, 8)
+    paper = {(r.stage, r.offload): r.model_states_bytes_per_gpu for r in rows if r.source == "zero-paper"}
+    ds = {(r.stage, r.offload): r.model_states_bytes_per_gpu for r in rows if r.source == "deepspeed-estimator"}
+    assert paper[(2, "optimizer")] == ds[(2, "optimizer")] == 15_000_000_000
+    assert paper[(3, "optimizer")] == ds[(3, "optimizer")] == 2 * 7_500_000_000 // 8
+    assert paper[(3, "optimizer+param")] == ds[(3, "optimizer+param")] == 0
+    assert paper[(1, "optimizer")] == 30_000_000_000  # stage 1 reduces whole gradients at the step: they stay
+
+
 @pytest.mark.parametrize(("params", "world", "gpu", "pick"), [
     (7_500_000_000, 64, "80GB", (1, "none")),        # stage 1 fits: no reason to shard gradients
     (7_500_000_000, 2, "80GB", (1, "optimizer")),    # 67.5 GB of states under stage 2: offload the optimizer
     (7_500_000_000, 4, "40GB", (2, "optimizer")),    # stage 1 + offload (30 GB, whole gradients) does not fit
     (30_000_000_000, 8, "80GB", (3, "optimizer")),   # only ZeRO-3 with optimizer offload gets under 56 GB
-    (70_000_000_000, 16, "24GB", (3, "optimizer+param")),
-    (1_000_000_000_000, 8, "24GB", None),
+    (70_000_000_000, 16, "24GB", (3, "optimizer")),  # 8.75 GB of fp16 parameters; gradients go to the host
+    # with both offloads the GPU keeps no model states (its buffers and activations are the headroom's); the host's
+    # 16 TB are not planned here
+    (1_000_000_000_000, 8, "24GB", (3, "optimizer+param")),
 ])
 def test_recommendation_is_the_fastest_option_that_fits(params: int, world: int, gpu: str, pick) -> None:
     rows = plan(params, world, parse_quantity(gpu, "gpu"), estimators=False)

@@ -595,6 +595,9 @@ def check(
                                    "bytes per second such as 50GB (default: dgx-a100, assumed)."),
     source: Optional[List[Path]] = typer.Option(
         None, "--from", help="Run directory or log whose measured step times calibrate the plan (repeatable)."),
+    model: Optional[Path] = typer.Option(
+        None, "--model", help="The model's Hugging Face config.json: prices activations, so the plan says which "
+                              "micro-batch fits under each option and its throughput."),
     fmt: Output = typer.Option(Output.text, "--format", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.error, help="Exit 1 when a finding is at or above this severity."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="Extra rule directory (repeatable)."),
@@ -607,10 +610,15 @@ def check(
     in_place: bool = typer.Option(False, "--in-place", help="With --fix: overwrite CONFIG itself."),
 ) -> None:
     """Find config mistakes before launch and plan memory and step time per ZeRO stage and offload."""
+    from zerodoctor.config.model_shape import read_shape
     from zerodoctor.config.static import ConfigError, check as run_check
     from zerodoctor.deepspeed.stepinputs import Hardware
     from zerodoctor.deepspeed.steptime import NODE_LINKS
 
+    try:
+        shape = read_shape(model) if model else None
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     loaded = _load_rules(rules)
     run, run_name = _measured_run(source, loaded) if source else (None, None)
     link = inter_node if inter_node is None or inter_node.lower() in NODE_LINKS else _link_rate(inter_node)
@@ -618,7 +626,7 @@ def check(
     try:
         report = run_check(config, loaded, world_size=world_size, params=_quantity(params, "--params"),
                            gpu_mem=_quantity(gpu_mem, "--gpu-mem"), use_deepspeed=use_deepspeed,
-                           hardware=hardware, run=run, run_name=run_name)
+                           hardware=hardware, run=run, run_name=run_name, model=shape)
     except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
     if fmt.value == "json":

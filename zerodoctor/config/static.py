@@ -10,7 +10,7 @@ marked ``static`` judge it. Rules needing a running job are not asked.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,11 @@ from zerodoctor.deepspeed import config_file as deepspeed_config
 from zerodoctor.config import deepspeed_validate
 from zerodoctor.config.deepspeed_validate import Verdict
 from zerodoctor.config.memory_plan import PlanRow, plan, recommend
-from zerodoctor.deepspeed.stepinputs import Hardware, calibrate, inputs_for
+from zerodoctor.deepspeed.activations import Shape, Workload
+from zerodoctor.deepspeed.stepinputs import Hardware, calibrate, inputs_for, workload_for
 from zerodoctor.deepspeed.config_file import ConfigSyntaxError
 from zerodoctor.deepspeed.defaults import BATCH_KEYS
-from zerodoctor.deepspeed.steptime import Inputs
+from zerodoctor.deepspeed.steptime import Figure, Inputs
 from zerodoctor.rulebook.engine import judge_view
 from zerodoctor.rulebook.finding import Finding, Unevaluated
 from zerodoctor.rulebook.loader import Rule
@@ -49,6 +50,7 @@ class CheckReport:
     recommendation: PlanRow | None = None
     timing: Inputs | None = None  # what the plan's step times were priced on, each input marked
     calibrated_from: str | None = None  # the run or log ``--from`` named, when it calibrated them
+    workload: Workload | None = None  # the model's shape and batch that priced activations (``--model``)
 
 
 def load_config(path: Path) -> dict[str, Any]:
@@ -86,12 +88,13 @@ def judge_config(config: dict[str, Any], rules: list[Rule], *, name: str, world_
 
 def check(path: Path, rules: list[Rule], *, world_size: int | None = None, params: int | None = None,
           gpu_mem: int | None = None, use_deepspeed: bool = True, hardware: Hardware | None = None,
-          run: dict[str, Any] | None = None, run_name: str | None = None) -> CheckReport:
+          run: dict[str, Any] | None = None, run_name: str | None = None, model: Shape | None = None) -> CheckReport:
     """``world_size`` None: the one the config's three batch values imply, else 1 (the report says which).
 
     ``run``: the signals of a run that calibrate the step times (``deepspeed.stepinputs.calibrate``), named
-    ``run_name``; it also gives the parameter count when ``params`` is None. A bad --gpu or --inter-node is a
-    ValueError."""
+    ``run_name``; it also gives the parameter count when ``params`` is None. ``model``: the transformer's shape
+    (``--model``), which prices activations and gives the step times its layer count. A bad --gpu or --inter-node
+    is a ValueError."""
     params = params or (int(run["run.params"]) if run and run.get("run.params") else None)
     config = load_config(path)
     world_size, source = (world_size, "given") if world_size else implied_world_size(config)
@@ -103,9 +106,13 @@ def check(path: Path, rules: list[Rule], *, world_size: int | None = None, param
     report.deepspeed_skipped = not use_deepspeed
     if params:
         report.timing = inputs_for(config, params, world_size, hardware or Hardware())
+        if model:
+            report.workload = workload_for(config, model, hardware)
+            report.timing = replace(report.timing, layers=Figure(model.layers, "nominal", model.source))
         if run:
             report.timing, report.calibrated_from = calibrate(report.timing, run), run_name
-        report.memory_plan = plan(params, world_size, gpu_mem, estimators=use_deepspeed, timing=report.timing)
+        report.memory_plan = plan(params, world_size, gpu_mem, estimators=use_deepspeed, timing=report.timing,
+                                  workload=report.workload)
         report.recommendation = recommend(report.memory_plan) if gpu_mem else None
     return report
 

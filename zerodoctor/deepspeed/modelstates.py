@@ -13,8 +13,13 @@ ZeRO optimizers hold an fp32 copy of their partition whatever the model's dtype
 (``single_partition_of_fp32_groups`` in stage 1-2, ``fp32_partitioned_groups_flat`` in stage 3),
 so stage 2 is 4Ψ + (4 + K)Ψ/N there.
 
-Offloading the optimizer moves the KΨ term to host memory (ZeRO-Offload); offloading
-parameters too (stage 3 only) moves the parameter term as well. Activations,
+Offloading the optimizer moves the KΨ term to host memory (ZeRO-Offload), and the gradient
+partition with it: the ZeRO-Offload paper keeps only the fp16 parameters on the GPU, and DeepSpeed
+copies each reduced gradient into the host's fp32 buffer (stage_1_and_2.py ``copy_grads_in_partition``
+under ``cpu_offload``; stage3.py allocates ``grad_partitions_flat_buffer`` on the offload device), as
+its own estimators count (``estimate_zero2_model_states_mem_needs``: 2Ψ on the GPU with offload).
+Stage 1 keeps whole gradients on the GPU until the step (it reduces them at the boundary), offload or
+not. Offloading parameters too (stage 3 only) moves the parameter term as well. Activations,
 temporary buffers and fragmentation come on top; callers add headroom for them.
 """
 
@@ -51,13 +56,14 @@ def model_state_bytes(params: float, world_size: int, stage: int, offload: str =
         raise ValueError("parameter offload exists only with ZeRO stage 3")
     psi, n, w = float(params), max(int(world_size), 1), weight_bytes(precision)
     opt = 0.0 if offload != "none" else k * psi
+    grad = 0.0 if offload != "none" else w * psi  # the partition the optimizer steps on goes to the host with it
     if stage == 0:
         return 2 * w * psi + opt
     if stage == 1:
         return 2 * w * psi + opt / n
     if stage == 2:
-        return w * psi + (w * psi + opt) / n
+        return w * psi + (grad + opt) / n
     if stage == 3:
         param = 0.0 if offload == "optimizer+param" else w * psi
-        return (param + w * psi + opt) / n
+        return (param + grad + opt) / n
     raise ValueError(f"ZeRO stage must be 0-3, not {stage}")

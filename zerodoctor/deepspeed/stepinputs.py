@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from zerodoctor.deepspeed import steptime as st
+from zerodoctor.deepspeed.activations import CHECKPOINTING, Shape, Workload, checkpointing_of
 from zerodoctor.deepspeed.defaults import GRAD_ACCUM, MICRO_BATCH
 from zerodoctor.deepspeed.steptime import Figure, Inputs, StepTime
 
@@ -60,6 +61,19 @@ def inputs_for(config: dict[str, Any], params: float, world_size: int, hw: Hardw
         qwz=zero.get("zero_quantized_weights") is True,
         qgz=zero.get("zero_quantized_gradients") is True,
     )
+
+
+def workload_for(config: dict[str, Any], shape: Shape, hw: Hardware | None = None) -> Workload:
+    """What activations depend on: the shape, ``--seq-len`` (else SEQ_LEN, assumed), the config's micro-batch (else
+    1, assumed) and its ``activation_checkpointing`` section (none, assumed, when it has none)."""
+    hw = hw or Hardware()
+    micro = _positive_int(config.get(MICRO_BATCH))
+    mode = checkpointing_of(config)
+    return Workload(
+        shape,
+        Figure(hw.seq_len or SEQ_LEN, "nominal" if hw.seq_len else "assumed", "--seq-len"),
+        Figure(micro or 1, "nominal" if micro else "assumed", MICRO_BATCH),
+        Figure(CHECKPOINTING.index(mode or "none"), "nominal" if mode else "assumed", "activation_checkpointing"))
 
 
 def layers_of(params: float) -> int:

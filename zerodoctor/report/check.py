@@ -8,10 +8,10 @@ from typing import Any
 from rich.console import Console
 
 from zerodoctor import __version__
-from zerodoctor.config.memory_plan import ASSUMPTION, PlanRow, within_error
+from zerodoctor.config.memory_plan import (ASSUMPTION, ASSUMPTION_PRICED, NOT_PRICED, PlanRow, best_at_largest,
+                                           margin, within_error)
 from zerodoctor.config.static import CheckReport
 from zerodoctor.deepspeed.steptime import Inputs, StepTime
-from zerodoctor.signals.memory import HEADROOM
 from zerodoctor.report.terminal import escape, wrap_width
 from zerodoctor.report.text import finding_block
 from zerodoctor.report.units import label_of
@@ -33,15 +33,32 @@ def to_json(report: CheckReport) -> dict[str, Any]:
         "deepspeed": report.deepspeed.to_json() if report.deepspeed else None,
         "memory_plan": [r.to_json() for r in report.memory_plan],
         "recommendation": _pick_json(report) if report.recommendation else None,
-        "assumption": ASSUMPTION if report.recommendation or report.gpu_mem_bytes else None,
+        "assumption": assumption(report) if report.recommendation or report.gpu_mem_bytes else None,
         "step_time_inputs": _inputs_json(report.timing) if report.timing else None,
         "calibrated_from": report.calibrated_from,
+        "activation_inputs": _workload_json(report) if report.workload else None,
     }
 
 
+def assumption(report: CheckReport) -> str:
+    return ASSUMPTION_PRICED if report.workload else f"{ASSUMPTION}; {NOT_PRICED}"
+
+
 def margin_bytes(report: CheckReport, row: PlanRow) -> int | None:
-    """GPU memory an option leaves unused under the headroom: how far it is from not fitting."""
-    return int(HEADROOM * report.gpu_mem_bytes - row.model_states_bytes_per_gpu) if report.gpu_mem_bytes else None
+    """GPU memory an option leaves unused under its budget: how far it is from not fitting."""
+    return margin(row, report.gpu_mem_bytes) if report.gpu_mem_bytes else None
+
+
+def _workload_json(report: CheckReport) -> dict[str, Any]:
+    work = report.workload
+    assert work is not None
+    shape = work.shape
+    return {"model": shape.source, "hidden_size": shape.hidden, "layers": shape.layers, "heads": shape.heads,
+            "vocab_size": shape.vocab,
+            **{name: {"value": f.value, "mark": f.mark, "source": f.source}
+               for name, f in (("seq_len", work.seq_len), ("micro_batch", work.micro_batch))},
+            "checkpointing": {"value": work.mode, "mark": work.checkpointing.mark,
+                              "source": work.checkpointing.source}}
 
 
 def _pick_json(report: CheckReport) -> dict[str, Any]:
@@ -50,7 +67,12 @@ def _pick_json(report: CheckReport) -> dict[str, Any]:
     near = within_error(report.memory_plan, pick)
     rival = {"stage": near[0].stage, "offload": near[0].offload, "step_time_s": near[0].step.total.value,
              "model_error": near[1]} if near and near[0].step else None
-    return {**pick.to_json(), "margin_bytes": margin_bytes(report, pick), "within_error_of": rival}
+    best = best_at_largest(report.memory_plan, pick)
+    larger = {"stage": best[0].stage, "offload": best[0].offload, "max_micro_batch": best[0].largest.micro_batch,
+              "samples_per_s": best[0].largest.samples_per_s.value, "mark": best[0].largest.samples_per_s.mark,
+              "model_error": best[1]} if best and best[0].largest else None
+    return {**pick.to_json(), "margin_bytes": margin_bytes(report, pick), "within_error_of": rival,
+            "faster_at_largest_batch": larger}
 
 
 def _inputs_json(timing: Inputs) -> dict[str, Any]:
@@ -107,30 +129,42 @@ def _plan(report: CheckReport, console: Console) -> None:
     timed = any(r.step for r in report.memory_plan)
     console.print(f"Model states per GPU{' and step time' if timed else ''}, {report.params:.3g} parameters on "
                   f"{report.world_size} GPUs (GB = 10^9 bytes; mixed-precision Adam, K = 12):")
+    priced = report.workload is not None
     console.print(f"  {'stage':<6}{'offload':<17}{'ZeRO paper':>11}" + (f"{'DeepSpeed est.':>16}" if has_ds else "")
-                  + ("   fits" if report.gpu_mem_bytes else "") + ("   step time" if timed else ""))
+                  + (f"{'activations':>14}" if priced else "") + ("   fits" if report.gpu_mem_bytes else "")
+                  + ("   step time" if timed else "")
+                  + (f"{'':<12}samples/s   largest micro-batch" if priced and timed else ""))
     for (stage, offload), rows in by_source.items():
         paper, ds = rows.get("zero-paper"), rows.get("deepspeed-estimator")
         line = f"  {stage:<6}{offload:<17}{paper.model_states_bytes_per_gpu / 1e9:>8.2f} GB"
         if has_ds:
             line += f"{ds.model_states_bytes_per_gpu / 1e9:>13.2f} GB" if ds else " " * 16
+        if paper.activations:
+            line += f"{paper.activations.value / 1e9:>11.2f} GB"
         if paper.fits is not None:
             line += "   yes" if paper.fits else "   no "
         if paper.step:
-            line += f"  {_step_cell(paper.step)}"
+            line += f"  {_step_cell(paper.step, _batch_cells(paper) if priced else '')}"
         console.print(line)
     if has_ds:
         console.print("  [dim]DeepSpeed's estimators print these /2^30 and call it GB; ZeRO-3 rows leave out the "
                       "largest layer (4 bytes per parameter of it), which a config does not tell[/]")
     if report.timing:
         console.print(f"  [dim]{escape(inputs_line(report.timing, report.calibrated_from))}[/]")
+    if report.workload:
+        console.print(f"  [dim]{escape(activations_line(report))}[/]")
     if report.gpu_mem_bytes:
         pick = report.recommendation
-        console.print(f"  assumption: {ASSUMPTION}")
+        console.print(f"  assumption: {assumption(report)}")
         if pick:
             console.print(pick_line(report, pick))
+            larger = larger_batch_line(report, pick)
+            if larger:
+                console.print(larger)
         else:
-            console.print("[bold red]No ZeRO option fits:[/] add GPUs or offload to NVMe")
+            console.print("[bold red]No ZeRO option fits:[/] add GPUs, offload to NVMe"
+                          + (", or take a smaller micro-batch (the largest each option fits is above)"
+                             if report.workload else ""))
 
 
 def pick_line(report: CheckReport, pick: PlanRow) -> str:
@@ -160,11 +194,63 @@ def _option(row: PlanRow, offload: bool) -> str:
 _PARTS = (("comm", "collectives"), ("fetch", "layer fetch"), ("pcie", "PCIe"), ("optimizer", "CPU Adam"))
 
 
-def _step_cell(step: StepTime) -> str:
-    """``10.03 s assumed  CPU Adam 7.00 s, PCIe 0.16 s``: the step, its mark, and what it holds beside compute."""
+def _step_cell(step: StepTime, batch: str = "") -> str:
+    """``10.03 s assumed  CPU Adam 7.00 s, PCIe 0.16 s``: the step, its mark, and what it holds beside compute;
+    ``batch``, the throughput cells, between them."""
     extra = ", ".join(f"{word} {_seconds(getattr(step, part).value)}" for part, word in _PARTS
                       if getattr(step, part).value >= 0.005)
-    return f"{_seconds(step.total.value):>9} {step.total.mark:<9}" + (f" {extra}" if extra else "")
+    return f"{_seconds(step.total.value):>9} {step.total.mark:<9}" + batch + (f" {extra}" if extra else "")
+
+
+def _batch_cells(row: PlanRow) -> str:
+    """`` 1.95/s  max 12: 3.41/s assumed``: samples/s at the configured micro-batch (marked as the step), the largest
+    micro-batch that fits and the samples/s there, marked."""
+    now = f"{row.samples_per_s.value:>10.3g}/s" if row.samples_per_s else f"{'':>12}"
+    most = row.max_micro_batch
+    if most is None:
+        return now + f"{'':<30}"
+    if not row.largest:
+        return now + f"   {'none fits':<27}"
+    cell = f"{most.value:.0f}: {row.largest.samples_per_s.value:.3g}/s {row.largest.samples_per_s.mark}"
+    return now + f"   {cell:<27}"
+
+
+def activations_line(report: CheckReport) -> str:
+    """What the activations were priced on, each input marked, and which micro-batch fits under which option."""
+    work = report.workload
+    assert work is not None
+    shape = work.shape
+    text = (f"activations: Korthikanti et al. 2022 per layer, {shape.layers} layers of hidden size {shape.hidden}, "
+            f"{shape.heads} heads" + (f", vocabulary {shape.vocab:,}" if shape.vocab else "")
+            + f" ({shape.source}); {work.seq_len.value:,.0f} tokens a sample ({work.seq_len.mark}), micro-batch "
+            f"{work.micro_batch.value:.0f} ({work.micro_batch.mark}), checkpointing {work.mode} "
+            f"({work.checkpointing.mark})")
+    short = [(r, r.max_micro_batch.value) for r in report.memory_plan
+             if r.source == "zero-paper" and r.fits is False and r.max_micro_batch and r.max_micro_batch.value >= 1]
+    if short:
+        text += (f"; micro-batch {work.micro_batch.value:.0f} does not fit under "
+                 + ", ".join(f"stage {r.stage} offload {r.offload} (largest {most:.0f})" for r, most in short))
+    return text
+
+
+def larger_batch_line(report: CheckReport, pick: PlanRow) -> str | None:
+    """What a larger batch would buy: the pick at its largest micro-batch, and the option whose largest micro-batch
+    runs the most samples a second, when that is another, with whether it beats the pick beyond the model's error."""
+    if not pick.largest:
+        return None
+    mine = pick.largest
+    line = (f"  at its largest micro-batch, {mine.micro_batch}, the pick runs {mine.samples_per_s.value:.3g} "
+            f"samples/s ({mine.samples_per_s.mark})")
+    best = best_at_largest(report.memory_plan, pick)
+    if best and best[0].largest:
+        rival, error = best
+        big = rival.largest
+        assert big is not None
+        verdict = "beyond" if big.samples_per_s.value * (1 - error) > mine.samples_per_s.value else "within"
+        line += (f"; stage {rival.stage} with offload {rival.offload} allows {big.micro_batch} a GPU at "
+                 f"{big.samples_per_s.value:.3g} samples/s ({big.samples_per_s.mark}), {verdict} the model's error "
+                 f"({error:.0%})")
+    return line
 
 
 def _seconds(value: float) -> str:

@@ -40,6 +40,9 @@ from zerodoctor.messages.oom import oom_numbers
 from zerodoctor.messages.units import GB
 
 HEADROOM = 0.7  # share of device memory model states may take; the rest is activations and buffers
+# Share of device memory left for ZeRO's buffers (reduce and gather buckets), the allocator's cache and fragmentation
+# when a plan prices activations too (check --model): assumed, nobody measured it here.
+BUFFER_SHARE = 0.1
 # Stranded (reserved but unallocated) bytes as a share of the memory the process could use. Real OOMs
 # of GPUs 96-100 % full had 0.2-0.8 % stranded (121-195 MiB: the allocator's 2 MiB and 20 MiB blocks
 # and the tails of split segments) and were cured by a smaller batch, not an allocator setting.
