@@ -1,7 +1,7 @@
 """Messages, deferred patterns: a message's regex compiled at its first use, not when its module is imported.
 
 The dialects, the crash families and the signatures hold ~150 patterns, and compiling them all took ~20 ms of
-every ``diagnose`` and ``compare``; a log shows few families (a one-line OOM log uses 29 of them). A pattern made
+every ``diagnose`` and ``compare``; a log shows few families (a one-line OOM log compiles 27 of 156). A pattern made
 by ``deferred`` compiles when it is first asked to match; from then on its methods are the compiled pattern's own,
 looked up as fast. Its ``pattern`` (the source) is there before, so a pattern built from others compiles none.
 A match's ``re`` is the compiled pattern, never this object: to tell which pattern matched, compare ``pattern``s.
