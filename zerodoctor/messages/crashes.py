@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from zerodoctor.messages.deferred import deferred
+
 
 @dataclass(frozen=True)
 class Family:
@@ -46,16 +48,16 @@ class Family:
 
 def _family(name: str, pattern: str, *, root: bool = True, keywords: tuple[bytes, ...] = (),
             alone: str | None = None) -> Family:
-    return Family(name, re.compile(pattern), root, keywords, re.compile(alone) if alone else None)
+    return Family(name, deferred(pattern), root, keywords, deferred(alone) if alone else None)
 
 
 # Not a fault of the run: the user or the scheduler stopped it, or torchrun reports a child's failure
 # (its own traceback names no cause; the child's does).
-NOT_A_FAULT = re.compile(r"^(?:KeyboardInterrupt|SystemExit|torch\.distributed\.elastic\.multiprocessing\.errors\."
-                         r"ChildFailedError|ChildFailedError|subprocess\.CalledProcessError|CalledProcessError|"
-                         # torchrun told to stop (SIGTERM/SIGINT/SIGHUP/SIGQUIT: scancel, Ctrl-C),
-                         # elastic/multiprocessing/api.py
-                         r"(?:torch\.distributed\.elastic\.multiprocessing\.api\.)?SignalException)\b")
+NOT_A_FAULT = deferred(r"^(?:KeyboardInterrupt|SystemExit|torch\.distributed\.elastic\.multiprocessing\.errors\."
+                       r"ChildFailedError|ChildFailedError|subprocess\.CalledProcessError|CalledProcessError|"
+                       # torchrun told to stop (SIGTERM/SIGINT/SIGHUP/SIGQUIT: scancel, Ctrl-C),
+                       # elastic/multiprocessing/api.py
+                       r"(?:torch\.distributed\.elastic\.multiprocessing\.api\.)?SignalException)\b")
 
 # What NCCL returned when a call failed, as ProcessGroupNCCL reports it: "NCCL error: " + ncclGetErrorWithVersion
 # (checkForNCCLErrorsInternal), C10D_NCCL_CHECK's "NCCL error in: ", and getNcclErrorDetailStr's result names

@@ -10,23 +10,23 @@ message without loading the text-log machinery.
 
 from __future__ import annotations
 
-import re
 
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.messages.units import LOGGED
 
 SIZE = rf"({NUM}) ?({'|'.join(sorted(LOGGED, key=len, reverse=True))})"
 _FIELDS = {
-    "requested_bytes": re.compile(rf"Tried to allocate {SIZE}"),
-    "capacity_bytes": re.compile(rf"{SIZE} total capacity|total capaci?ty of {SIZE}"),
-    "free_bytes": re.compile(rf"{SIZE} free\b|of which {SIZE} is free"),
-    "allocated_bytes": re.compile(rf"{SIZE} already allocated|Of the allocated memory {SIZE} is allocated by PyTorch"),
-    "reserved_bytes": re.compile(rf"{SIZE} reserved in total by PyTorch"),
-    "allowed_bytes": re.compile(rf"{SIZE} allowed;"),
+    "requested_bytes": deferred(rf"Tried to allocate {SIZE}"),
+    "capacity_bytes": deferred(rf"{SIZE} total capacity|total capaci?ty of {SIZE}"),
+    "free_bytes": deferred(rf"{SIZE} free\b|of which {SIZE} is free"),
+    "allocated_bytes": deferred(rf"{SIZE} already allocated|Of the allocated memory {SIZE} is allocated by PyTorch"),
+    "reserved_bytes": deferred(rf"{SIZE} reserved in total by PyTorch"),
+    "allowed_bytes": deferred(rf"{SIZE} allowed;"),
     # reserved but unallocated: 2.2+ says so; up to 1.3 "cached" printed amount_cached - amount_allocated
-    "_unallocated": re.compile(rf"and {SIZE} is reserved by PyTorch but unallocated|{SIZE} cached\b"),
+    "_unallocated": deferred(rf"and {SIZE} is reserved by PyTorch but unallocated|{SIZE} cached\b"),
 }
-_DEVICE = re.compile(r"\(GPU (\d+);|GPU (\d+) has a total")
+_DEVICE = deferred(r"\(GPU (\d+);|GPU (\d+) has a total")
 
 
 def oom_numbers(message: str) -> dict[str, int]:

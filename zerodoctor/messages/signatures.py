@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.messages.numbers import NUM
 
 
@@ -33,7 +34,7 @@ def _ints(*names: str) -> Callable[[re.Match[str]], dict[str, Any]]:
 
 
 def _signature(name: str, pattern: str, keywords: tuple[bytes, ...], **more: Any) -> Signature:
-    return Signature(name, re.compile(pattern), keywords, **more)
+    return Signature(name, deferred(pattern), keywords, **more)
 
 
 SIGNATURES: tuple[Signature, ...] = (

@@ -19,11 +19,12 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 from zerodoctor.events.columns import Steps
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.signals.view import WINDOW
 
 
 _NOT_A_NOUN = ("at ", "per ", "a ", "those ")  # a head that leans on the clause it was cut from
-_CLAUSE = re.compile(r" \(|, |; | — |: | \| ")
+_CLAUSE = deferred(r" \(|, |; | — |: | \| ")
 
 
 @dataclass(frozen=True)

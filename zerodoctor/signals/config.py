@@ -15,6 +15,7 @@ import re
 from typing import Any, Iterator
 
 from zerodoctor.deepspeed import defaults as ds
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.signals.inputs import CONFIG, CONFIG_DUMP
 from zerodoctor.signals.base import nested, shown_by
 from zerodoctor.signals.config_values import read_fp16
@@ -52,7 +53,7 @@ BUCKETS = (("reduce_bucket_size", ds.REDUCE_BUCKET_SIZE, (1, 2, 3)),
 BUCKET_MAX_COLLECTIVES = 10_000  # buckets per step beyond which collectives are latency-bound
 BUCKET_TARGET_COLLECTIVES = 100  # what a proposed smaller-than-default bucket aims at: overlap, not latency
 FP16_MAX = 65504.0
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_NUMBER = deferred(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 _dumped = shown_by(CONFIG, switch=CONFIG_DUMP)
 

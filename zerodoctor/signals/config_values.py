@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from zerodoctor.deepspeed.defaults import FP16
+from zerodoctor.messages.deferred import deferred
 
-_INT_TEXT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*(?:\.0+)?")  # pydantic's int from a string, whitespace stripped
+_INT_TEXT = deferred(r"[+-]?[0-9]+(?:_[0-9]+)*(?:\.0+)?")  # pydantic's int from a string, whitespace stripped
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 _I64 = 2.0 ** 63

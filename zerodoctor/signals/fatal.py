@@ -15,16 +15,17 @@ import re
 from typing import Any
 
 from zerodoctor.messages import crashes
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.signals.view import RunView
 from zerodoctor.signals.base import Signal
 
 NONE = "none"
-_FRAME = re.compile(crashes.FRAME)
+_FRAME = deferred(crashes.FRAME)
 # Where a library's code lives: the frame past which a user's call went into torch, DeepSpeed, HF.
 _LIBRARIES = ("torch", "deepspeed", "transformers", "accelerate", "peft", "trl", "apex", "megatron", "lightning",
               "pytorch_lightning", "fairseq", "colossalai", "bitsandbytes", "flash_attn", "triton", "vllm")
-_SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen ")
-_INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\](\w+)")  # any other installed package, by its top name
+_SITE = deferred(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen ")
+_INSTALLED = deferred(r"[/\\](?:site|dist)-packages[/\\](\w+)")  # any other installed package, by its top name
 _USER_CODE = "user code"
 SURVIVABLE = {"nonfinite_loss"}  # counted on every rank that showed it, stepping on or not
 ABORT = 6
@@ -54,10 +55,10 @@ SIGNALS = [
     Signal("fatal.gpu_arch", "arch", "the GPU architecture nvcc refused (compute_86 …)"),
     *(Signal(f"fatal.{f.name}", "ranks", f"ranks that showed {f.name.replace('_', ' ')}") for f in crashes.FAMILIES),
 ]
-_MODULE = re.compile(r"No module named '?([\w.]+)|cannot import name '(\w+)'")
-_LIBRARY = re.compile(r"([\w+-][\w.+-]*\.so(?:\.[\d.]*\d)?)\b|undefined symbol: (\w+)")
-_SIGNAL_NAME = re.compile(r"\b(SIG(?:SEGV|ABRT|BUS|FPE|ILL))\b")
-_ARCH = re.compile(r"'(compute_\d+\w?)'")
+_MODULE = deferred(r"No module named '?([\w.]+)|cannot import name '(\w+)'")
+_LIBRARY = deferred(r"([\w+-][\w.+-]*\.so(?:\.[\d.]*\d)?)\b|undefined symbol: (\w+)")
+_SIGNAL_NAME = deferred(r"\b(SIG(?:SEGV|ABRT|BUS|FPE|ILL))\b")
+_ARCH = deferred(r"'(compute_\d+\w?)'")
 MESSAGE_CHARS = 300
 
 

@@ -15,10 +15,10 @@ of tensors or dimensions (DeepSpeed#7568: rank 2's scalar ALLREDUCE against rank
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from zerodoctor.messages import crashes
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.signals.base import Signal, verdict
 from zerodoctor.signals.view import RunView
 
@@ -48,11 +48,11 @@ SIGNALS = [
 ]
 # "Rank N is running [inconsistent ]collective: CollectiveFingerPrint(...)", the fingerprint up to its closing
 # parenthesis (TensorDeviceTypes holds one level of them; 1.9-1.10 left the last one out)
-_RUNNING = re.compile(r"Rank (\d+) is running (?:inconsistent )?collective: CollectiveFingerPrint\("
-                      r"((?:[^()]|\([^()]*\))*)")
-_SEQUENCE = re.compile(r"SequenceNumber=(\d+)")
-_OP = re.compile(r"OpType=(\w+)")
-_SHAPE = re.compile(r"TensorShape=\[([\d, ]*)\]")
+_RUNNING = deferred(r"Rank (\d+) is running (?:inconsistent )?collective: CollectiveFingerPrint\("
+                    r"((?:[^()]|\([^()]*\))*)")
+_SEQUENCE = deferred(r"SequenceNumber=(\d+)")
+_OP = deferred(r"OpType=(\w+)")
+_SHAPE = deferred(r"TensorShape=\[([\d, ]*)\]")
 
 
 def compute(run: RunView, values: dict[str, Any]) -> dict[str, Any]:

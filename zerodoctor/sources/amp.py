@@ -10,21 +10,21 @@ and its ``FloatingPointError: Minimum loss scale reached (M).``. torch.cuda.amp'
 
 from __future__ import annotations
 
-import re
 
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.sources.text import Context, Line
 
 _FORMS = (
-    ("apex", re.compile(rf"Gradient overflow\.\s+Skipping step,(?: loss scaler \d+)? reducing loss scale to ({NUM})")),
-    ("apex", re.compile(rf"(?<!\] )OVERFLOW! Skipping step\. Attempted loss scale: {NUM}, reducing to ({NUM})")),
+    ("apex", deferred(rf"Gradient overflow\.\s+Skipping step,(?: loss scaler \d+)? reducing loss scale to ({NUM})")),
+    ("apex", deferred(rf"(?<!\] )OVERFLOW! Skipping step\. Attempted loss scale: {NUM}, reducing to ({NUM})")),
     # fairseq/trainer.py: "| WARNING: overflow detected, setting loss scale to: X", since 0.10 "NOTE: gradient
     # overflow detected, ignoring gradient, setting loss scale to: X"
-    ("fairseq", re.compile(rf"overflow detected, (?:ignoring gradient, )?setting loss scale to:? ({NUM})")),
+    ("fairseq", deferred(rf"overflow detected, (?:ignoring gradient, )?setting loss scale to:? ({NUM})")),
 )
-_MIN_REACHED = re.compile(rf"Minimum loss scale reached \(({NUM})\)")
-_DLE_RANK = re.compile(r"Rank (\d+) :: Gradient overflow")
+_MIN_REACHED = deferred(rf"Minimum loss scale reached \(({NUM})\)")
+_DLE_RANK = deferred(r"Rank (\d+) :: Gradient overflow")
 
 
 class AmpScalerDialect:

@@ -20,22 +20,22 @@ from __future__ import annotations
 
 import codecs
 import json
-import re
 from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
 
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.sources.readable import UnreadableFile, open_log
 
 # How much of one value may be held while waiting for its end: far above any real event (a few
 # hundred bytes; a stack-laden one some KB), so only a file that is no trace reaches it.
 MAX_VALUE_CHARS = 64 << 20
-_SKIP = re.compile(r"[\s,]*")  # between values: whitespace, and the commas the array's grammar puts there
+_SKIP = deferred(r"[\s,]*")  # between values: whitespace, and the commas the array's grammar puts there
 _DECODER = json.JSONDecoder()
 HEAD_MARKERS = (b'"traceEvents"', b'"schemaVersion"')
 HEAD_BYTES = 64 * 1024  # Kineto puts ``distributedInfo`` (its process groups: KBs at scale) before ``traceEvents``
-_ARRAY_HEAD = re.compile(rb'\A\s*\[\s*\{\s*"(?:ph|name|cat|pid|tid|ts)"\s*:')
+_ARRAY_HEAD = deferred(rb'\A\s*\[\s*\{\s*"(?:ph|name|cat|pid|tid|ts)"\s*:')
 
 
 _KINETO_EVENT_END = "\n  },"

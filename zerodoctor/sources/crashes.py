@@ -11,16 +11,16 @@ stack dump caught in ``file_baton.py``'s ``wait``; a rank whose last word is ``r
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.messages.signatures import SIGNATURES
 from zerodoctor.sources.text import Context, Line, strip_prefix
 
-_QUOTED_NUMBER = re.compile(rf"'({NUM})'")
-_EXT_ROOT = re.compile(r"Using\s+\S.* as PyTorch extensions root")
+_QUOTED_NUMBER = deferred(rf"'({NUM})'")
+_EXT_ROOT = deferred(r"Using\s+\S.* as PyTorch extensions root")
 INVOKED_LINES = 4  # pybind prints the arguments' reprs, which wrap (a tensor's repr spans lines)
 _EXT_READY = ("Emitting ninja build file", "Building extension module", "Loading extension module",
               "No modifications detected for re-loaded extension")

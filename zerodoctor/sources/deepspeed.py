@@ -20,6 +20,7 @@ from typing import Any
 
 from zerodoctor.deepspeed.defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.sources.dsblocks import CommsTable, ConfigDump, FlopsSummary
 from zerodoctor.sources import timers
 from zerodoctor.sources.stepclock import StepClock
@@ -31,48 +32,48 @@ MIN_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease sca
 
 # The "[deepspeed] "/"[deepscale] " tag may be left out where a line is quoted (DeepSpeed#1593 quotes ZeRO-2's as
 # "OVERFLOW! Rank 0 Skipping step. …"); untagged, ZeRO's "Rank N" names it (apex's "OVERFLOW! Skipping step." has none).
-_OVERFLOW = re.compile(
+_OVERFLOW = deferred(
     rf"(?:\[deep(?:speed|scale)\] |(?<![\w\]] )(?=OVERFLOW! Rank \d))OVERFLOW!(?: Rank (\d+))? Skipping step\."
     rf"(?: Attempted loss scale: ({NUM}))?")
-_GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:? (\d+)")
-_REDUCED_TO = re.compile(rf"reducing to ({NUM})")  # the scale an overflow line set; a step carries the one it tried
-_REDUCING = re.compile(rf"Reducing dynamic loss scale from ({NUM}) to ({NUM})")
-_STATIC = re.compile(rf"Using static loss scale of: ({NUM})")
-_DETECTED = re.compile(rf"(?:Overflow detected\.|fp16 dynamic loss scale overflow!)(?: Rank \d+)?(?: Skipping step\.)?"
-                       rf"(?: Attempted loss scale: ({NUM}))?")
-_PROGRESS = re.compile(rf"step=(\d+), skipped=(\d+), lr=\[\s*({NUM})?")
+_GRAD_OVERFLOW = deferred(r"Grad overflow on iteration:? (\d+)")
+_REDUCED_TO = deferred(rf"reducing to ({NUM})")  # the scale an overflow line set; a step carries the one it tried
+_REDUCING = deferred(rf"Reducing dynamic loss scale from ({NUM}) to ({NUM})")
+_STATIC = deferred(rf"Using static loss scale of: ({NUM})")
+_DETECTED = deferred(rf"(?:Overflow detected\.|fp16 dynamic loss scale overflow!)(?: Rank \d+)?(?: Skipping step\.)?"
+                     rf"(?: Attempted loss scale: ({NUM}))?")
+_PROGRESS = deferred(rf"step=(\d+), skipped=(\d+), lr=\[\s*({NUM})?")
 # utils/timer.py ThroughputTimer: "epoch=E/micro_step=M/global_step=G, …" since 0.9; before, "E/S, …" whose S
 # is not always the optimizer step (it counts the timer's stops), so only the memory is taken from those.
 # 0.6.1 (fee731359) to 0.7.0 printed "E/S, SamplesPerSec=X, MemAllocated=…"; CurrSamplesPerSec is the last step's
 # train_batch_size / time since 0.8 (#2603), the micro-batch's before: a step time only from the global_step form.
-_TPUT = re.compile(rf"(?:global_step=(\d+)|\b\d+/\d+), (?:RunningAvg)?SamplesPerSec=({NUM}),"
-                   rf"(?: CurrSamplesPerSec=({NUM}),)? MemAllocated=({NUM})GB, MaxMemAllocated=({NUM})GB")
-_TPUT_OLD = re.compile(rf"\b\d+/\d+, SamplesPerSec={NUM}\s*$")  # 0.1-0.5: the average alone, nothing to read
+_TPUT = deferred(rf"(?:global_step=(\d+)|\b\d+/\d+), (?:RunningAvg)?SamplesPerSec=({NUM}),"
+                 rf"(?: CurrSamplesPerSec=({NUM}),)? MemAllocated=({NUM})GB, MaxMemAllocated=({NUM})GB")
+_TPUT_OLD = deferred(rf"\b\d+/\d+, SamplesPerSec={NUM}\s*$")  # 0.1-0.5: the average alone, nothing to read
 # runtime/pipe/engine.py train_batch, rank 0 at steps_per_print (0.3.0+): the mean iteration of the interval.
-_PIPE_STEPS = re.compile(rf"\bsteps: (\d+) loss: ({NUM}|nan|inf) .*?iter time \(s\): ({NUM}) samples/sec: ({NUM})")
-_FLUSHES = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
-_SEE_MEMORY = re.compile(rf"\bMA ({NUM}) GB\s+Max_MA ({NUM}) GB\s+CA ({NUM}) GB\s+Max_CA ({NUM}) GB")
-_NONPOSITIVE = re.compile(r"(Train batch size|Micro batch size per gpu|Gradient accumulation steps): ?"
-                          r"(-?\d+) has to be greater than 0")
+_PIPE_STEPS = deferred(rf"\bsteps: (\d+) loss: ({NUM}|nan|inf) .*?iter time \(s\): ({NUM}) samples/sec: ({NUM})")
+_FLUSHES = deferred(r"(\d+) pytorch allocator cache flushes since last step")
+_SEE_MEMORY = deferred(rf"\bMA ({NUM}) GB\s+Max_MA ({NUM}) GB\s+CA ({NUM}) GB\s+Max_CA ({NUM}) GB")
+_NONPOSITIVE = deferred(r"(Train batch size|Micro batch size per gpu|Gradient accumulation steps): ?"
+                        r"(-?\d+) has to be greater than 0")
 # Matched on whitespace-free text so hard wraps, rich boxes and the pre-2022 form (no space
 # after "world_size") all read the same.
-_BATCH = re.compile(r"[Tt]rain_batch_sizeisnotequaltomicro_batch_per_gpu\*gradient_acc_step\*world_size"
-                    r"(\d+)!=(\d+)\*(\d+)\*(\d+)")
+_BATCH = deferred(r"[Tt]rain_batch_sizeisnotequaltomicro_batch_per_gpu\*gradient_acc_step\*world_size"
+                  r"(\d+)!=(\d+)\*(\d+)\*(\d+)")
 _BATCH_START = "rain_batch_sizeisnotequaltomicro_batch_per_gpu"  # 0.1 capitalised the T
 _MIN_SCALE = "lossscalealreadyatminimum"
 # runtime/config.py _set_batch_related_parameters, 0.3 to today: the config gives no batch size at all.
 _NO_BATCH = "Either train_batch_size or micro_batch_per_gpu needs to be provided"
 # runtime/engine.py: the optimizer DeepSpeed built and the ZeRO optimizer wrapping it.
-_ENGINE = re.compile(r"DeepSpeed Basic Optimizer = (\w+)|Creating (?:[\w.]+ )?ZeRO stage (\d) optimizer")
+_ENGINE = deferred(r"DeepSpeed Basic Optimizer = (\w+)|Creating (?:[\w.]+ )?ZeRO stage (\d) optimizer")
 # comm/torch.py build_shm_op, print()ed by every rank (0.14.2+, b22706a72): the shared-memory collectives only
 # DeepSpeed's CPU accelerator builds (ShareMemCommBuilder, cpu_accelerator.py alone): the run trains on the host.
 _SHM_BUILT = "DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully"
 # __init__.py initialize(): log_dist("DeepSpeed info: version={}, git-hash={}, git-branch={}") at INFO (0.3+, shown
 # by default until 0.17.6): the version, which says how the comms logger's table reads (dsblocks.CommsTable).
-_VERSION = re.compile(r"DeepSpeed info: version=(\d+)\.(\d+)\.(\d+)")
+_VERSION = deferred(r"DeepSpeed info: version=(\d+)\.(\d+)\.(\d+)")
 # Trainer's tqdm bar glued before a line: "N/M [" says N optimizer steps are done.
-_TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
-_SQUEEZE = re.compile(r"[\s│┃|╭╮╰╯─━]+")
+_TQDM_STEP = deferred(r"\|\s*(\d+)/(\d+) \[")
+_SQUEEZE = deferred(r"[\s│┃|╭╮╰╯─━]+")
 
 _BATCH_KEYS = (*BATCH_KEYS, "world_size")  # the batch assertion's four numbers, in its order
 _NONPOSITIVE_KEYS = {"Train batch size": TRAIN_BATCH, "Micro batch size per gpu": MICRO_BATCH,

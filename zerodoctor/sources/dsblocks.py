@@ -13,23 +13,23 @@ the line is read as an ordinary one.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from zerodoctor.deepspeed.defaults import BATCH_KEYS
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.sources.text import Context, Line
 from zerodoctor.messages.units import LOGGED  # the comms logger's KB/MB are powers of 1024 (convert_size)
 
 RUNNING_SINCE = (0, 18, 3)  # the comms logger's entries are running totals from here on (6eb98aaf0)
 MAX_BLOCK_LINES = 2000  # a dump that never closes (a truncated log) is let go, not held forever
-_ATTR = re.compile(r"(?:^|\s)(\w+) \.{2,} (.*?)\s*$")
+_ATTR = deferred(r"(?:^|\s)(\w+) \.{2,} (.*?)\s*$")
 # print()ed, so bare; a console that logs stdout puts its prefix (ending "] ") before each line
-_ROW = re.compile(rf"(?:^|\] )\s+({NUM}) ?([KMGTP]?B)\s+(\d+)\s+({NUM})")  # convert_size(0) is "0B"
+_ROW = deferred(rf"(?:^|\] )\s+({NUM}) ?([KMGTP]?B)\s+(\d+)\s+({NUM})")  # convert_size(0) is "0B"
 # What a terminal's wrap leaves of a row or of the header on the next line: numbers, or the header's last columns.
-_WRAPPED = re.compile(rf"^\s*(?:{NUM}\s*)+$|Latency\(ms\)|\(Gbps\)")
-_OP = re.compile(r"(?:^|\] )([A-Za-z_][\w.]*)\s*$")
+_WRAPPED = deferred(rf"^\s*(?:{NUM}\s*)+$|Latency\(ms\)|\(Gbps\)")
+_OP = deferred(r"(?:^|\] )([A-Za-z_][\w.]*)\s*$")
 
 
 class ConfigDump:
@@ -216,14 +216,14 @@ class CommsTable:
 # number_to_string ("1.3 M", "12.35 ms", "4.56 T"); params_to_string writes G as B
 # ("params per gpu" and "fwd flops per GPU = 2 * fwd MACs per GPU" before 0.9); srun's "0: " or a logger's prefix
 # may lead
-_FLOPS_ROW = re.compile(rf"(?:^|: |\] )(params per (?:GPU|gpu)|params of model = params per GPU \* mp_size|"
-                        rf"fwd flops per GPU(?: = 2 \* fwd MACs per GPU)?|fwd latency|bwd latency|step latency|"
-                        rf"iter latency):\s+({NUM}) ?([TGBMKmu]?)")
+_FLOPS_ROW = deferred(rf"(?:^|: |\] )(params per (?:GPU|gpu)|params of model = params per GPU \* mp_size|"
+                      rf"fwd flops per GPU(?: = 2 \* fwd MACs per GPU)?|fwd latency|bwd latency|step latency|"
+                      rf"iter latency):\s+({NUM}) ?([TGBMKmu]?)")
 _FLOPS_KEYS = {"params per GPU": "params_per_gpu", "params of model = params per GPU * mp_size": "params",
                "fwd flops per GPU": "fwd_flops", "fwd latency": "fwd_latency_s", "bwd latency": "bwd_latency_s",
                "step latency": "step_latency_s", "iter latency": "iter_latency_s"}
 _MAGNITUDE = {"T": 1e12, "G": 1e9, "B": 1e9, "M": 1e6, "K": 1e3, "m": 1e-3, "u": 1e-6, "": 1.0}
-_PROFILE_STEP = re.compile(r"Profile Summary at step (\d+):")
+_PROFILE_STEP = deferred(r"Profile Summary at step (\d+):")
 MAX_PROFILE_LINES = 60  # the notations and the summary; the per-module profile after it is not read
 
 

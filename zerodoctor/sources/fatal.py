@@ -18,25 +18,26 @@ from dataclasses import dataclass, field
 
 from zerodoctor.events import Event
 from zerodoctor.messages import crashes
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.sources.text import Context, Line, keyword_search
 
 _TRACEBACK = "Traceback (most recent call last)"
 # A frame line; a paste that quoted the traceback as inline code starts its first frame with the backtick
-_FRAME = re.compile(rf"^[\s`]*{crashes.FRAME}")
+_FRAME = deferred(rf"^[\s`]*{crashes.FRAME}")
 # rich's frame "path:line in function"; a long site-packages path pushes the function onto the box's next line
-_RICH_FRAME = re.compile(r"^\s*│\s*(\S+\.py):(\d+)(?: in (\S+))?")
+_RICH_FRAME = deferred(r"^\s*│\s*(\S+\.py):(\d+)(?: in (\S+))?")
 # An exception line: a dotted class name that reads as an error, then its message. Python prints it at
 # column 0; consoles add prefixes (ranks, timestamps, pytest's "E   "), so any leading text up to a space.
 _ERROR_CLASS = r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Failure|Exit))"
-_EXCEPTION = re.compile(rf"(?:^|\s|\]:?){_ERROR_CLASS}(?::\s?(.*))?$")
+_EXCEPTION = deferred(rf"(?:^|\s|\]:?){_ERROR_CLASS}(?::\s?(.*))?$")
 # Inside a traceback an indented line is the frame's source, unless it starts with the exception's name (pip and
 # other wrappers indent the whole traceback): "    AssertionError: …" but never "    except ValueError:".
-_INDENTED_EXCEPTION = re.compile(rf"^\s+{_ERROR_CLASS}(?::\s(.*))?$")
-_RICH_EDGE = re.compile(r"^\s*[│╭╰─]")
-_NOT_MESSAGE = re.compile(r"^\s*(?:$|Traceback|File \"|\[?\d{4}-\d\d-\d\d|During handling|The above exception"
-                          r"|[│╭╰])")
+_INDENTED_EXCEPTION = deferred(rf"^\s+{_ERROR_CLASS}(?::\s(.*))?$")
+_RICH_EDGE = deferred(r"^\s*[│╭╰─]")
+_NOT_MESSAGE = deferred(r"^\s*(?:$|Traceback|File \"|\[?\d{4}-\d\d-\d\d|During handling|The above exception"
+                        r"|[│╭╰])")
 _WORD_EDGES = " \t]|\r"
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_QUOTED = deferred(r"'[^']*'|\"[^\"]*\"")
 MESSAGE_LINES = 4
 MAX_FRAMES = 24
 MAX_TRACEBACK_LINES = 400  # a traceback that never ends (a truncated paste) lets go after this many lines
@@ -48,15 +49,15 @@ _LINE_NAMES = frozenset(f.name for f in _LINE_FAMILIES)
 _OWN_KEYWORDS = (b"Traceback (most", b"Error", b"Exception", b'File "', b"(local_rank: ")
 # A warning names a failure the run goes on after (torchvision's "Failed to load image Python extension: …
 # undefined symbol"): never a fatal line.
-_WARNING = re.compile(r"Warning\b|\bwarn(?:ing)?\(|\[W(?:ARN(?:ING)?)?\]")
+_WARNING = deferred(r"Warning\b|\bwarn(?:ing)?\(|\[W(?:ARN(?:ING)?)?\]")
 # torchrun's failure box, one entry per failed rank: "rank      : 1 (local_rank: 1)", then "exitcode  : -6
 # (pid: 4242)  (SIGABRT)" and "traceback : Signal 6 (SIGABRT) received by PID 4242", which name no rank.
-_BOX_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: \d+\)")
-_BOX_FIELD = re.compile(r"^\s*(?:exitcode|traceback)\s*: ")
+_BOX_RANK = deferred(r"^\s*rank\s*: (\d+) \(local_rank: \d+\)")
+_BOX_FIELD = deferred(r"^\s*(?:exitcode|traceback)\s*: ")
 # ProcessGroupNCCL's own lines name their rank ("[E ProcessGroupNCCL.cpp:916] [Rank 7] NCCL watchdog thread
 # terminated with exception: CUDA error: …", 2.2+ "[PG ID 0 PG GUID 0(default_pg) Rank 5]"): the rank of a line whose
 # prefix said none (Ray's "(RayWorkerVllm pid=5304) ", vllm#2682)
-_PG_RANK = re.compile(r"ProcessGroupNCCL\.cpp:\d+\] \[[^\]]*\bRank (\d+)\]")
+_PG_RANK = deferred(r"ProcessGroupNCCL\.cpp:\d+\] \[[^\]]*\bRank (\d+)\]")
 
 
 @dataclass

@@ -36,13 +36,14 @@ from typing import Any
 
 from zerodoctor import events
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 
 DUMP_PATTERN = "*_rank_[0-9]*"  # nccl_trace_rank_3: the default prefix; any other is found by content
-_RANK = re.compile(r"(\d+)$")
+_RANK = deferred(r"(\d+)$")
 PICKLE_PROTOCOL_2 = b"\x80\x02"
 # The writer's first bytes: a protocol-2 pickle of a dict (an optional memo put, as Python's pickler
 # adds) whose first key is "version" (or "entries", version 1.x's order).
-_DUMP_HEAD = re.compile(rb"\x80\x02\}(?:q.|r....)?\(X\x07\x00\x00\x00(?:version|entries)", re.DOTALL)
+_DUMP_HEAD = deferred(rb"\x80\x02\}(?:q.|r....)?\(X\x07\x00\x00\x00(?:version|entries)", re.DOTALL)
 HEAD_BYTES = 32
 _STATUS = (("last_enqueued_collective", "enqueued_seq"), ("last_started_collective", "started_seq"),
            ("last_completed_collective", "completed_seq"))

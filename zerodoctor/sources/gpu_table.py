@@ -11,12 +11,12 @@ name: a table printed every minute names its GPU once.
 
 from __future__ import annotations
 
-import re
 
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.sources.text import Context, Line
 
-_ROW = re.compile(r"\|\s+\d+\s+(\S.*?)\s+(?:On|Off)\s*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d")
+_ROW = deferred(r"\|\s+\d+\s+(\S.*?)\s+(?:On|Off)\s*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d")
 
 
 class GpuTableDialect:

@@ -12,27 +12,27 @@ values are a batch fault of their own (``hf_batch_mismatch``), the others a conf
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from zerodoctor.deepspeed.defaults import BATCH_KEYS, GRAD_ACCUM, MICRO_BATCH, TRAIN_BATCH
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.sources.text import Context, Line
 
-_PAIR = re.compile(rf"'(\w+)': (nan|-?inf|{NUM})")
-_TQDM_STEP = re.compile(r"\|\s*(\d+)/(\d+) \[")
-_ACCUM = re.compile(r"Updating DeepSpeed's gradient accumulation steps to (\d+) from (\d+)")
+_PAIR = deferred(rf"'(\w+)': (nan|-?inf|{NUM})")
+_TQDM_STEP = deferred(r"\|\s*(\d+)/(\d+) \[")
+_ACCUM = deferred(r"Updating DeepSpeed's gradient accumulation steps to (\d+) from (\d+)")
 # Older Trainers name a derived value "hf train_batch_size (calculated)=4": the hf key may hold a space.
 # A paste may end mid-row ("- ds gradient_accumulation_steps=4 vs hf gradient_accumulation_steps"): the hf value
 # is then unknown, the contradiction still said.
-_MISMATCH = re.compile(r"^\W*- ds (\S+?)=(.*?) vs hf (.+?)(?:=(.*?))?\s*$")
+_MISMATCH = deferred(r"^\W*- ds (\S+?)=(.*?) vs hf (.+?)(?:=(.*?))?\s*$")
 # The header wrapped before its last words ("… mismatch" / "TrainingArguments values:").
-_MISMATCH_HEAD_END = re.compile(r"^\s*TrainingArguments values:\s*$")
+_MISMATCH_HEAD_END = deferred(r"^\s*TrainingArguments values:\s*$")
 # accelerate/accelerator.py _prepare_deepspeed: no data loader passed (0.12+), or one whose batch_size is None
 # (a batch_sampler; 0.20+ words it on its own)
 _NO_BATCH = ("requires you to pass at least one of training or evaluation dataloaders", "has `None` as batch size")
-_HEADER_ROW = re.compile(r"\s{2}([A-Z][\w .&(),-]*?) = ([\d,]+)\s*$")
+_HEADER_ROW = deferred(r"\s{2}([A-Z][\w .&(),-]*?) = ([\d,]+)\s*$")
 _HEADER = {"Instantaneous batch size per device": MICRO_BATCH,
            "Total train batch size (w. parallel, distributed & accumulation)": TRAIN_BATCH,
            "Gradient Accumulation steps": GRAD_ACCUM,

@@ -18,16 +18,16 @@ their own.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.sources import timers
 from zerodoctor.sources.text import MAX_INTERVAL, Context, Line
 
-_ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|")
-_FIELD = re.compile(r"\| ([a-zA-Z][a-zA-Z ()/]*?): +([-+\w.]+)")
+_ITERATION = deferred(r"iteration\s+(\d+)/\s*(\d+) \|")
+_FIELD = deferred(r"\| ([a-zA-Z][a-zA-Z ()/]*?): +([-+\w.]+)")
 # The model's TFLOP/s per GPU, where the line prints it: NVIDIA's training.py since 2748e7c7d4 (2023-11, with
 # --log-throughput) ' throughput per GPU (TFLOP/s/GPU): {:.1f} |'; Megatron-DeepSpeed's and bigcode's forks
 # ' TFLOPs: {:.2f} |'.
@@ -35,10 +35,10 @@ _KEYS = {"lm loss": "loss", "loss": "loss", "learning rate": "lr", "loss scale":
          "elapsed time per iteration (ms)": "step_time_s", "throughput per GPU (TFLOP/s/GPU)": "tflops",
          "TFLOPs": "tflops"}
 # megatron/timers.py since 77efcccb93: ``(name + ' ').ljust(48, '.')`` then the max or (min, max), one per line
-_BLOCK_ROW = re.compile(rf"^\s+([A-Za-z][\w ./-]*?) \.*: (?:\(({NUM}), ({NUM})\)|({NUM}))(?=\s|$)")
+_BLOCK_ROW = deferred(rf"^\s+([A-Za-z][\w ./-]*?) \.*: (?:\(({NUM}), ({NUM})\)|({NUM}))(?=\s|$)")
 # the "all" option: a name, then one line per rank; torchrun's "[rank3]: " prefix takes a space
-_ALL_NAME = re.compile(r"^ {1,2}([A-Za-z][\w ./-]*):\s*$")
-_ALL_RANK = re.compile(rf"^\s+rank\s+\d+: ({NUM})\s*$")
+_ALL_NAME = deferred(r"^ {1,2}([A-Za-z][\w ./-]*):\s*$")
+_ALL_RANK = deferred(rf"^\s+rank\s+\d+: ({NUM})\s*$")
 UNSCALED = "1.0"  # training_log's loss scale ('{:.1f}') where nothing scales the loss: bf16 or fp32, never skipping
 Pending = tuple[Line, int, dict[str, Any]]
 

@@ -9,14 +9,16 @@ also what ``watch`` wakes up on, where a stray name costs a wake-up and nothing 
 
 from __future__ import annotations
 
-import re
+
 from fnmatch import fnmatchcase
 from pathlib import Path
+
+from zerodoctor.messages.deferred import deferred
 
 RANK = "rank-*"  # at the start of a source pattern, the ``*`` is a rank's number
 RANK_EVENTS = "rank-*.jsonl"  # the probe's events, one file per rank
 WRAPPER_EVENTS = "wrapper.jsonl"  # what ``zerodoctor run`` saw of the job from outside (launch/build_lock.py)
-_NUMBER = re.compile(r"0|[1-9][0-9]*")  # as ``f"rank-{rank}"`` writes it: rank-01 would be a copy of rank-1 too
+_NUMBER = deferred(r"0|[1-9][0-9]*")  # as ``f"rank-{rank}"`` writes it: rank-01 would be a copy of rank-1 too
 
 
 def named_by(name: str, pattern: str) -> bool:
@@ -43,7 +45,7 @@ def rank_of(name: str) -> int | None:
     return int(name[len(RANK) - 1:-len(".jsonl")])
 
 
-_ATTEMPT = re.compile(r"(.+)\.attempt-([1-9][0-9]*)")
+_ATTEMPT = deferred(r"(.+)\.attempt-([1-9][0-9]*)")
 
 
 def attempt_run_id(run_id: str, number: int) -> str:

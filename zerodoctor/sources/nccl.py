@@ -33,37 +33,38 @@ from dataclasses import dataclass
 
 from zerodoctor.events import Event
 from zerodoctor.messages import crashes
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.sources.text import Context, Line, joined, keyword_search
 
-_TIMEOUT = re.compile(
+_TIMEOUT = deferred(
     r"(?:Watchdog c|C)aught collective operation timeout: WorkNCCL\((?:SeqNum=(\d+), )?OpType=(\w+)"
     r"(?:, TensorShape=\[[^\]]*\])?(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\)"
     r"(?: ran for (\d+) milliseconds)?")
-_BLOCKING = re.compile(
+_BLOCKING = deferred(
     r"Work WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\)"
     r"() timed out in blocking wait")
 # The same line cut after its op type (a paste, a terminal or a log collector that keeps a line's first columns:
 # "WorkNCCL(SeqNum=956300, OpType=_ALLGATHER_BASE, ."): the rank, the sequence number and the op it still shows
-_CUT = re.compile(r"(?:Watchdog c|C)aught collective operation timeout: WorkNCCL\((?:SeqNum=(\d+), )?OpType=(\w+)")
-_STUCK = re.compile(r"ProcessGroupNCCL's watchdog got stuck for (\d+) seconds")
-_GLOO = re.compile(r"Timed out waiting (\d+) ?ms for (send|recv) operation to complete")
+_CUT = deferred(r"(?:Watchdog c|C)aught collective operation timeout: WorkNCCL\((?:SeqNum=(\d+), )?OpType=(\w+)")
+_STUCK = deferred(r"ProcessGroupNCCL's watchdog got stuck for (\d+) seconds")
+_GLOO = deferred(r"Timed out waiting (\d+) ?ms for (send|recv) operation to complete")
 # torch/distributed/distributed_c10d.py _store_based_barrier (1.x-2.x): the ranks of a new process group never all
 # joined ("rank: 7" before 2.0, "rank 7" since; "worker_count" then "num_workers_joined")
-_BARRIER = re.compile(r"Timed out initializing process group in store based barrier on rank:? (\d+), for key: \S+ "
-                      r"\(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), timeout=([\d:.]+)")
+_BARRIER = deferred(r"Timed out initializing process group in store based barrier on rank:? (\d+), for key: \S+ "
+                    r"\(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), timeout=([\d:.]+)")
 # the same function before its timeout: 1.8-1.13 "rank: R, key: K (world_size=W, worker_count=C, timeout=T)" (info);
 # 2.0-2.1 "num_workers_joined=C"; 2.2+ (debug) "for N secondsrank: R, …, timeout=T error=E)" (no space before "rank")
-_WAITING = re.compile(r"Waiting in store based barrier to initialize process ?group for (?:([\d.]+) seconds)?\s*"
-                      r"rank: (\d+), key: (\S+) \(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), "
-                      r"timeout=((?:\d+ days?, )?[\d:.]+)")
-_DONE = re.compile(r"Rank (\d+): Completed store-based barrier for key:(\S+) with (\d+) nodes")
+_WAITING = deferred(r"Waiting in store based barrier to initialize process ?group for (?:([\d.]+) seconds)?\s*"
+                    r"rank: (\d+), key: (\S+) \(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), "
+                    r"timeout=((?:\d+ days?, )?[\d:.]+)")
+_DONE = deferred(r"Rank (\d+): Completed store-based barrier for key:(\S+) with (\d+) nodes")
 # A waiting rank's line is told again once the seconds it states grew by this factor: a 30 min wait is about 13
 # events per rank (2,048 ranks log one line each every 10 s), and the wait a finding states is at most a third short
 WAIT_GROWTH = 1.5
 _FAILED = "Some NCCL operations have failed or timed out"
 # 1.3-1.7: a blocking wait (NCCL_BLOCKING_WAIT=1) raised this, naming nothing else
 _BLOCKING_1X = "RuntimeError: Operation timed out!"
-_RANK_TAG = re.compile(r"\bRank (\d+)\]")
+_RANK_TAG = deferred(r"\bRank (\d+)\]")
 _OPENERS = ("Watchdog caught", "aught collective operation timeout", "Work WorkNCCL(", "ProcessGroupNCCL's watchdog",
             "Timed out initializing process group")
 MAX_WRAPPED_LINES = 4
@@ -73,7 +74,7 @@ MAX_WRAPPED_LINES = 4
 EPITAPH_LINES = 12
 # What the watchdog found when it is no timeout: a result NCCL returned (crashes.NCCL_RESULT) or a CUDA fault. Not
 # "NCCL communicator was aborted" nor a bare DistBackendError: the watchdog's abort says those of a timeout too
-_NCCL_FAILURE = re.compile(crashes.NCCL_RESULT)
+_NCCL_FAILURE = deferred(crashes.NCCL_RESULT)
 _CUDA_FAULTS = {"illegal_memory_access", "device_side_assert", "cuda_error", "cuda_oom"}
 
 
@@ -91,7 +92,7 @@ def _whole(text: str) -> re.Match | None:
     return _work(text) or _BARRIER.search(text)
 
 
-_RANK = re.compile(r"Rank (\d+)\]\s*(?:Process group watchdog[^:]*: \[Rank \d+\] )?Watchdog caught")
+_RANK = deferred(r"Rank (\d+)\]\s*(?:Process group watchdog[^:]*: \[Rank \d+\] )?Watchdog caught")
 
 
 class NcclDialect:
@@ -158,7 +159,7 @@ class NcclDialect:
 
     def _barrier(self, line: Line, match: re.Match) -> list[Event]:
         """A store-based barrier still waiting, told when its count changed or its stated wait grew; or done."""
-        if match.re is _DONE:
+        if match.re.pattern == _DONE.pattern:
             rank, key, world = match.groups()
             self._waits.pop((int(rank), key), None)
             return [self.context.event("log", line, rank=int(rank), message=match.group(0), source=self.name,

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from zerodoctor import events
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.sources.chrome_trace import TraceFormatError, TraceReader
 
 if TYPE_CHECKING:  # numpy (~100 ms) is imported where a trace's arrays are made: every command loads this parser
@@ -47,10 +48,10 @@ if TYPE_CHECKING:  # numpy (~100 ms) is imported where a trace's arrays are made
 
     from zerodoctor.sources import intervals
 
-_STEP = re.compile(r"ProfilerStep#(\d+)$")
-_RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
-_NCCL_KERNEL = re.compile(r"^(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", re.IGNORECASE)
-_HOST_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc|xccl|hccl):(\w+)")  # c10d's profiling title of a collective
+_STEP = deferred(r"ProfilerStep#(\d+)$")
+_RANK = deferred(r"rank[-_]?(\d+)", re.IGNORECASE)
+_NCCL_KERNEL = deferred(r"^(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", re.IGNORECASE)
+_HOST_COLLECTIVE = deferred(r"^(gloo|nccl|mpi|ucc|xccl|hccl):(\w+)")  # c10d's profiling title of a collective
 TOP = 5
 COMPUTE, COMM, COPY = 0, 1, 2
 _DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,

@@ -11,24 +11,24 @@ The dumped process's rank is its ``[rankN]:`` prefix, else the order of the dump
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.sources.text import Context, Line
 
-_PROCESS = re.compile(r"^Process (\d+): ")
-_PYSPY_THREAD = re.compile(r"^Thread (\S+) \((?:idle|active|gil|waiting)[^)]*\)(?::\s*\"([^\"]*)\")?")
-_PYSPY_FRAME = re.compile(r"^\s+(\S+) \(([^():]+):(\d+)\)\s*$")
-_FH_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):")
-_FH_FRAME = re.compile(r'^\s+File "([^"]+)", line (\d+) in (\S+)')
+_PROCESS = deferred(r"^Process (\d+): ")
+_PYSPY_THREAD = deferred(r"^Thread (\S+) \((?:idle|active|gil|waiting)[^)]*\)(?::\s*\"([^\"]*)\")?")
+_PYSPY_FRAME = deferred(r"^\s+(\S+) \(([^():]+):(\d+)\)\s*$")
+_FH_THREAD = deferred(r"^(?:Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):")
+_FH_FRAME = deferred(r'^\s+File "([^"]+)", line (\d+) in (\S+)')
 COLLECTIVES = frozenset((
     "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_object", "reduce_scatter",
     "reduce_scatter_tensor", "_reduce_scatter_base", "broadcast", "broadcast_object_list", "barrier",
     "monitored_barrier", "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv", "reduce", "gather",
     "scatter", "inference_all_reduce", "all_reduce_coalesced", "allgather_fn", "reduce_scatter_fn"))
-_DISTRIBUTED = re.compile(r"distributed_c10d\.py$|deepspeed[/\\]comm[/\\]")
-_C10D_LAYERS = re.compile(r"torch[/\\]distributed[/\\]|deepspeed[/\\]comm[/\\]|torch[/\\]_dynamo[/\\]")
+_DISTRIBUTED = deferred(r"distributed_c10d\.py$|deepspeed[/\\]comm[/\\]")
+_C10D_LAYERS = deferred(r"torch[/\\]distributed[/\\]|deepspeed[/\\]comm[/\\]|torch[/\\]_dynamo[/\\]")
 MAX_THREAD_FRAMES = 200
 
 

@@ -22,21 +22,22 @@ from typing import Any, Callable, Iterable, Protocol
 
 from zerodoctor import events
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 
 # torchrun's --log-line-prefix-template / --tee ("[rank3]:", "[default3]:") and the launcher's
 # per-rank prefix: the only rank a line carries before its message. Slurm's srun --label writes "%*d: " (the task
 # id right-aligned to the widest, common/write_labelled_message.c _build_label) before each line a task wrote.
-_RANK_PREFIX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?|^ *(\d{1,5}): ")
+_RANK_PREFIX = deferred(r"^\s*\[(?:rank|default)(\d+)\]:\s?|^ *(\d{1,5}): ")
 # Open MPI's mpirun --tag-output. Open MPI 1.x-4.x write "[%s,%s]<%s>:" (jobid, rank, stdout/stderr/stddiag)
 # before each chunk their I/O forwarder read from a rank's pipe and after each newline in it
 # (orte/mca/iof/base/iof_base_output.c, v1.10.7-v4.1.6), so a line the rank wrote in pieces carries it inside
 # too ("RuntimeError[1,19]<stderr>:: NCCL …"). 5.x's PMIx holds a partial line back and tags whole lines:
 # "[%s,%s]<%s>: ", "[%s,%s][host:pid]<%s>: " (--output tag-detailed), "[%s]<%s>: " (--output rank)
 # (openpmix src/common/pmix_iof.c, v4.2.9 and master).
-_MPI_TAG = re.compile(r"\[(?:[^\[\],]+,)?(\d+)\](?:\[[^\[\]]*\])?<std(?:out|err|diag)>:")
+_MPI_TAG = deferred(r"\[(?:[^\[\],]+,)?(\d+)\](?:\[[^\[\]]*\])?<std(?:out|err|diag)>:")
 # Colours and terminal titles a console kept (CSI "ESC[31m", OSC "ESC]0;…BEL"): the dialects read the words.
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
-_STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
+_ANSI = deferred(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+_STAMP = deferred(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 _STAMP_WINDOW = 48  # a log prefix's timestamp sits at the start; never scan a whole line for one
 HISTORY = 8  # raw lines a dialect looks back on, for messages whose start a later line reveals (hard-wrapped text)
 TAIL = 256  # raw lines kept: where a log's last clock time is looked for, past a final traceback

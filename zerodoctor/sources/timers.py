@@ -32,18 +32,18 @@ iteration (``normalizer=args.log_interval``); the slowest rank's where a block p
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from typing import Any
 
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.messages.numbers import NUM
 from zerodoctor.messages.units import LOGGED
 from zerodoctor.sources.text import HARD_WRAP_MIN, Line, clock
 
-TIMES = re.compile(r"time \(ms\) \|")
-RANK_SAID = re.compile(r"\brank=(\d+) time \(ms\)")
-_NAMED = re.compile(rf"\| ([A-Za-z_][\w .-]*?): ({NUM})")
+TIMES = deferred(r"time \(ms\) \|")
+RANK_SAID = deferred(r"\brank=(\d+) time \(ms\)")
+_NAMED = deferred(rf"\| ([A-Za-z_][\w .-]*?): ({NUM})")
 
 # DeepSpeed: the engine's global line, whose arrival ends a step.
 _DS_GLOBAL = {"fwd": "fwd_s", "forward": "fwd_s", "bwd": "bwd_s", "backward": "bwd_s", "step": "optim_s",
@@ -175,7 +175,7 @@ def _seconds(names: dict[str, float], table: dict[str, str], wholes: set[str]) -
 
 # How each of these lines ends: a timer's "{:.2f}", the memory breakdown's "{:.4f} GB", the throughput line's
 # MaxMemAllocated; a piece a terminal cut ends anywhere else (or, by chance, there).
-_WHOLE = re.compile(rf"(?:: \d+\.\d\d|\d\.\d{{4}} GB|MaxMemAllocated={NUM}GB)\s*$")
+_WHOLE = deferred(rf"(?:: \d+\.\d\d|\d\.\d{{4}} GB|MaxMemAllocated={NUM}GB)\s*$")
 MAX_PIECES = 6  # a Megatron timer line of 2020-2022 is five 80-column pieces
 
 

@@ -25,31 +25,32 @@ import re
 from dataclasses import replace
 
 from zerodoctor.events import Event
+from zerodoctor.messages.deferred import deferred
 from zerodoctor.messages.oom import SIZE, oom_numbers
 from zerodoctor.sources.text import Context, Line, joined
 
-_START = re.compile(r"(?:\[rank(\d+)\]:\s?)?(?:[\w.]*OutOfMemoryError: )?CUDA out of memory\.")
+_START = deferred(r"(?:\[rank(\d+)\]:\s?)?(?:[\w.]*OutOfMemoryError: )?CUDA out of memory\.")
 # A log that begins inside the message (a rotated file, a scroll-back) still shows its numbers: the request with
 # the allocator's own parenthesis (1.x) or "GPU N has a total capacity" (2.1+) is no other library's words.
-_HEADLESS = re.compile(rf"Tried to allocate {SIZE}(?: \(GPU \d+;|\. GPU \d+ has a total capac)")
+_HEADLESS = deferred(rf"Tried to allocate {SIZE}(?: \(GPU \d+;|\. GPU \d+ has a total capac)")
 # Where each generation's numbers end: past these the message is complete.
-_END = re.compile(r"reserved in total by PyTorch\)|is reserved by PyTorch but unallocated|cached\)|inactive\)")
+_END = deferred(r"reserved in total by PyTorch\)|is reserved by PyTorch but unallocated|cached\)|inactive\)")
 MAX_WRAPPED_LINES = 8
 MAX_MESSAGE = 2000
 
 _SUMMARY_START = ("Root Cause (first observed failure)", "Failures:")
-_SUMMARY_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
-_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (-?\d+) \(pid: (\d+)\)")
-_SUMMARY_END = re.compile(r"^\s*={10,}\s*$")
+_SUMMARY_RANK = deferred(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
+_SUMMARY_EXIT = deferred(r"^\s*exitcode\s*: (-?\d+) \(pid: (\d+)\)")
+_SUMMARY_END = deferred(r"^\s*={10,}\s*$")
 MAX_SUMMARY_LINES = 400
 LAUNCHER_LINES = 8  # lines after "Killing subprocess" in which the launcher names the exit code
 # Bounded numbers: an exit code or a rank past int32 is a garbled line, not an event the store refuses.
-_EXITED = re.compile(r"failed \(exitcode: (-?\d{1,9})\) local_rank: (\d{1,9})\b|exits with return code = (-?\d{1,9})\b"
-                     r"|died with <Signals\.SIG\w+: (\d{1,2})\b")
+_EXITED = deferred(r"failed \(exitcode: (-?\d{1,9})\) local_rank: (\d{1,9})\b|exits with return code = (-?\d{1,9})\b"
+                   r"|died with <Signals\.SIG\w+: (\d{1,2})\b")
 # DeepSpeed's launcher names the command, which it built with "--local_rank={local_rank}" (launcher/launch.py, unless
 # --no_local_rank): the rank, as torchrun's "local_rank: R", where a paste broke the list before its end
 _LAUNCHER_COMMAND = ":sigkill_handler] ["
-_ARGV_RANK = re.compile(r"'--local_rank=(\d{1,9})'")
+_ARGV_RANK = deferred(r"'--local_rank=(\d{1,9})'")
 
 
 class TorchDialect:
