@@ -254,3 +254,24 @@ def test_the_pick_on_the_offload_sample_rests_on_more_than_the_models_error() ->
                    "--gpu-mem", "80GiB", "--no-deepspeed")
     pick = next(line for line in proc.stdout.splitlines() if line.startswith("Recommended:"))
     assert pick.startswith("Recommended: ZeRO stage 1, offload none, the fastest option that fits"), pick
+
+
+def test_an_offloading_pick_names_the_host_memory_it_needs(tmp_path: Path) -> None:
+    """A trillion parameters on one node of 8 × 24 GB: only offloading everything gets the GPU under budget, and
+    that puts 18 TB on the host. Without --host-mem the pick says so and that it was not checked; with a 1 TB host
+    nothing fits, and the way out names the host."""
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                                "zero_optimization": {"stage": 3}}))
+    args = ("check", str(path), "--world-size", "8", "--params", "1e12", "--gpu-mem", "24GB", "--no-deepspeed")
+    pick = next(line for line in run_cli(*args).stdout.splitlines() if line.startswith("Recommended:"))
+    assert pick.startswith("Recommended: ZeRO stage 3, offload optimizer+param"), pick
+    assert pick.endswith(". It puts 27000 GB in each node's host memory (not checked: give --host-mem)"), pick
+    known = run_cli(*args, "--host-mem", "1TB")
+    assert "No ZeRO option fits: add GPUs, nodes with more host memory, offload to NVMe" in known.stdout
+    assert "host/node" in known.stdout and "against --host-mem 1000 GB" in known.stdout
+    data = json.loads(run_cli(*args, "--host-mem", "1TB", "--format", "json").stdout)
+    assert data["host_mem_bytes"] == 10**12 and data["recommendation"] is None
+    both = next(r for r in data["memory_plan"] if (r["stage"], r["offload"], r["source"]) == (3, "optimizer+param",
+                                                                                               "zero-paper"))
+    assert (both["host_bytes_per_node"], both["host_fits"], both["fits"]) == (18 * 10**12, False, False)

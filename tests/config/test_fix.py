@@ -98,7 +98,8 @@ def test_check_cli_on_the_issue_config(issue_config: Path) -> None:
                     "--no-deepspeed")
     assert ("Recommended: ZeRO stage 2, offload optimizer, the simpler option that fits (40.00 GB of 80 GB, "
             "16.00 GB to spare; 91.80 s a step, assumed): stage 2 and stage 3 are within the model's error (19%; "
-            "86.78 s a step); stage 2 is simpler") in wider.stdout
+            "86.78 s a step); stage 2 is simpler. It puts 480 GB in each node's host memory (not checked: give "
+            "--host-mem)") in wider.stdout
     bad = run_cli("check", str(issue_config), "--gpu-mem", "lots", "--no-deepspeed")
     assert bad.returncode == 2 and bad.stderr.startswith("zerodoctor: error: --gpu-mem 'lots'")
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from zerodoctor.config.memory_plan import parse_quantity, plan, recommend
+from zerodoctor.config.memory_plan import HOST_BUFFER, parse_quantity, plan, recommend
 
 
 def test_the_papers_figures_for_7_5b_parameters_on_64_gpus() -> None:
@@ -50,8 +50,8 @@ def test_optimizer_offload_takes_the_gradient_partition_to_the_host_as_deepspeed
     (7_500_000_000, 4, "40GB", (2, "optimizer")),    # stage 1 + offload (30 GB, whole gradients) does not fit
     (30_000_000_000, 8, "80GB", (3, "optimizer")),   # only ZeRO-3 with optimizer offload gets under 56 GB
     (70_000_000_000, 16, "24GB", (3, "optimizer")),  # 8.75 GB of fp16 parameters; gradients go to the host
-    # with both offloads the GPU keeps no model states (its buffers and activations are the headroom's); the host's
-    # 16 TB are not planned here
+    # with both offloads the GPU keeps no model states (its buffers and activations are the headroom's); without
+    # --host-mem the host's 18 TB are not judged (test_the_host_must_hold_what_offload_moves_there)
     (1_000_000_000_000, 8, "24GB", (3, "optimizer+param")),
 ])
 def test_recommendation_is_the_fastest_option_that_fits(params: int, world: int, gpu: str, pick) -> None:
@@ -60,6 +60,35 @@ def test_recommendation_is_the_fastest_option_that_fits(params: int, world: int,
     assert (chosen.stage, chosen.offload) == pick if pick else chosen is None
     if chosen:
         assert chosen.model_states_bytes_per_gpu <= 0.7 * parse_quantity(gpu, "gpu")
+
+
+@pytest.mark.parametrize(("nodes", "per_node"), [(1, 8), (2, 4), (4, 8)])
+def test_host_memory_per_node_is_deepspeeds_estimate_with_zero_init(nodes: int, per_node: int) -> None:
+    """DeepSpeed's ``estimate_zero3_model_states_mem_needs`` (zero_init) counts 16Ψ / 18Ψ of host memory over the
+    job's nodes, times its 1.5 buffer factor; a node of ``per_node`` ranks holds that share."""
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+
+    params = 7_000_000_000
+    rows = {r.offload: r for r in plan(params, nodes * per_node, estimators=False, ranks_per_node=per_node)
+            if r.stage == 3}
+    for offload in ("optimizer", "optimizer+param"):
+        host, _, _ = estimate_zero3_model_states_mem_needs(
+            params, 0, per_node, nodes, cpu_offload=True, cpu_offload_params=offload == "optimizer+param")
+        assert rows[offload].host_bytes_per_node * HOST_BUFFER == pytest.approx(host, rel=1e-6)
+    assert rows["none"].host_bytes_per_node == 0
+
+
+def test_the_host_must_hold_what_offload_moves_there() -> None:
+    """A trillion parameters on one node of 8 × 24 GB "fit" once everything is offloaded; 1 TB of host memory
+    does not hold their 18 TB (27 TB with DeepSpeed's staging), so with the host known nothing fits, and on 256
+    GPUs (32 nodes of 8: 750 GB a node with the staging) the per-node share does."""
+    one_node = plan(10**12, 8, parse_quantity("24GB", "gpu"), estimators=False, host_mem=10**12, ranks_per_node=8)
+    assert recommend(one_node) is None
+    assert all(r.host_fits is False for r in one_node if r.offload != "none")
+    many = plan(10**12, 256, parse_quantity("24GB", "gpu"), estimators=False, host_mem=10**12, ranks_per_node=8)
+    chosen = recommend(many)
+    assert chosen is not None and chosen.offload != "none" and chosen.host_fits is True
+    assert chosen.host_bytes_per_node * HOST_BUFFER <= 10**12
 
 
 @pytest.mark.parametrize(("text", "value"), [("80GiB", 80 * 2**30), ("80GB", 80 * 10**9), ("7.5e9", 7_500_000_000),

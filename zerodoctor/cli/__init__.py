@@ -582,6 +582,8 @@ def check(
         None, "--params", help="Model parameters, e.g. 7e9 or 7B: enables the plan of memory and step time."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem",
                                           help="Memory of one GPU, e.g. 80GiB or 80GB: picks a ZeRO option."),
+    host_mem: Optional[str] = typer.Option(
+        None, "--host-mem", help="Host memory of one node, e.g. 1TB: an option that offloads must fit it too."),
     seq_len: Optional[int] = typer.Option(
         None, "--seq-len", min=1, max=MAX_RANKS,
         help="Tokens per sample, for the step times (default: 2048, assumed)."),
@@ -626,7 +628,8 @@ def check(
     try:
         report = run_check(config, loaded, world_size=world_size, params=_quantity(params, "--params"),
                            gpu_mem=_quantity(gpu_mem, "--gpu-mem"), use_deepspeed=use_deepspeed,
-                           hardware=hardware, run=run, run_name=run_name, model=shape)
+                           hardware=hardware, run=run, run_name=run_name, model=shape,
+                           host_mem=_quantity(host_mem, "--host-mem"))
     except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
     if fmt.value == "json":

@@ -13,16 +13,21 @@ fits when both together leave ``BUFFER_SHARE`` of the GPU for ZeRO's buffers and
 gets the largest micro-batch that fits and its throughput there, the trade the ZeRO-Offload paper makes (offload
 frees memory for a larger batch, which can outrun the offload's cost). Without it the plan is as before: model
 states alone, under ``HEADROOM``.
+
+What an option offloads lands in host memory, which every rank of a node shares: each row carries it per node,
+and with ``check --host-mem`` an option fits only where it, times DeepSpeed's own staging factor (``HOST_BUFFER``),
+fits the host as well. Without a GPU's worth of states left, a trillion parameters "fit" on any GPU once
+everything is offloaded; the host is where they do not.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from zerodoctor.deepspeed.activations import Workload
-from zerodoctor.deepspeed.modelstates import model_state_bytes
+from zerodoctor.deepspeed.modelstates import host_state_bytes, model_state_bytes
 from zerodoctor.deepspeed import steptime as st
 from zerodoctor.deepspeed.steptime import Figure, Inputs, StepTime, predict
 from zerodoctor.signals.memory import BUFFER_SHARE, HEADROOM
@@ -42,6 +47,9 @@ ASSUMPTION = (f"an option fits when model states take at most {HEADROOM:.0%} of 
 ASSUMPTION_PRICED = (f"an option fits when model states and activations take at most {1 - BUFFER_SHARE:.0%} of GPU "
                      f"memory; the other {BUFFER_SHARE:.0%} is left for ZeRO's buffers and fragmentation")
 NOT_PRICED = "activations: not priced, no --model"
+# DeepSpeed's estimators' ``additional_buffer_factor``: host memory for offloaded states is their bytes times this
+# (pinned staging buffers, the optimizer's swap of the partition it steps on).
+HOST_BUFFER = 1.5
 # Byte units as people type them (GB = 10^9), then counts: 7B parameters, 125M; "B" alone is a billion here.
 _UNITS = {**{unit.lower(): size for unit, size in TYPED.items() if unit != "B"},
           "": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "b": 1e9}
@@ -68,10 +76,13 @@ class PlanRow:
     max_micro_batch: Figure | None = None  # the largest that fits (0: none), with ``--model`` and ``--gpu-mem``
     largest: Batch | None = None  # the option at ``max_micro_batch``, when one fits and a step is priced
     samples_per_s: Figure | None = None  # throughput at the configured micro-batch
+    host_bytes_per_node: int = 0  # offloaded model states the node's host memory holds (before ``HOST_BUFFER``)
+    host_fits: bool | None = None  # whether they fit ``check --host-mem`` (None: not given, or nothing offloaded)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: getattr(self, k) for k in ("stage", "offload", "model_states_bytes_per_gpu",
-                                                             "source", "fits")}
+                                                             "source", "fits", "host_bytes_per_node",
+                                                             "host_fits")}
         out["memory_mark"] = "nominal"  # the paper's arithmetic on the parameters given, never a measurement
         out.update(self.step.to_json() if self.step else {"step_time_s": None, "step_time_mark": None})
         out.update(_figure("activation_bytes", self.activations), **_figure("samples_per_s", self.samples_per_s),
@@ -96,14 +107,26 @@ def parse_quantity(text: str, what: str) -> int:
 
 
 def plan(params: int, world_size: int, gpu_mem: int | None = None, *, estimators: bool = True,
-         timing: Inputs | None = None, workload: Workload | None = None) -> list[PlanRow]:
+         timing: Inputs | None = None, workload: Workload | None = None, host_mem: int | None = None,
+         ranks_per_node: int = 1) -> list[PlanRow]:
     """Every ZeRO option by the paper, priced in time on ``timing`` when given and in activations on ``workload``
-    (the model's shape and batch) when given, then DeepSpeed's estimates where it has them (and ``estimators``)."""
+    (the model's shape and batch) when given, then DeepSpeed's estimates where it has them (and ``estimators``);
+    each with the host memory its offload takes on a node of ``ranks_per_node`` ranks, judged against
+    ``host_mem`` when given."""
     rows = [_row(stage, offload, model_state_bytes(params, world_size, stage, offload), "zero-paper", gpu_mem,
                  predict(stage, offload, timing) if timing else None, workload, timing)
             for stage, offload in OPTIONS]
     estimates = _deepspeed_estimates(params, world_size) if estimators else []
-    return rows + [_row(*est, "deepspeed-estimator", gpu_mem) for est in estimates]
+    rows += [_row(*est, "deepspeed-estimator", gpu_mem) for est in estimates]
+    local = min(max(ranks_per_node, 1), world_size)
+    return [_on_host(row, host_state_bytes(params, world_size, row.offload) * local, host_mem) for row in rows]
+
+
+def _on_host(row: PlanRow, need: float, host_mem: int | None) -> PlanRow:
+    """``row`` with its host bytes a node, and fitting only where they fit the host too (when it is known)."""
+    host_fits = None if host_mem is None or not need else need * HOST_BUFFER <= host_mem
+    fits = row.fits and host_fits is not False if row.fits is not None else None
+    return replace(row, host_bytes_per_node=int(need), host_fits=host_fits, fits=fits)
 
 
 def budget(gpu_mem: int, priced: bool) -> float:
@@ -168,7 +191,7 @@ def within_error(rows: list[PlanRow], pick: PlanRow) -> tuple[PlanRow, float] | 
 def best_at_largest(rows: list[PlanRow], pick: PlanRow) -> tuple[PlanRow, float] | None:
     """The option that runs the most samples a second at its own largest micro-batch, when that is not the pick
     and beats the pick's at its largest, and the model's error on their ratio: what a larger batch would buy."""
-    paper = [r for r in rows if r.source == "zero-paper" and r.largest]
+    paper = [r for r in rows if r.source == "zero-paper" and r.largest and r.host_fits is not False]
     if not paper or not pick.largest:
         return None
     best = max(paper, key=lambda r: r.largest.samples_per_s.value if r.largest else 0.0)

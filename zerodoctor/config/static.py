@@ -42,6 +42,7 @@ class CheckReport:
     world_size_from: str = "given"  # given | batch (train_batch_size / (micro × grad-accum)) | assumed (neither)
     params: int | None = None
     gpu_mem_bytes: int | None = None
+    host_mem_bytes: int | None = None  # one node's host memory (``--host-mem``): what offload may fill
     findings: list[Finding] = field(default_factory=list)
     unevaluated: list[Unevaluated] = field(default_factory=list)
     deepspeed: Verdict | None = None  # None: skipped (``deepspeed_skipped``) or not installed
@@ -88,17 +89,18 @@ def judge_config(config: dict[str, Any], rules: list[Rule], *, name: str, world_
 
 def check(path: Path, rules: list[Rule], *, world_size: int | None = None, params: int | None = None,
           gpu_mem: int | None = None, use_deepspeed: bool = True, hardware: Hardware | None = None,
-          run: dict[str, Any] | None = None, run_name: str | None = None, model: Shape | None = None) -> CheckReport:
+          run: dict[str, Any] | None = None, run_name: str | None = None, model: Shape | None = None,
+          host_mem: int | None = None) -> CheckReport:
     """``world_size`` None: the one the config's three batch values imply, else 1 (the report says which).
 
     ``run``: the signals of a run that calibrate the step times (``deepspeed.stepinputs.calibrate``), named
     ``run_name``; it also gives the parameter count when ``params`` is None. ``model``: the transformer's shape
-    (``--model``), which prices activations and gives the step times its layer count. A bad --gpu or --inter-node
-    is a ValueError."""
+    (``--model``), which prices activations and gives the step times its layer count. ``host_mem``: one node's
+    host memory, which an offloading option must fit as well. A bad --gpu or --inter-node is a ValueError."""
     params = params or (int(run["run.params"]) if run and run.get("run.params") else None)
     config = load_config(path)
     world_size, source = (world_size, "given") if world_size else implied_world_size(config)
-    report = CheckReport(str(path), world_size, config, source, params, gpu_mem)
+    report = CheckReport(str(path), world_size, config, source, params, gpu_mem, host_mem)
     report.findings, report.unevaluated = judge_config(
         config, rules, name=Path(path).name, world_size=world_size, params=params, gpu_mem=gpu_mem)
     if use_deepspeed:
@@ -112,7 +114,8 @@ def check(path: Path, rules: list[Rule], *, world_size: int | None = None, param
         if run:
             report.timing, report.calibrated_from = calibrate(report.timing, run), run_name
         report.memory_plan = plan(params, world_size, gpu_mem, estimators=use_deepspeed, timing=report.timing,
-                                  workload=report.workload)
+                                  workload=report.workload, host_mem=host_mem,
+                                  ranks_per_node=report.timing.gpus_per_node)
         report.recommendation = recommend(report.memory_plan) if gpu_mem else None
     return report
 

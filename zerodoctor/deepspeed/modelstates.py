@@ -21,6 +21,10 @@ its own estimators count (``estimate_zero2_model_states_mem_needs``: 2Ψ on the 
 Stage 1 keeps whole gradients on the GPU until the step (it reduces them at the boundary), offload or
 not. Offloading parameters too (stage 3 only) moves the parameter term as well. Activations,
 temporary buffers and fragmentation come on top; callers add headroom for them.
+
+What leaves the GPU lands in host memory, shared by the ranks of a node: ``host_state_bytes`` counts it as
+DeepSpeed's estimators do with ``zero_init`` (16Ψ over the job under optimizer offload: the optimizer state and
+the fp32 gradient partition it steps on; 18Ψ with the parameters too).
 """
 
 from __future__ import annotations
@@ -67,3 +71,20 @@ def model_state_bytes(params: float, world_size: int, stage: int, offload: str =
         param = 0.0 if offload == "optimizer+param" else w * psi
         return (param + grad + opt) / n
     raise ValueError(f"ZeRO stage must be 0-3, not {stage}")
+
+
+def host_state_bytes(params: float, world_size: int, offload: str = "none", k: int = ADAM_MIXED_K,
+                     precision: str | None = None) -> float:
+    """Bytes of model states one rank keeps in host memory: its optimizer partition and the fp32 gradient
+    partition the host's Adam steps on, (K + 4)Ψ/N, and under parameter offload its parameter partition too.
+
+    DeepSpeed's ``estimate_zero2/3_model_states_mem_needs`` count the same 16Ψ and 18Ψ over the job (with
+    ``zero_init``) and multiply by an ``additional_buffer_factor`` of 1.5 for pinned staging buffers; the
+    caller adds that headroom."""
+    if offload not in OFFLOADS:
+        raise ValueError(f"offload must be one of {OFFLOADS}, not {offload!r}")
+    if offload == "none":
+        return 0.0
+    psi, n = float(params), max(int(world_size), 1)
+    param = weight_bytes(precision) * psi if offload == "optimizer+param" else 0.0
+    return ((k + 4) * psi + param) / n

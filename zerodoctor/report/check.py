@@ -8,8 +8,8 @@ from typing import Any
 from rich.console import Console
 
 from zerodoctor import __version__
-from zerodoctor.config.memory_plan import (ASSUMPTION, ASSUMPTION_PRICED, NOT_PRICED, PlanRow, best_at_largest,
-                                           margin, within_error)
+from zerodoctor.config.memory_plan import (ASSUMPTION, ASSUMPTION_PRICED, HOST_BUFFER, NOT_PRICED, PlanRow,
+                                           best_at_largest, margin, within_error)
 from zerodoctor.config.static import CheckReport
 from zerodoctor.deepspeed.steptime import Inputs, StepTime
 from zerodoctor.report.terminal import escape, wrap_width
@@ -28,6 +28,7 @@ def to_json(report: CheckReport) -> dict[str, Any]:
         "world_size_from": report.world_size_from,
         "params": report.params,
         "gpu_mem_bytes": report.gpu_mem_bytes,
+        "host_mem_bytes": report.host_mem_bytes,
         "findings": [f.to_json() for f in report.findings],
         "unevaluated": [u.to_json() for u in report.unevaluated],
         "deepspeed": report.deepspeed.to_json() if report.deepspeed else None,
@@ -131,7 +132,8 @@ def _plan(report: CheckReport, console: Console) -> None:
                   f"{report.world_size} GPUs (GB = 10^9 bytes; mixed-precision Adam, K = 12):")
     priced = report.workload is not None
     console.print(f"  {'stage':<6}{'offload':<17}{'ZeRO paper':>11}" + (f"{'DeepSpeed est.':>16}" if has_ds else "")
-                  + (f"{'activations':>14}" if priced else "") + ("   fits" if report.gpu_mem_bytes else "")
+                  + (f"{'activations':>14}" if priced else "") + (f"{'host/node':>12}" if report.host_mem_bytes else "")
+                  + ("   fits" if report.gpu_mem_bytes else "")
                   + ("   step time" if timed else "")
                   + (f"{'':<12}samples/s   largest micro-batch" if priced and timed else ""))
     for (stage, offload), rows in by_source.items():
@@ -141,6 +143,8 @@ def _plan(report: CheckReport, console: Console) -> None:
             line += f"{ds.model_states_bytes_per_gpu / 1e9:>13.2f} GB" if ds else " " * 16
         if paper.activations:
             line += f"{paper.activations.value / 1e9:>11.2f} GB"
+        if report.host_mem_bytes:
+            line += f"{paper.host_bytes_per_node * HOST_BUFFER / 1e9:>9.0f} GB"
         if paper.fits is not None:
             line += "   yes" if paper.fits else "   no "
         if paper.step:
@@ -149,6 +153,10 @@ def _plan(report: CheckReport, console: Console) -> None:
     if has_ds:
         console.print("  [dim]DeepSpeed's estimators print these /2^30 and call it GB; ZeRO-3 rows leave out the "
                       "largest layer (4 bytes per parameter of it), which a config does not tell[/]")
+    if report.host_mem_bytes:
+        console.print(f"  [dim]host/node: offloaded states of a node's {_node_ranks(report)} ranks × {HOST_BUFFER} "
+                      f"(DeepSpeed's estimators' staging factor) against --host-mem "
+                      f"{report.host_mem_bytes / 1e9:.0f} GB[/]")
     if report.timing:
         console.print(f"  [dim]{escape(inputs_line(report.timing, report.calibrated_from))}[/]")
     if report.workload:
@@ -162,7 +170,9 @@ def _plan(report: CheckReport, console: Console) -> None:
             if larger:
                 console.print(larger)
         else:
-            console.print("[bold red]No ZeRO option fits:[/] add GPUs, offload to NVMe"
+            host_bound = any(r.host_fits is False for r in report.memory_plan)
+            console.print("[bold red]No ZeRO option fits:[/] add GPUs"
+                          + (", nodes with more host memory" if host_bound else "") + ", offload to NVMe"
                           + (", or take a smaller micro-batch (the largest each option fits is above)"
                              if report.workload else ""))
 
@@ -184,7 +194,15 @@ def pick_line(report: CheckReport, pick: PlanRow) -> str:
                 if pick.stage != rival.stage else (f"offload {pick.offload}", f"offload {rival.offload}"))
         line += (f": {both[0]} and {both[1]} are within the model's error ({error:.0%}; "
                  f"{_seconds(near[0].step.total.value)} a step); {both[0]} is simpler")
+    if pick.host_bytes_per_node:
+        need = pick.host_bytes_per_node * HOST_BUFFER / 1e9
+        line += (f". It puts {need:.0f} GB in each node's host memory (" + (
+            f"of {report.host_mem_bytes / 1e9:.0f} GB)" if report.host_mem_bytes else "not checked: give --host-mem)"))
     return line
+
+
+def _node_ranks(report: CheckReport) -> int:
+    return report.timing.gpus_per_node if report.timing else 1
 
 
 def _option(row: PlanRow, offload: bool) -> str:
