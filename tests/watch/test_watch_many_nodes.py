@@ -449,3 +449,25 @@ def test_four_nodes_judge_their_run_once_and_the_judge_fails_over_when_killed(tm
     assert took == [1 if pid in (judge, successor) else 0 for pid in pids], took
     assert [bool(n) for n in said] == [bool(n) for n in took], said
     assert sum(out.count("ZD204") for _, out, _ in ended) == 1, [out for _, out, _ in ended]
+
+
+def test_a_look_on_another_node_names_the_watcher_that_judges_the_run(tmp_path, pg_url):
+    """Node A's watcher runs live and judges "job"; ``watch --once`` on node B stores B's ranks and leaves the
+    judgement to A. It used to say nothing of the run at all (no finding, no word why): it names A's watcher,
+    once, and where the findings are."""
+    nodes = [Node(f"node-{i}", tmp_path / f"node-{i}" / "runs", tmp_path / f"node-{i}" / "runs") for i in range(2)]
+    for i, node in enumerate(nodes):
+        append(node.disk / "job" / f"rank-{i}.jsonl", "job", i, range(1, 21))
+    live = nodes[0].watch("--db", pg_url, str(nodes[0].disk))
+    try:
+        assert wait_for(lambda: _judge_of(pg_url, "job"), timeout=30) == live.pid
+        look = subprocess.run(nodes[1].command("watch", "--once", "--db", pg_url, str(nodes[1].disk)),
+                              capture_output=True, text=True, env=nodes[1].env, timeout=60)
+    finally:
+        stop(live)
+    assert look.returncode == 0, look.stderr
+    assert stored_count(pg_url) == 2 * 20
+    named = [line for line in look.stderr.splitlines() if "is judged by another watcher" in line]
+    assert named == [f"zerodoctor: run job is judged by another watcher (pid {live.pid} on {socket.gethostname()}), "
+                     "which holds its judge lock: it says the run's findings, and 'zerodoctor status' shows them "
+                     "from the store"], look.stderr

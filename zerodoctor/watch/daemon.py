@@ -322,6 +322,10 @@ class Watcher:
         if self.lock.judges(name):
             self._others.pop(name, None)
             return True
+        if name not in self._others:  # said once: a look (``--once``) that judges nothing here says who does
+            log.info("run %s is judged by another watcher (%s), which holds its judge lock: it says the run's "
+                     "findings, and 'zerodoctor status' shows them from the store", name,
+                     self.lock.judge_of(name) or "one that just let go")
         self._others[name] = now
         return False
 

@@ -69,6 +69,9 @@ class WriterLock(Protocol):
     def judges(self, run: str) -> bool:
         """True when this watcher is the one that judges ``run`` (taken now if no watcher is)."""
 
+    def judge_of(self, run: str) -> str | None:
+        """Which watcher judges ``run`` when this one does not (``pid N on HOST``); None when none does now."""
+
     @property
     def judging(self) -> set[str]:
         """The runs this watcher judges for other writers of the store: their saves must be read before a
@@ -121,6 +124,9 @@ class _WholeStore:
     def judges(self, run: str) -> bool:
         """The only writer judges every run it reads."""
         return True
+
+    def judge_of(self, run: str) -> str | None:
+        return None  # never asked: this watcher judges them all
 
     @property
     def judging(self) -> set[str]:
@@ -217,6 +223,9 @@ class _AdvisoryLocks:
         self.judged[run] = key
         log.info("judging run %s for every watcher of this store", run)
         return True
+
+    def judge_of(self, run: str) -> str | None:
+        return self._holder(judge_key(self.schema, run))
 
     @property
     def judging(self) -> set[str]:
