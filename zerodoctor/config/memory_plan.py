@@ -16,8 +16,8 @@ states alone, under ``HEADROOM``.
 
 What an option offloads lands in host memory, which every rank of a node shares: each row carries it per node,
 and with ``check --host-mem`` an option fits only where it, times DeepSpeed's own staging factor (``HOST_BUFFER``),
-fits the host as well. Without a GPU's worth of states left, a trillion parameters "fit" on any GPU once
-everything is offloaded; the host is where they do not.
+fits the host as well. Once everything is offloaded, a trillion parameters "fit" on any GPU; the host is where
+they do not.
 """
 
 from __future__ import annotations
