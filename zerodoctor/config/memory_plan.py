@@ -79,6 +79,11 @@ class PlanRow:
     host_bytes_per_node: int = 0  # offloaded model states the node's host memory holds (before ``HOST_BUFFER``)
     host_fits: bool | None = None  # whether they fit ``check --host-mem`` (None: not given, or nothing offloaded)
 
+    @property
+    def host_need_bytes(self) -> float:
+        """Host memory a node needs for the offloaded states, DeepSpeed's staging buffers included."""
+        return self.host_bytes_per_node * HOST_BUFFER
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: getattr(self, k) for k in ("stage", "offload", "model_states_bytes_per_gpu",
                                                              "source", "fits", "host_bytes_per_node",
@@ -124,9 +129,10 @@ def plan(params: int, world_size: int, gpu_mem: int | None = None, *, estimators
 
 def _on_host(row: PlanRow, need: float, host_mem: int | None) -> PlanRow:
     """``row`` with its host bytes a node, and fitting only where they fit the host too (when it is known)."""
-    host_fits = None if host_mem is None or not need else need * HOST_BUFFER <= host_mem
+    row = replace(row, host_bytes_per_node=int(need))
+    host_fits = None if host_mem is None or not need else row.host_need_bytes <= host_mem
     fits = row.fits and host_fits is not False if row.fits is not None else None
-    return replace(row, host_bytes_per_node=int(need), host_fits=host_fits, fits=fits)
+    return replace(row, host_fits=host_fits, fits=fits)
 
 
 def budget(gpu_mem: int, priced: bool) -> float:

@@ -73,10 +73,9 @@ def model_state_bytes(params: float, world_size: int, stage: int, offload: str =
     raise ValueError(f"ZeRO stage must be 0-3, not {stage}")
 
 
-def host_state_bytes(params: float, world_size: int, offload: str = "none", k: int = ADAM_MIXED_K,
-                     precision: str | None = None) -> float:
+def host_state_bytes(params: float, world_size: int, offload: str = "none") -> float:
     """Bytes of model states one rank keeps in host memory: its optimizer partition and the fp32 gradient
-    partition the host's Adam steps on, (K + 4)Ψ/N, and under parameter offload its parameter partition too.
+    partition the host's Adam steps on, (K + 4)Ψ/N, and under parameter offload its fp16 parameter partition too.
 
     DeepSpeed's ``estimate_zero2/3_model_states_mem_needs`` count the same 16Ψ and 18Ψ over the job (with
     ``zero_init``) and multiply by an ``additional_buffer_factor`` of 1.5 for pinned staging buffers; the
@@ -86,5 +85,5 @@ def host_state_bytes(params: float, world_size: int, offload: str = "none", k: i
     if offload == "none":
         return 0.0
     psi, n = float(params), max(int(world_size), 1)
-    param = weight_bytes(precision) * psi if offload == "optimizer+param" else 0.0
-    return ((k + 4) * psi + param) / n
+    param = weight_bytes(None) * psi if offload == "optimizer+param" else 0.0
+    return ((ADAM_MIXED_K + 4) * psi + param) / n

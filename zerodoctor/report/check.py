@@ -144,7 +144,7 @@ def _plan(report: CheckReport, console: Console) -> None:
         if paper.activations:
             line += f"{paper.activations.value / 1e9:>11.2f} GB"
         if report.host_mem_bytes:
-            line += f"{paper.host_bytes_per_node * HOST_BUFFER / 1e9:>9.0f} GB"
+            line += f"{paper.host_need_bytes / 1e9:>9.0f} GB"
         if paper.fits is not None:
             line += "   yes" if paper.fits else "   no "
         if paper.step:
@@ -195,8 +195,7 @@ def pick_line(report: CheckReport, pick: PlanRow) -> str:
         line += (f": {both[0]} and {both[1]} are within the model's error ({error:.0%}; "
                  f"{_seconds(near[0].step.total.value)} a step); {both[0]} is simpler")
     if pick.host_bytes_per_node:
-        need = pick.host_bytes_per_node * HOST_BUFFER / 1e9
-        line += (f". It puts {need:.0f} GB in each node's host memory (" + (
+        line += (f". It puts {pick.host_need_bytes / 1e9:.0f} GB in each node's host memory (" + (
             f"of {report.host_mem_bytes / 1e9:.0f} GB)" if report.host_mem_bytes else "not checked: give --host-mem)"))
     return line
 
