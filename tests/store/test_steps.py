@@ -221,6 +221,27 @@ def test_columns_hold_every_field_of_every_record_as_it_was(rows):
     assert [got(r) for _, r in back] == [expected(r) for r in records]
 
 
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(_ANY_STEP, min_size=1, max_size=12), copies=st.integers(1, 40))
+def test_a_chunks_summary_and_blob_are_each_columns_own(rows, copies):
+    """``summary`` and ``encode`` reduce the columns every row has as one matrix per dtype: each figure is the
+    one its column alone gives (the same pairwise sum past numpy's blocks of 128: ``copies`` makes up to 480 rows),
+    and a column with gaps, a mask or NaN is reduced alone, as before."""
+    records = [step_record({"v": 1, "run": "r", "kind": "step", **row}) for row in rows * copies]
+    cols = Columns.of(records, list(range(len(records))))
+    alone = {}
+    for name, column in cols.values.items():
+        present = column if cols.mask(name) is None else column[cols.mask(name)]
+        if len(present):
+            alone[name] = [len(present), present.sum().item(), present.min().item(), present.max().item()]
+    assert msgspec.msgpack.encode(cols.summary()) == msgspec.msgpack.encode(alone)  # NaN and -0.0 compared too
+    back = Columns.decode(cols.n, cols.encode())
+    assert back.values.keys() == cols.values.keys()
+    for name, column in cols.values.items():
+        assert back.values[name].tobytes() == column.tobytes()
+        assert (back.valid[name] is None) == (cols.valid[name] is None)
+
+
 def test_an_infinite_time_is_stored_and_summed_as_it_is(tmp_path: Path):
     """msgspec reads 1e400 as inf: a value, kept in the chunk and in the rank's totals."""
     engine = open_engine(tmp_path / "store.db", scratch=True)

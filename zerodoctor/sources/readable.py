@@ -222,12 +222,17 @@ class Closable(Protocol):
 class OpenFiles:
     """The readers holding an open handle (``watch``'s tails, a store-less ``diagnose``'s files), least recently
     read first; past ``limit`` the oldest closes its own and opens it again when next read, so 10,000 rank files
-    cost no more descriptors than a quarter of ``ulimit -n``."""
+    cost no more descriptors than a quarter of ``ulimit -n``.
+
+    Within that quarter every file stays open: a file closed between passes is opened again at the next, its
+    head read and checked again, which at 4,096 rank files (a cap of 512 here before) was a tenth of each pass.
+    """
 
     def __init__(self, limit: int | None = None) -> None:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        # A quarter of the descriptors at most: the store, watchdog and the training job's own need the rest.
-        self.limit = limit or max(8, min(512, (soft if soft != resource.RLIM_INFINITY else 4096) // 4))
+        # A quarter of this process's descriptors (the training job's processes have their own): the store's
+        # connections, watchdog and the exporter's sockets need some of the rest.
+        self.limit = limit or max(8, (soft if soft != resource.RLIM_INFINITY else 4096) // 4)
         self._tails: OrderedDict[Closable, None] = OrderedDict()
 
     def used(self, tail: Closable) -> None:

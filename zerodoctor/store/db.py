@@ -18,9 +18,11 @@ mode: what the runs say is the user's, like the 0700 run directories beside it.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
-from sqlalchemy import Connection, Engine, Insert, Table, create_engine, event
+from sqlalchemy import Connection, Engine, Insert, Table, create_engine, event, insert
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
@@ -86,6 +88,54 @@ def insert_new(conn: Connection, table: Table) -> Insert:
 
         return sqlite.insert(table).on_conflict_do_nothing()
     return table.insert()
+
+
+class BulkInsert:
+    """One compiled INSERT handed straight to the driver's ``executemany``, rows as tuples in column order.
+
+    SQLAlchemy's per-row parameter processing costs more than SQLite's insert itself
+    (measured 11 µs vs 2.3 µs per step row); the tables it fills need no type processing (JSON
+    payloads serialised by the caller, blobs as bytes), so the rows go to the DBAPI as they are.
+    Built once per table: the events of a batch, and the step chunks (one per rank a batch holds:
+    at 4,096 ranks a live pass makes thousands of one-row inserts, each paying SQLAlchemy's cost).
+    """
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.columns = [c.name for c in table.columns if c.name != "id"]
+        self._compiled: dict[str, tuple[str, bool]] = {}
+
+    def __call__(self, conn: Connection, rows: list[tuple]) -> None:
+        if not rows:
+            return
+        sql, positional = self._compiled.get(conn.dialect.name) or self._compile(conn.dialect)
+        conn.exec_driver_sql(sql, rows if positional else [dict(zip(self.columns, row)) for row in rows])
+
+    def _compile(self, dialect) -> tuple[str, bool]:  # noqa: ANN001 - SQLAlchemy Dialect
+        compiled = insert(self.table).compile(dialect=dialect, column_keys=self.columns)
+        if compiled.positional and list(compiled.positiontup) != self.columns:
+            raise RuntimeError(f"{self.table.name}: INSERT binds {compiled.positiontup}, not {self.columns}")
+        entry = (str(compiled), bool(compiled.positional))
+        self._compiled[dialect.name] = entry
+        return entry
+
+
+@contextmanager
+def savepoint(conn: Connection) -> Iterator[None]:
+    """``conn.begin_nested()`` by its SQL, for the savepoint every stored batch takes (``Ingestor.add_or_quarantine``):
+    SQLAlchemy builds and compiles a clause for each SAVEPOINT and RELEASE, which at 4,096 ranks, a batch a rank,
+    was an eighth of a live pass. What raises inside is rolled back to the savepoint, and raised."""
+    conn.exec_driver_sql("SAVEPOINT zd_batch")
+    try:
+        yield
+    except BaseException:
+        try:
+            conn.exec_driver_sql("ROLLBACK TO SAVEPOINT zd_batch")
+            conn.exec_driver_sql("RELEASE SAVEPOINT zd_batch")
+        except DBAPIError:
+            pass  # the connection failed under it: the caller rolls the whole transaction back
+        raise
+    conn.exec_driver_sql("RELEASE SAVEPOINT zd_batch")
 
 
 def open_engine(db: str | Path | URL, *, scratch: bool = False, read_only: bool = False) -> Engine:

@@ -72,8 +72,8 @@ def collect(conn: Connection, reasons: int = FIRST_REASONS) -> list[RunStatus]:
     if elsewhere:
         # Only files outside run directories pay for this scan of the event tables.
         holders = set(runs_of_files(conn, elsewhere))
-        holders.update(conn.execute(select(events.c.file_id, events.c.run_id)
-                                    .where(events.c.file_id.in_(elsewhere)).distinct()).tuples())
+        holders.update(tuple(row) for row in conn.execute(select(events.c.file_id, events.c.run_id)
+                                                          .where(events.c.file_id.in_(elsewhere)).distinct()))
         owned = set()
         for fid, rid in sorted(holders):
             by_name[run_ids[rid]].files.append(stored[fid])

@@ -19,10 +19,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 import msgspec
-from sqlalchemy import Connection, delete, func, insert, select
+from sqlalchemy import Connection, delete, func, select
 
 from zerodoctor.events.columns import Columns, Steps
 from zerodoctor.events.merges import add_totals, merge
+from zerodoctor.store.db import BulkInsert
 from zerodoctor.store.schema import step_chunks
 
 COMPACT_EVERY = 64  # small chunks of one rank that make one chunk a level up
@@ -40,17 +41,22 @@ def store(conn: Connection, run_id: int, file_id: int, cols: Columns) -> tuple[f
 
     Returns the first and last step time."""
     times = cols.values["t"]
-    conn.execute(insert(step_chunks), [_chunk(run_id, file_id, rank, part.without("rank", "line"))
-                                       for rank, part in cols.split("rank")])
+    _INSERT(conn, [_chunk(run_id, file_id, rank, part.without("rank", "line"))
+                   for rank, part in cols.split("rank")])
     return float(times.min()), float(times.max())
 
 
-def _chunk(run_id: int, file_id: int, rank: int, cols: Columns, *, level: int = 0) -> dict[str, Any]:
-    """The ``step_chunks`` row of one rank's columns; a chunk of a level above 0 is a compaction's (folded)."""
+_INSERT = BulkInsert(step_chunks)
+
+
+def _chunk(run_id: int, file_id: int, rank: int, cols: Columns, *, level: int = 0) -> tuple:
+    """The ``step_chunks`` row of one rank's columns, in ``_INSERT``'s column order; a chunk of a level above
+    0 is a compaction's (folded)."""
     steps = cols.values["step"]
-    return {"run_id": run_id, "file_id": file_id, "rank": rank, "rows": cols.n, "first_step": int(steps.min()),
-            "last_step": int(steps.max()), "last_t": float(cols.values["t"].max()), "level": level,
-            "folded": level > 0, "summary": msgspec.msgpack.encode(cols.summary()), "columns": cols.encode()}
+    row = {"run_id": run_id, "file_id": file_id, "rank": rank, "rows": cols.n, "first_step": int(steps.min()),
+           "last_step": int(steps.max()), "last_t": float(cols.values["t"].max()), "level": level,
+           "folded": level > 0, "summary": msgspec.msgpack.encode(cols.summary()), "columns": cols.encode()}
+    return tuple(row[name] for name in _INSERT.columns)
 
 
 def compact(conn: Connection, run_id: int, holders: Iterable[tuple[int, int]], folded_through: int) -> None:
@@ -62,10 +68,10 @@ def compact(conn: Connection, run_id: int, holders: Iterable[tuple[int, int]], f
     c = step_chunks.c
     # One grouped read names the holders with enough small chunks to merge: a look-up per holder cost a query
     # per rank that wrote, at every pass (4,096 of them at 4,096 ranks); most have fewer than COMPACT_EVERY.
-    full = set(conn.execute(
+    full = {tuple(row) for row in conn.execute(
         select(c.file_id, c.rank).where(c.run_id == run_id, c.level < 3, c.rows < _SMALL_ROWS,
                                         c.last_step <= folded_through)
-        .group_by(c.file_id, c.rank, c.level).having(func.count() >= COMPACT_EVERY)).tuples())
+        .group_by(c.file_id, c.rank, c.level).having(func.count() >= COMPACT_EVERY))}
     for file_id, rank in holders:
         if (file_id, rank) not in full:
             continue
@@ -81,8 +87,7 @@ def compact(conn: Connection, run_id: int, holders: Iterable[tuple[int, int]], f
                 break
             parts = [Columns.decode(n, data) for n, data in conn.execute(
                 select(c.rows, c.columns).where(c.id.in_(ids)).order_by(c.id))]
-            conn.execute(insert(step_chunks).values(_chunk(run_id, file_id, rank, Columns.concat(parts),
-                                                           level=level + 1)))
+            _INSERT(conn, [_chunk(run_id, file_id, rank, Columns.concat(parts), level=level + 1)])
             conn.execute(delete(step_chunks).where(c.id.in_(ids)))
 
 
