@@ -221,6 +221,8 @@ def test_columns_hold_every_field_of_every_record_as_it_was(rows):
     assert [got(r) for _, r in back] == [expected(r) for r in records]
 
 
+# sums that overflow to inf, or meet inf and -inf (NaN): values here, as in the store; numpy warns of them
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @settings(max_examples=200, deadline=None)
 @given(rows=st.lists(_ANY_STEP, min_size=1, max_size=12), copies=st.integers(1, 40))
 def test_a_chunks_summary_and_blob_are_each_columns_own(rows, copies):
