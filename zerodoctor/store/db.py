@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 from sqlalchemy import Connection, Engine, Insert, Table, create_engine, event, insert
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from zerodoctor.probe.privacy import secret_name
@@ -111,7 +111,7 @@ class BulkInsert:
         sql, positional = self._compiled.get(conn.dialect.name) or self._compile(conn.dialect)
         conn.exec_driver_sql(sql, rows if positional else [dict(zip(self.columns, row)) for row in rows])
 
-    def _compile(self, dialect) -> tuple[str, bool]:  # noqa: ANN001 - SQLAlchemy Dialect
+    def _compile(self, dialect: Dialect) -> tuple[str, bool]:
         compiled = insert(self.table).compile(dialect=dialect, column_keys=self.columns)
         if compiled.positional and list(compiled.positiontup) != self.columns:
             raise RuntimeError(f"{self.table.name}: INSERT binds {compiled.positiontup}, not {self.columns}")
