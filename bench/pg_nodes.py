@@ -16,6 +16,10 @@ is a real subprocess watching only that node's directory. For each node count, i
 - **PostgreSQL's CPU** over the live phase: the postmaster and its backends from ``/proc`` (the server must run
   on this machine; other clients of the same server count too), and the watchers' own CPU beside it.
 
+``--others-niced``: once the backlog is stored, every watcher but the run's judge (the one whose log says it judges
+it) runs at nice 19. In a real job each node's watcher has its node's CPUs; here 64 of them share 2 cores, and the
+judge, whose judgement every finding waits for, gets a 32nd of its share while the others take in their ranks.
+
 ``--baseline-code DIR`` runs every size with the watchers of another source tree too (``git archive REV``
 unpacked), interleaved, so today's code and a change are measured in the same run. Ratios are against the
 first (smallest) node count of the same code.
@@ -189,6 +193,12 @@ def measure(nodes: int, code: Path, args: argparse.Namespace, tag: str) -> dict:
         if row["backlog_s"] is None:
             raise RuntimeError(f"{nodes} nodes: the backlog of {written} events was not stored in {args.timeout} s")
         pids = [w.pid for w in watchers]
+        if args.others_niced:
+            judge = [w.pid for w, (_, err) in zip(watchers, logs) if f"judging run {RUN}" in err.read_text()]
+            if len(judge) != 1:
+                raise RuntimeError(f"{nodes} nodes: {len(judge)} watchers say they judge {RUN}, not one")
+            for pid in set(pids) - set(judge):
+                os.setpriority(os.PRIO_PROCESS, pid, 19)
         # burst: every rank writes --burst steps at once
         burst = job.write(args.burst)
         written += burst
@@ -268,6 +278,8 @@ def main() -> None:
     ap.add_argument("--url", default=os.environ.get("ZERODOCTOR_TEST_PG_URL"), help="the PostgreSQL server")
     ap.add_argument("--schema-prefix", default="zd_bench_", help="each size's store is a schema of this prefix")
     ap.add_argument("--baseline-code", type=Path, help="a source tree whose watchers are measured beside this one's")
+    ap.add_argument("--others-niced", action="store_true",
+                    help="every watcher but the judge at nice 19 once the backlog is stored (each node's own CPUs)")
     args = ap.parse_args()
     if not args.url:
         sys.exit("pass --url or set ZERODOCTOR_TEST_PG_URL (a PostgreSQL server on this machine)")
@@ -278,7 +290,8 @@ def main() -> None:
             rows.append(measure(nodes, code, args, tag))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(f"\n{len(rows)} runs, one run of {PER_NODE} ranks a node, {args.burst}-step burst then a step every "
-          f"{args.every:g} s for {args.steps} steps, NaN at step {args.fault_at}; {os.cpu_count()} CPUs "
+          f"{args.every:g} s for {args.steps} steps, NaN at step {args.fault_at}; {os.cpu_count()} CPUs"
+          f"{', every watcher but the judge at nice 19' if args.others_niced else ''} "
           f"(x: against {args.nodes[0]} nodes of the same code, same run)\n")
     print(f"{'code':>5} {'nodes':>5} {'ranks':>5} {'burst ev/s':>10} {'x':>5} {'drain s':>7} {'stored s':>8} "
           f"{'said s':>6} {'said':>4} {'judges':>6} {'judg/pass':>9} {'x':>5} {'PG CPU':>6} {'x':>5} "
