@@ -214,7 +214,8 @@ class Pipeline:
         """Bring these runs' views up to date with the store, each in a transaction of its own under the run's
         fold lock (``runs.fold_lock``, which waits for its writers to commit): the view in memory, or the one
         saved (by another watcher that judged the run before), reads the rows stored since its marks, hands
-        each finished step to the folds (all of them when the input ended: ``final``), and is saved.
+        each finished step to the folds (all of them when the input ended: ``final``), and is saved; a view
+        that found nothing new is left as it was.
 
         A transaction per run: a fold that holds one run's lock never waits for another's. A store that
         fails drops the view (it may hold what the store did not keep): the next fold loads it again."""
@@ -236,16 +237,17 @@ class Pipeline:
                             view = None  # another watcher judged the run and saved it since: read on from its save
                     else:
                         view = None
-                    if view is None:
+                    loaded = view is None
+                    if loaded:
                         view = self._load(conn, name, run_id)
                     with self._isolated(name):
                         if view is not None:  # a savepoint: a view that fails half way leaves nothing of its work
                             with conn.begin_nested():
-                                view.catch_up(conn)
-                                view.settle(conn, final=final)
-                                if self.lasting:  # a scratch store is read once: its chunks need no compacting
-                                    view.compact(conn)
-                                    view.save(conn)
+                                if view.catch_up(conn) or loaded or final:
+                                    view.settle(conn, final=final)
+                                    if self.lasting:  # a scratch store is read once: its chunks need no compacting
+                                        view.compact(conn)
+                                        view.save(conn)
                     self._mark_set_aside(conn)
             except SQLAlchemyError:
                 self.views.pop(name, None)

@@ -266,10 +266,11 @@ class RunView:
             for module in modules:
                 self.folds[module].event(e)
 
-    def catch_up(self, conn: Connection | None) -> None:
+    def catch_up(self, conn: Connection | None) -> bool:
         """Take in what the run's writers stored since the marks, under the run's fold lock (``runs.fold_lock``):
         the events, then the step chunks, added to each rank's totals (with no store: the rows ``held`` since the
-        last call)."""
+        last call). True when there was anything."""
+        new = False
         if self.held is None:
             from zerodoctor.store import runs as stored
 
@@ -281,7 +282,8 @@ class RunView:
                     self._add_event(e)
                 self.event_mark = upto
                 self._know_files(conn, files)
-        self._catch_up_steps(conn)
+                new = True
+        return self._catch_up_steps(conn) or new
 
     def _know_files(self, conn: Connection, file_ids: set[int | None]) -> None:
         """The path and format of each file the run's rows came from (what ``from_console_log`` asks)."""
@@ -292,7 +294,7 @@ class RunView:
             self.formats.update(stored_files.formats(conn, sorted(new)))
             self._files |= new
 
-    def _catch_up_steps(self, conn: Connection | None) -> None:
+    def _catch_up_steps(self, conn: Connection | None) -> bool:
         from zerodoctor.events.merges import add_totals
 
         if self.held is not None:
@@ -313,6 +315,7 @@ class RunView:
         if self.per_rank:
             self.last_step = max(t["last_step"] for t in self.per_rank.values())
             self.last_t = max(self.last_t or 0.0, *(t["last_t"] for t in self.per_rank.values()))
+        return bool(totals)
 
     def settle(self, conn: Connection | None, *, final: bool = False) -> None:
         """Hand every finished step to the folds, merged by the store, in step order (all when the input ended)."""

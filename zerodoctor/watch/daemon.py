@@ -356,6 +356,7 @@ class Watcher:
 
     def _judge_run(self, name: str) -> None:
         with self.interrupts.judging(f"judging run {name}", self.judge_budget_s):
+            self.pipeline.fold([name])  # first: the run's clock is its last event, which may be another node's
             now, quiet = self._clocks_for(name)
             judged = self.pipeline.judge(name, now=now, quiet=quiet)
         if judged.set_aside is not None:  # the pipeline said why, once; nothing to announce or to re-check
