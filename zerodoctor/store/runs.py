@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, delete, func, insert, select, union, update
+from sqlalchemy import Connection, delete, func, insert, select, text, union, update
 
 from zerodoctor.store import files as stored_files
 from zerodoctor.store.db import storable_text
@@ -130,20 +130,31 @@ def saved_generation(conn: Connection, run_id: int) -> int | None:
 
 
 def write_lock(conn: Connection, run_id: int) -> None:
-    """Before a writer stores the run's rows, to the end of its transaction (PostgreSQL's ``FOR KEY SHARE``):
-    writers of one run (one a node) never wait for each other, and a fold waits until they commit.
+    """Before a writer stores the run's rows, to the end of its transaction: writers of one run (one a node)
+    never wait for each other, and a fold (``fold_lock``) waits until those in flight commit.
 
     A view reads the rows past its marks (ids), so it must never read while a writer holds an id it has not
-    committed: a row committed later under a lower id would be past no mark, never folded. The lock is taken
-    before the writer's first id, and ``fold_lock`` conflicts with it. SQLite has one writer at a time."""
-    conn.execute(select(runs.c.id).where(runs.c.id == run_id).with_for_update(read=True, key_share=True))
+    committed: a row committed later under a lower id would be past no mark, never folded. This is taken
+    before the writer's first id. PostgreSQL's transaction-level advisory lock of the run, shared, and not
+    the run's row (``FOR KEY SHARE``): a lock on a row lets new sharers pass a waiting ``FOR UPDATE``, and
+    with 64 nodes' writers overlapping the fold waited seconds; the lock manager queues a sharer behind a
+    waiting fold. SQLite has one writer at a time: nothing to take."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_SHARED, {"run": run_id})
 
 
 def fold_lock(conn: Connection, run_id: int) -> None:
-    """Before a view reads the run's rows past its marks, to the end of its transaction (``FOR UPDATE``):
-    it waits for every writer of the run holding ``write_lock`` to commit, and writers wait for the fold. The run's
-    row exists before its first saved state does, so two folds of a new run take turns too."""
-    conn.execute(select(runs.c.id).where(runs.c.id == run_id).with_for_update())
+    """Before a view reads the run's rows past its marks, to the end of its transaction: it waits for the
+    writers holding ``write_lock`` to commit, and the writers that come after wait for the fold. Two folds of
+    one run take turns (another watcher that took the run over)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_EXCLUSIVE, {"run": run_id})
+
+
+# One key per store (its schema) and run: the advisory locks of a database are the whole server's.
+_KEY = "hashtextextended('zerodoctor-run/' || current_schema() || '/' || CAST(:run AS text), 0)"
+_SHARED = text(f"SELECT pg_advisory_xact_lock_shared({_KEY})")
+_EXCLUSIVE = text(f"SELECT pg_advisory_xact_lock({_KEY})")
 
 
 def save_state(conn: Connection, run_id: int, version: str, generation: int, state: str) -> None:
