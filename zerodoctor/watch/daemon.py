@@ -291,10 +291,14 @@ class Watcher:
                 wait = min(wait or float("inf"), due - now)
                 continue
             self._changed.discard(name)
-            started = time.monotonic()
+            cost = budget.Cost()
             try:
                 if not self._judges(name, now):
                     continue
+                # what every writer stored since, read first (the run's clock is its last event, maybe another
+                # node's): ingest's work, which waiting would only make larger, so not what the interval stretches for
+                self.pipeline.fold([name])
+                cost = budget.Cost()
                 self._judge_run(name)
             except Exception as exc:
                 if self._store_away(exc):
@@ -302,9 +306,8 @@ class Watcher:
                     raise
                 log.error("judging run %s failed; it is judged again when its next events arrive: %s", name,
                           describe(exc, self.engine.url), exc_info=not isinstance(exc, SQLAlchemyError))
-            cost = time.monotonic() - started
             self._judged_at[name] = time.monotonic()
-            self._interval[name] = max(self.judge_every_s, 4 * cost)
+            self._interval[name] = max(self.judge_every_s, 4 * cost.seconds())
             if self.stop.is_set():
                 break
         self._release_views()
@@ -356,7 +359,6 @@ class Watcher:
 
     def _judge_run(self, name: str) -> None:
         with self.interrupts.judging(f"judging run {name}", self.judge_budget_s):
-            self.pipeline.fold([name])  # first: the run's clock is its last event, which may be another node's
             now, quiet = self._clocks_for(name)
             judged = self.pipeline.judge(name, now=now, quiet=quiet)
         if judged.set_aside is not None:  # the pipeline said why, once; nothing to announce or to re-check
