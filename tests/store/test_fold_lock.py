@@ -7,7 +7,10 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from sqlalchemy import Connection, RootTransaction
+
 from zerodoctor.pipeline import Pipeline, rules_from
+from zerodoctor.pipeline.tail import FileTail
 from zerodoctor.sources.batches import Batch
 from zerodoctor.store.db import open_engine
 
@@ -22,21 +25,27 @@ def _start(rank: int) -> Batch:
                     end=1, last_line=1)
 
 
+def _writing(node: Pipeline, path: Path) -> tuple[Connection, FileTail, RootTransaction]:
+    """Node A: rank 0's run_start stored (the run's row exists: the first writer of a new run creates it, and
+    the others wait for that one commit), then ranks 0-1's first step stored in a transaction left open."""
+    conn = node.engine.connect()
+    tail = node.tail(conn, path, "jsonl")
+    node.store(conn, tail, _start(0), raw=bytes)
+    node.commit(conn)
+    conn.commit()
+    trans = conn.begin()
+    node.store(conn, tail, _steps(range(0, 2), 1), raw=bytes)
+    return conn, tail, trans
+
+
 def test_writers_of_one_run_never_wait_and_the_fold_waits_for_the_one_that_commits_last(tmp_path: Path, pg_url):
     """Node A stores steps of ranks 0-1 and holds its transaction open; node B stores ranks 2-3 (ids above A's)
-    and commits at once. The judge's fold waits for A; once A commits it holds all four ranks. (The run's row
-    exists: the first writer of a new run creates it, and the others wait for that one commit.)"""
+    and commits at once. The judge's fold waits for A; once A commits it holds all four ranks."""
     node_a, node_b, judge = (Pipeline(open_engine(pg_url), rules_from()) for _ in range(3))
     for node in ("a", "b"):
         (tmp_path / node).mkdir()
         (tmp_path / node / f"rank-{0 if node == 'a' else 2}.jsonl").write_text("")
-    a_conn = node_a.engine.connect()
-    tail_a = node_a.tail(a_conn, tmp_path / "a" / "rank-0.jsonl", "jsonl")
-    node_a.store(a_conn, tail_a, _start(0), raw=bytes)
-    node_a.commit(a_conn)
-    a_conn.commit()
-    a_trans = a_conn.begin()
-    node_a.store(a_conn, tail_a, _steps(range(0, 2), 1), raw=bytes)
+    a_conn, tail_a, a_trans = _writing(node_a, tmp_path / "a" / "rank-0.jsonl")
 
     stored_b = threading.Event()
 
@@ -88,13 +97,7 @@ def test_a_writer_that_comes_while_the_fold_waits_waits_behind_it(tmp_path: Path
     for node in ("a", "c"):
         (tmp_path / node).mkdir()
         (tmp_path / node / "rank-0.jsonl").write_text("")
-    a_conn = node_a.engine.connect()
-    tail_a = node_a.tail(a_conn, tmp_path / "a" / "rank-0.jsonl", "jsonl")
-    node_a.store(a_conn, tail_a, _start(0), raw=bytes)
-    node_a.commit(a_conn)
-    a_conn.commit()
-    a_trans = a_conn.begin()
-    node_a.store(a_conn, tail_a, _steps(range(0, 2), 1), raw=bytes)
+    a_conn, tail_a, a_trans = _writing(node_a, tmp_path / "a" / "rank-0.jsonl")
     order: list[str] = []
 
     def write_c() -> None:
