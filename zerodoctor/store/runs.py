@@ -89,11 +89,11 @@ def event_mark(conn: Connection, run_id: int, *, after_id: int | None = None) ->
 
 def events_between(conn: Connection, run_id: int, after_id: int | None, upto_id: int
                    ) -> Iterator[tuple[int | None, dict[str, Any]]]:
-    """The run's events with ``after_id < id ≤ upto_id`` in the order they were stored, each with its file's id."""
+    """The run's events with ``after_id < id ≤ upto_id`` in the order they were stored, each with its file's id
+    (from a mark, read by the primary key as ``event_mark`` reads them; with none, by the run's index)."""
     c = events.c
-    where = (c.run_id + 0 == run_id) & (c.id <= upto_id)
-    if after_id is not None:
-        where &= c.id > after_id
+    where = (c.run_id == run_id) if after_id is None else (c.run_id + 0 == run_id) & (c.id > after_id)
+    where &= c.id <= upto_id
     query = select(c.file_id, c.rank, c.kind, c.step, c.t, c.payload).where(where).order_by(c.id)
     for file_id, rank, kind, step, t, payload in conn.execute(query.execution_options(yield_per=10_000)):
         yield file_id, _event(rank, kind, step, t, payload)
