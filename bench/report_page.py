@@ -56,8 +56,7 @@ def grow(pipeline: Pipeline, tail, first: int, last: int, ranks: int, scale: lis
         if len(rows) >= ROWS_PER_BATCH or n == last:
             with pipeline.engine.begin() as conn:
                 pipeline.store(conn, tail, Batch.of(rows, end=n, last_line=n), raw=bytes)
-                pipeline.commit(conn)
-            pipeline.fold(pipeline.stored())
+                pipeline.commit_views(conn)
             rows = []
 
 
