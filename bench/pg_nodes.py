@@ -18,7 +18,7 @@ is a real subprocess watching only that node's directory. For each node count, i
 
 ``--others-niced``: once the backlog is stored, every watcher but the run's judge (the one whose log says it judges
 it) runs at nice 19. In a real job each node's watcher has its node's CPUs; here 64 of them share 2 cores, and the
-judge, whose judgement every finding waits for, gets a 32nd of its share while the others take in their ranks.
+judge, whose judgement every finding waits for, gets about a 32nd of a core while the others take in their ranks.
 
 ``--baseline-code DIR`` runs every size with the watchers of another source tree too (``git archive REV``
 unpacked), interleaved, so today's code and a change are measured in the same run. Ratios are against the
