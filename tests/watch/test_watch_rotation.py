@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
 from tests.conftest import ROOT
 from tests.watch.conftest import append, step_line, stored_steps, write_through_two_copytruncates
+from tests.watch.rotating_writer import rotate
+from zerodoctor.pipeline import tail
 from zerodoctor.pipeline.diagnose import diagnose
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store import steps as chunked_steps
@@ -300,3 +304,113 @@ def test_line_the_store_refuses_is_quarantined_once_alone_and_the_tail_goes_on(t
     with watcher.engine.connect() as conn:
         ((line, reason),) = conn.execute(select(quarantine.c.line, quarantine.c.reason)).all()
     assert (line, reason) == (3, "not stored: ValueError: value out of range for the store")
+
+
+def rotate_when_opened(monkeypatch, log: Path, opens: Callable[[str], bool], generations: list[range], *,
+                       before: bool) -> None:
+    """The writer rotates (``rotating_writer.rotate``, then a new file with each of ``generations``) when the tail
+    first opens a file whose name ``opens`` picks: ``before`` the open (between the tail's listing of the
+    directory and its open by name), or just after it."""
+    open_log = tail.open_log
+
+    def rotate_once() -> None:
+        for steps in generations:
+            rotate(log)
+            append(log, "r", 0, steps)
+        generations.clear()
+
+    def opened_with_a_rotation(path, *args, **kwargs):
+        now = bool(generations) and opens(os.path.basename(path))
+        if now and before:
+            rotate_once()
+        handle = open_log(path, *args, **kwargs)
+        if now and not before:
+            rotate_once()
+        return handle
+
+    monkeypatch.setattr(tail, "open_log", opened_with_a_rotation)
+
+
+def test_rotation_while_the_generations_rotated_since_the_last_read_are_opened(tmp_path, make_watcher, monkeypatch):
+    """Names shift between the tail's listing of the generations rotated since its last read and its opens
+    (``.1`` becomes ``.2``): it opened the files by the names listed, missed the generation between the file it
+    had read and the one at the path, and lost its lines."""
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 11))
+    watcher = make_watcher()
+    one_pass(watcher)
+    for steps in (range(11, 21), range(21, 31)):  # two rotations between two reads: 11-20 lies between
+        rotate(log)
+        append(log, "r", 0, steps)
+    rotate_when_opened(monkeypatch, log, lambda name: name != log.name, [range(31, 41)], before=True)
+    one_pass(watcher)
+    monkeypatch.undo()
+    one_pass(watcher)
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 41))
+
+
+def test_generation_rotated_after_the_file_at_the_path_was_opened_is_read_once(tmp_path, make_watcher, monkeypatch):
+    """Two rotations just after the tail opened the file at the path (its successor): the generation rotated
+    between them is newer than the successor, read after it (at the next pass), not before it and again then."""
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 11))
+    watcher = make_watcher()
+    one_pass(watcher)
+    rotate(log)
+    append(log, "r", 0, range(11, 21))
+    rotate_when_opened(monkeypatch, log, lambda name: name == log.name, [range(21, 31), range(31, 41)],
+                       before=False)
+    one_pass(watcher)
+    monkeypatch.undo()
+    one_pass(watcher)
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 41))
+
+
+def test_rotation_read_in_a_pass_the_store_refused_is_read_again_from_the_stored_file(tmp_path, make_watcher):
+    """A refused pass had drained the rotated file and read on into the new one; its rollback puts the row back
+    on the old file. The tail's handle on the new file is let go with it: read from the old file's offset, the
+    new file lost its first bytes."""
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 11))
+    watcher = make_watcher()
+    one_pass(watcher)
+    append(log, "r", 0, range(11, 16))
+    rotate(log)
+    append(log, "r", 0, range(16, 31))
+    add = watcher.pipeline.ingestor.add
+
+    def fail_in_the_new_file(conn, file_id, batch, *args, **kwargs):
+        if any(16 in cols.values["step"] for cols in batch.columns.values()):
+            watcher.pipeline.ingestor.add = add
+            raise OperationalError("INSERT", {}, Exception("disk I/O error"))
+        return add(conn, file_id, batch, *args, **kwargs)
+
+    watcher.pipeline.ingestor.add = fail_in_the_new_file
+    one_pass(watcher)
+    time.sleep(STORE_RETRY_S[0])
+    one_pass(watcher)
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 31))
+
+
+def test_restart_mid_rotation_finds_the_file_read_under_its_new_name(tmp_path, make_watcher, monkeypatch, caplog):
+    """A restarted tail looks for the file it read by its inode; a rotation that renames it (``.1`` to ``.2``)
+    between that listing and the open left no file at the name listed: it is found by its first bytes."""
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    append(log, "r", 0, range(1, 11))
+    first = make_watcher()
+    one_pass(first)
+    first.close()
+    append(log, "r", 0, range(11, 16))
+    rotate(log)
+    append(log, "r", 0, range(16, 21))
+    open_log, first_rotated = tail.open_log, log.with_name("rank-0.jsonl.1")
+
+    def renamed_before_the_open(path, *args, **kwargs):
+        if Path(path) == first_rotated and first_rotated.exists():
+            first_rotated.rename(log.with_name("rank-0.jsonl.2"))  # the first step of a rotation
+        return open_log(path, *args, **kwargs)
+
+    monkeypatch.setattr(tail, "open_log", renamed_before_the_open)
+    one_pass(make_watcher())
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 21))

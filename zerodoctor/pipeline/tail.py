@@ -64,6 +64,9 @@ REPLAY_BYTES = 4 << 20
 Polled = Literal["idle", "more", "missing", "gone"]
 # A rotated generation's name: the file's, then logrotate's ``.1``/``.2`` or dateext ``-20261202`` (maybe gzipped).
 _ROTATED = re.compile(r"(?:\.(?P<n>\d+)|-(?P<date>\d[\w.:+-]*?))(?:\.gz)?")
+# How many times the generations beside a file are listed for one read of them at most: a writer that rotates
+# while they are opened shifts their names, and a listing is taken again until it shows none not opened.
+LISTINGS = 8
 # What stores a batch read from a tail (the pipeline's ``store``), given the connection, the tail, the batch
 # and how to read the batch's bytes again; returns the batch stored (less any line the store refused).
 Store = Callable[[Connection, "FileTail", Batch, Callable[[], bytes]], Batch]
@@ -114,6 +117,10 @@ class FileTail:
         """
         self.offset, self.lines = row["offset"], row["lines"]
         self.identity: Identity = (row["device"], row["inode"])
+        if self.handle is not None and _identity(self.handle) != self.identity:
+            # The rolled-back transaction had moved the row on to this file (a rotation): the next poll opens
+            # the path again and finds the row's file beside it (``_open``), to read on from its offset.
+            self.close()
         self.fingerprint: str | None = row["fingerprint"]
         self.parser: Parser = make_parser(self.fmt, run_id=run_id_for(self.path), path=self.path)
         self._read_to_end = False  # read again from the row's offset, whatever the file's size
@@ -319,10 +326,14 @@ class FileTail:
         device, inode = self.identity
         for entry, st in self._siblings():
             if (st.st_dev, st.st_ino) == (device, inode) and entry.name != self.path.name:
-                old, _ = open_log(entry.path)
+                try:
+                    old, _ = open_log(entry.path)
+                except OSError:  # renamed again since the listing (a rotation): found by its first bytes below
+                    break
                 with old:
-                    if self.fingerprint is not None and self._fingerprint(old) != self.fingerprint:
-                        break  # the inode was reused by an unrelated file: the old one is gone, or compressed
+                    if _identity(old) != (device, inode) or (
+                            self.fingerprint is not None and self._fingerprint(old) != self.fingerprint):
+                        break  # renamed again, or the inode reused by an unrelated file: found by its first bytes
                     log.info("%s was rotated to %s while not watched; reading its last lines", self.name, entry.name)
                     self._read(conn, old, final=True)
                 self._read_rotated_after(conn, (st.st_dev, st.st_ino), successor)
@@ -359,22 +370,13 @@ class FileTail:
         The drained file is the generation with its identity (``drained``), else, compressed since
         (logrotate's ``compress``: a new inode), the newest whose first bytes are those read (the
         fingerprint); ``drained`` None: it was not found by its inode, and is drained here from the stored
-        offset first. The writer may rotate again while this reads, renaming every generation: each is
-        opened before any is read and followed by its handle, never its name. Their order is their last
-        write's (mtime), ties (one timestamp tick) broken by the name's (``.2`` before ``.1``, ``-<date>``
-        in date order), as logrotate names them; a compressed copy has the mtime of the file it was.
+        offset first. Generations rotated after ``successor`` are left to the next read, which drains it.
+        Their order is their last write's (mtime), ties (one timestamp tick) broken by the name's (``.2``
+        before ``.1``, ``-<date>`` in date order), as logrotate names them; a compressed copy has the mtime
+        of the file it was.
         """
-        opened: list[tuple[tuple, BinaryIO, Identity, str]] = []
+        opened = self._open_generations()
         try:
-            for entry, _ in self._siblings():
-                if not (age := _generation(self.path.name, entry.name)):
-                    continue
-                try:
-                    stream, _ = open_log(entry.path)
-                except OSError:
-                    continue
-                st = os.fstat(stream.fileno())
-                opened.append(((st.st_mtime_ns, age), stream, (st.st_dev, st.st_ino), entry.name))
             own = next((key for key, _, identity, _ in opened if identity == drained), None) if drained else None
             if own is None and self.fingerprint is not None:
                 own = max((key for key, stream, identity, _ in opened if identity != successor
@@ -389,8 +391,10 @@ class FileTail:
                     log.warning("%s: the rotated file read last is not among the %d rotated file(s) beside it; any "
                                 "generation rotated after it is not read", self.name, len(opened))
                 return False
+            # the successor's key, where it was rotated too: what is newer than it is read after it, not here
+            last = next((key for key, _, identity, _ in opened if identity == successor), None)
             newer = sorted((key, stream, identity, name) for key, stream, identity, name in opened
-                           if key > own and identity not in (drained, successor))
+                           if own < key and (last is None or key < last) and identity not in (drained, successor))
             for _, stream, identity, name in newer:
                 self._reset(conn, identity)
                 self._read(conn, stream, final=True)
@@ -400,6 +404,39 @@ class FileTail:
         finally:
             for _, stream, _, _ in opened:
                 stream.close()
+
+    def _open_generations(self) -> list[tuple[tuple, BinaryIO, Identity, str]]:
+        """Every rotated generation beside the path, opened once: (order key, stream, identity, name).
+
+        The writer may rotate again while they are opened, renaming each one up (``.1`` to ``.2``) under
+        the listing: a generation is then opened under two names and another under none. So each is kept
+        by its identity, and the directory listed again until a listing finds none not opened; from then
+        on each is followed by its handle, never its name.
+        """
+        opened: dict[Identity, tuple[tuple, BinaryIO, Identity, str]] = {}
+        try:
+            for _ in range(LISTINGS):
+                fresh = False
+                for entry, st in self._siblings():
+                    if not (age := _generation(self.path.name, entry.name)) or (st.st_dev, st.st_ino) in opened:
+                        continue
+                    try:
+                        stream, _ = open_log(entry.path)
+                    except OSError:
+                        continue
+                    identity = _identity(stream)  # the file opened, whatever the name listed held by then
+                    if identity in opened:
+                        stream.close()
+                        continue
+                    opened[identity] = ((os.fstat(stream.fileno()).st_mtime_ns, age), stream, identity, entry.name)
+                    fresh = True
+                if not fresh:
+                    break
+        except BaseException:
+            for _, stream, _, _ in opened.values():
+                stream.close()
+            raise
+        return list(opened.values())
 
     def _reset(self, conn: Connection, identity: Identity) -> None:
         """Point the row at a new file (a truncated one, or none yet) at offset 0; stored counts stay."""
