@@ -56,7 +56,8 @@ def grow(pipeline: Pipeline, tail, first: int, last: int, ranks: int, scale: lis
         if len(rows) >= ROWS_PER_BATCH or n == last:
             with pipeline.engine.begin() as conn:
                 pipeline.store(conn, tail, Batch.of(rows, end=n, last_line=n), raw=bytes)
-                pipeline.commit_views(conn)
+                pipeline.commit(conn)
+            pipeline.fold(pipeline.stored())
             rows = []
 
 

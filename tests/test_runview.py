@@ -76,7 +76,7 @@ def test_folding_as_lines_arrive_gives_what_a_full_read_gives(tmp_path, pipeline
     with pipeline.engine.begin() as conn:
         ((run_id, _),) = list_runs(conn)
         rebuilt = RunView(run_id, "r", pipeline.reads)
-        rebuilt._rebuild(conn)
+        rebuilt._rebuild(conn, final=True)
         rebuilt.formats = dict(pipeline.view("r").formats)
     assert values_of(rebuilt, pipeline.modules) == live
     folded = pipeline.view("r").per_rank
@@ -96,9 +96,14 @@ def test_a_restarted_reader_starts_from_the_saved_state_and_reads_no_step_rows(t
         judged = fresh.judge("r")
     finally:
         event.remove(pipeline.engine, "before_cursor_execute", listener)
-    assert not [s for s in statements if "FROM step_chunks" in s]  # the saved folds stand for every step row
+    assert not _step_rows_read(statements)  # the saved folds stand for every step row
     assert values_of(fresh.view("r"), fresh.modules) == before
     assert judged.world_size_stated == RANKS
+
+
+def _step_rows_read(statements: list[str]) -> list[str]:
+    """The reads of step chunks among ``statements`` but a fold's of the chunks stored past its mark."""
+    return [s for s in statements if "FROM step_chunks" in s and "step_chunks.id > " not in s]
 
 
 def _statements_of(pipeline: Pipeline, judge) -> list[str]:
@@ -124,12 +129,12 @@ def test_an_upgrade_that_changed_one_signal_module_folds_only_that_module_again(
     monkeypatch.setattr(comms, "__file__", str(edited))
     monkeypatch.setattr("zerodoctor.__version__", "99.0")  # a release that left every fold alone
     kept = Pipeline(pipeline.engine, pipeline.rules)
-    assert not [s for s in _statements_of(pipeline, lambda: kept.judge("r")) if "FROM step_chunks" in s]
+    assert not _step_rows_read(_statements_of(pipeline, lambda: kept.judge("r")))
 
     monkeypatch.setattr(comms.Fold, "VERSION", comms.Fold.VERSION + 1)
     upgraded = Pipeline(pipeline.engine, pipeline.rules)
     statements = _statements_of(pipeline, lambda: upgraded.judge("r"))
-    assert [s for s in statements if "FROM step_chunks" in s]  # the steps read again, for the changed fold
+    assert _step_rows_read(statements)  # the steps read again, for the changed fold
     assert values_of(upgraded.view("r"), upgraded.modules) == before
     assert upgraded.view("r").behind == {"zerodoctor.signals.plots"}  # only what no signal reads waits for a page
 
@@ -140,8 +145,8 @@ def store_steps(pipeline: Pipeline, rows: list[dict], *, final: bool = False) ->
     with pipeline.engine.begin() as conn:
         tail = pipeline.tail(conn, Path(__file__), "jsonl")
         pipeline.store(conn, tail, Batch.of(events, end=0, last_line=0), raw=bytes)
-        pipeline.views["r"].catch_up(conn)
-        pipeline.views["r"].settle(conn, final=final)
+        pipeline.commit(conn)
+    pipeline.fold(pipeline.stored(), final=final)
     tail.close()
     return pipeline.views["r"]
 

@@ -160,7 +160,8 @@ def test_compaction_keeps_every_row_and_what_the_view_holds(tmp_path: Path):
         with engine.begin() as conn:
             tail = pipeline.tail(conn, source, "jsonl")
             pipeline.store(conn, tail, batch, raw=bytes)
-            pipeline.commit_views(conn)
+            pipeline.commit(conn)
+        pipeline.fold(pipeline.stored())
         tail.close()
     view = pipeline.views["run"]
     with engine.connect() as conn:
@@ -255,7 +256,7 @@ def test_an_infinite_time_is_stored_and_summed_as_it_is(tmp_path: Path):
         ingestor.add(conn, file_id, Batch.of([{"v": 1, "t": 1.0, "run": "r", "rank": 0, "kind": "step", "step": n,
                                                "step_time_s": math.inf if n == 2 else 1.0} for n in (1, 2)],
                                              end=1, last_line=2))
-        totals, _ = steps.rank_totals(conn, ingestor.run_id(conn, "r"), {"time": ("step_time_s", "sum")})
+        totals, _, _ = steps.rank_totals(conn, ingestor.run_id(conn, "r"), {"time": ("step_time_s", "sum")})
     assert totals[0]["time"] == math.inf and totals[0]["steps"] == 2
     engine.dispose()
 
@@ -280,7 +281,7 @@ def test_compaction_asks_once_which_ranks_have_enough_small_chunks(tmp_path: Pat
     statements = []
     event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
     with engine.begin() as conn:
-        steps.compact(conn, pipeline.views["run"].run_id, [(tail.file_id, r) for r in ranks], folded_through=1)
+        steps.compact(conn, pipeline.ingestor.run_id(conn, "run"), [(tail.file_id, r) for r in ranks], folded_through=1)
     queries = [s for s in statements if not s.startswith("BEGIN")]
     assert len(queries) == 1, queries[:3]
     engine.dispose()

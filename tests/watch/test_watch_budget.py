@@ -111,3 +111,31 @@ def test_sigterm_ends_watch_in_every_state(tmp_path: Path, state: str) -> None:
     assert code == 0, err
     assert "stopped; everything read is committed" in err
     assert len(stored_steps(runs / "zerodoctor.db")) == 50
+
+
+def test_a_judgements_cost_leaves_out_the_time_it_waited_for_a_cpu() -> None:
+    """The interval a run's judgement stretches to is four times its cost: on one core shared with a busy
+    process, 0.3 s of work takes about 0.6 s of wall time, and its cost is the work, not the wait (64 watchers
+    on 2 cores judged their run once every 6 s for 30 ms of work each)."""
+    import os
+    import time
+
+    from zerodoctor.watch.budget import Cost
+
+    core = min(os.sched_getaffinity(0))
+    mine = os.sched_getaffinity(0)
+    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
+    try:
+        os.sched_setaffinity(0, {core})
+        time.sleep(0.2)  # the hog is on the core
+        cost, wall = Cost(), time.monotonic()
+        worked = time.thread_time()
+        while time.thread_time() - worked < 0.3:
+            pass
+        wall = time.monotonic() - wall
+    finally:
+        os.sched_setaffinity(0, mine)
+        hog.kill()
+        hog.wait()
+    assert wall > 0.5, f"the core was not shared ({wall:.2f} s of wall time for 0.3 s of work): the test proves nothing"
+    assert cost.seconds() == pytest.approx(0.3, abs=0.1)

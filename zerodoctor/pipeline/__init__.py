@@ -1,9 +1,11 @@
-"""The pipeline: files → store rows and run views (one transaction); one run → a ``Judgement``.
+"""The pipeline: files → store rows → run views (each read on from its marks); one run → a ``Judgement``.
 
 Shared by ``watch`` (which never stops) and ``diagnose --db`` (which stops at end of file):
-both read files through ``FileTail``, both keep each run's view up to date from the
-batches they store, in the transaction that stores them with the file's offset, and both
-judge a run from its view, so a judgement costs what is new, never the whole run.
+both read files through ``FileTail`` and store each batch's rows with the file's offset; a run's
+view then reads what its writers stored since its marks (``fold``: in a transaction of its own,
+under the run's fold lock), and a run is judged from its view, so a judgement costs what is new,
+never the whole run. Of the watchers of many nodes that write one run, only its judge folds it:
+the others store their rows and never wait for each other.
 ``diagnose`` without a store feeds the same views the same batches in memory (``pipeline/memory.py``):
 the store is imported here only by the methods that use it, so that path never imports SQLAlchemy.
 """
@@ -38,7 +40,7 @@ if TYPE_CHECKING:  # the store (SQLAlchemy, ~0.3 s to import) only where a store
     from zerodoctor.pipeline.tail import FileTail, Polled
 
 Progress = Callable[[int, int], None]  # (bytes read so far, bytes in all) over the inputs
-COMMIT_EVENTS = 50_000  # a pass commits (views saved with the rows) at least this often
+COMMIT_EVENTS = 50_000  # a pass commits the rows it stored at least this often
 
 log = logging.getLogger("zerodoctor.pipeline")
 
@@ -94,8 +96,8 @@ class Pipeline:
         self.reads = Reads.of(self.modules)
         self.ingestor = Ingestor()
         self.views: dict[str, RunView] = {}
-        self._current: set[str] = set()  # views checked against the store in this transaction
-        self._dirty: set[str] = set()
+        self._writing: set[str] = set()  # runs this transaction holds ``runs.write_lock`` on
+        self._dirty: set[str] = set()  # runs with rows stored here that their views have not read
         self.set_aside: dict[str, str] = {}  # run → why
         self._unmarked: set[str] = set()  # set aside, the mark not yet written in a transaction that committed
 
@@ -109,39 +111,38 @@ class Pipeline:
         return FileTail(conn, path, fmt, pool=pool, **quiet_s)
 
     def store(self, conn: Connection, tail: FileTail, batch: Batch, raw: Callable[[], bytes]) -> Batch:
-        """Store one batch read from ``tail`` (what the tail calls, in ``conn``'s transaction): the views
-        of the runs it names are brought up to date with the store first (another writer may have
-        saved them), then the rows are written, then the views take the events stored. Returns the
-        batch stored: lines the store refused are kept aside (``Ingestor.add_or_quarantine``)."""
-        if batch.events or batch.columns:
-            self._bring_views_up_to_date(conn, batch)
+        """Store one batch read from ``tail`` (what the tail calls, in ``conn``'s transaction), each run it
+        names held for writing first (``runs.write_lock``); their views read the rows at the next ``fold``.
+        Returns the batch stored: lines the store refused are kept aside (``Ingestor.add_or_quarantine``)."""
+        from zerodoctor.store import runs as stored_runs
+
+        for name in batch.runs() - self._writing:
+            stored_runs.write_lock(conn, self.ingestor.run_id(conn, name))
+            self._writing.add(name)
         batch = self.ingestor.add_or_quarantine(conn, tail.file_id, batch, tail.name, tail.lines + 1, raw=raw)
         if (batch.events or batch.columns) and (arrived := tail.arrived_t()) is not None:
             self.ingestor.arrived(conn, batch.runs(), arrived)
-        by_run: dict[str, list[dict]] = {name: [] for name in batch.runs()}
-        for e in batch.events:
-            by_run[e["run"]].append(e)
-        for name, run_events in by_run.items():
-            if name in self.set_aside:
-                continue
-            with self._isolated(name):
-                self.views[name].add(run_events, tail.name, tail.fmt)
-                self._dirty.add(name)
+        self._dirty.update(batch.runs() - self.set_aside.keys())
         return batch
+
+    def commit(self, conn: Connection) -> None:
+        """What a storing transaction does last, before its commit: the runs' spans (``Ingestor.widen_spans``)."""
+        self.ingestor.widen_spans(conn)
+        self._writing.clear()
 
     def ingest_pass(self, tails: Iterable[FileTail], *, seen: Callable[[FileTail, Batch], None] | None = None,
                     unreadable: Callable[[FileTail, OSError], None] | None = None,
                     stop: threading.Event | None = None, let_go: bool = False) -> dict[FileTail, Polled]:
-        """One batch from each tail in turn, stored with the views brought along, committed every
-        ``COMMIT_EVENTS`` events and at the end: the pass both commands make (``diagnose`` until no
-        tail has more, then ``finish``; ``watch`` forever). A tail whose file went quiet lets go of what
-        its parser holds open (``FileTail.poll``); ``let_go``: every tail with nothing more does
-        (``watch --once``'s last pass: the files are taken as they stand).
+        """One batch from each tail in turn, stored, committed every ``COMMIT_EVENTS`` events and at the end:
+        the pass both commands make (``diagnose`` until no tail has more, then ``finish``; ``watch`` forever).
+        The views are not touched: the runs stored are ``fold``ed after, by whoever judges them. A tail whose
+        file went quiet lets go of what its parser holds open (``FileTail.poll``); ``let_go``: every tail with
+        nothing more does (``watch --once``'s last pass: the files are taken as they stand).
 
         ``seen`` hears of each batch stored; ``unreadable`` of a file the pass could not read (it
         goes on with the others; without it the error is raised). If the store fails, the pass is
-        rolled back, the views forget what it brought (``rolled_back``) and the error is raised: the
-        caller reads the offsets again (``resync``) or gives up.
+        rolled back (``rolled_back``) and the error is raised: the caller reads the offsets again
+        (``resync``) or gives up.
         """
         from sqlalchemy.exc import SQLAlchemyError
 
@@ -172,10 +173,10 @@ class Pipeline:
                         unreadable(tail, exc)
                         continue
                     if pending >= COMMIT_EVENTS:
-                        self.commit_views(conn)
+                        self.commit(conn)
                         trans.commit()
                         trans, pending = conn.begin(), 0
-                self.commit_views(conn)
+                self.commit(conn)
                 trans.commit()
             except BaseException:
                 try:
@@ -192,7 +193,8 @@ class Pipeline:
         with self.engine.begin() as conn:
             for tail in tails:
                 tail.finish(conn, self.store, unterminated=unterminated)
-            self.commit_views(conn, final=True)
+            self.commit(conn)
+        self.fold(self.stored(), final=True)
 
     def resync(self, conn: Connection, tails: Iterable[FileTail]) -> None:
         """After a failed pass: the tails' offsets and the views are read again from the store."""
@@ -204,22 +206,54 @@ class Pipeline:
         for tail in tails:
             tail.resync(rows[tail.file_id])
 
-    def _bring_views_up_to_date(self, conn: Connection, batch: Batch) -> None:
-        """Before a batch is stored: each run it names has a view matching the store (another writer may have saved)."""
+    def stored(self) -> list[str]:
+        """The runs with rows stored here that their views have not read yet."""
+        return sorted(self._dirty)
+
+    def fold(self, names: Iterable[str], *, final: bool = False) -> None:
+        """Bring these runs' views up to date with the store, each in a transaction of its own under the run's
+        fold lock (``runs.fold_lock``, which waits for its writers to commit): the view in memory, or the one
+        saved (by another watcher that judged the run before), reads the rows stored since its marks, hands
+        each finished step to the folds (all of them when the input ended: ``final``), and is saved; a view
+        that found nothing new is left as it was.
+
+        A transaction per run: a fold that holds one run's lock never waits for another's. A store that
+        fails drops the view (it may hold what the store did not keep): the next fold loads it again."""
+        from sqlalchemy.exc import SQLAlchemyError
+
         from zerodoctor.store import runs as stored_runs
 
-        for name in batch.runs():
+        for name in names:
+            self._dirty.discard(name)
             if name in self.set_aside:
                 continue
-            run_id = self.ingestor.run_id(conn, name)
-            view = self.views.get(name)
-            if view is not None and view.run_id == run_id and (
-                    name in self._current or not self.lasting
-                    or (stored_runs.saved_generation(conn, run_id) or 0) == view.generation):
-                self._current.add(name)
-                continue
-            self._load(conn, name, run_id)
-            self._current.add(name)
+            try:
+                with self.engine.begin() as conn:
+                    run_id = self.ingestor.run_id(conn, name)
+                    view = self.views.get(name)
+                    if view is not None and view.exact and view.run_id == run_id:
+                        saved = stored_runs.saved_generation(conn, run_id)  # under the fold lock
+                        if self.lasting and (saved or 0) != view.generation:
+                            view = None  # another watcher judged the run and saved it since: read on from its save
+                    else:
+                        view = None
+                    loaded = view is None
+                    if loaded:
+                        view = self._load(conn, name, run_id)
+                    with self._isolated(name):
+                        if view is not None:  # a savepoint: a view that fails half way leaves nothing of its work
+                            with conn.begin_nested():
+                                if view.catch_up(conn) or loaded or final:
+                                    view.settle(conn, final=final)
+                                    if self.lasting:  # a scratch store is read once: its chunks need no compacting
+                                        view.compact(conn)
+                                        view.save(conn)
+                    self._mark_set_aside(conn)
+            except SQLAlchemyError:
+                self.views.pop(name, None)
+                self._dirty.add(name)
+                self.ingestor.forget_runs()
+                raise
 
     def _load(self, conn: Connection, name: str, run_id: int, *, to_write: bool = True) -> RunView | None:
         """The run's view from the store (``RunView.load``); None where the run is (or now gets) set aside."""
@@ -252,22 +286,6 @@ class Pipeline:
             self._unmarked.add(name)
             self.views.pop(name, None)
             self._dirty.discard(name)
-            self._current.discard(name)
-
-    def commit_views(self, conn: Connection, *, final: bool = False) -> None:
-        """Hand finished steps to the folds and save the views, in ``conn``'s transaction (just before it commits)."""
-        for name in sorted(self._dirty):
-            view = self.views[name]
-            # a savepoint: a view that fails half way leaves nothing of its work, the batches' rows stay
-            with self._isolated(name), conn.begin_nested():
-                view.catch_up(conn)
-                view.settle(conn, final=final)
-                if self.lasting:  # a scratch store is read once: its chunks need no compacting
-                    view.compact(conn)
-                    view.save(conn)
-        self._dirty.clear()
-        self._current.clear()
-        self._mark_set_aside(conn)
 
     def _mark_set_aside(self, conn: Connection) -> None:
         from zerodoctor.store import setaside
@@ -277,13 +295,11 @@ class Pipeline:
         self._unmarked.clear()
 
     def rolled_back(self) -> None:
-        """The transaction failed: views may hold events the store no longer has, so they are read again."""
-        for name in self._dirty | self._current:
-            self.views.pop(name, None)
-        self._dirty.clear()
-        self._current.clear()
+        """The storing transaction failed: what it stored is gone (the views read only what commits)."""
+        self._writing.clear()
         self._unmarked.update(self.set_aside)  # marks written in the failed transaction are written again
         self.ingestor.forget_runs()
+        self.ingestor.drop_spans()
 
     def forget_file(self, conn: Connection, file_id: int) -> None:
         """Delete a file's rows; the views of the runs it fed are rebuilt from what remains."""
@@ -327,6 +343,7 @@ class Pipeline:
                 busy = list(tails)
                 while busy:
                     polled = self.ingest_pass(busy)
+                    self.fold(self.stored())
                     busy = [t for t in busy if polled[t] == "more"]
                     if on_progress is not None:
                         on_progress(sum(t.offset for t in tails), total)
@@ -348,26 +365,24 @@ class Pipeline:
         if not self.lasting:
             return
         for name in names:
-            if name not in self._dirty and name not in self._current:
-                self.views.pop(name, None)
+            self.views.pop(name, None)
 
     # -- judge ----------------------------------------------------------------------
 
-    def saved_elsewhere(self, names: Iterable[str]) -> list[str]:
-        """Of ``names``, the runs whose view another writer of the store saved since this one's was loaded or
-        saved (the ranks of other nodes): their views are dropped, so the next judgement loads the new one."""
+    def grown_elsewhere(self, names: Iterable[str]) -> list[str]:
+        """Of ``names``, the runs whose views in memory lag the store: other writers (the ranks of other
+        nodes) stored rows past their marks, and the next judgement folds them in. Two lookups of the
+        primary keys past a mark each, no lock: a writer's rows not yet committed are seen at its commit."""
         from zerodoctor.store import runs as stored_runs
+        from zerodoctor.store import steps as stored_steps
 
-        held = {view.run_id: name for name in names
-                if (view := self.views.get(name)) is not None and name not in self._dirty | self._current}
+        held = [(name, view) for name in names if (view := self.views.get(name)) is not None and view.held is None]
         if not held:
             return []
         with self.engine.connect() as conn:
-            saved = stored_runs.generations(conn, list(held))
-        moved = [name for run_id, name in held.items() if saved.get(run_id, 0) != self.views[name].generation]
-        for name in moved:
-            del self.views[name]
-        return moved
+            return [name for name, view in held
+                    if stored_runs.event_mark(conn, view.run_id, after_id=view.event_mark) is not None
+                    or stored_steps.chunk_past(conn, view.run_id, view.mark)]
 
     def view(self, name: str) -> RunView | None:
         """The run's view: the one kept up to date here, else loaded from the store; None for a run set aside."""
@@ -396,6 +411,7 @@ class Pipeline:
         return judged
 
     def _judge(self, name: str, now: float | None, quiet: dict[int, float]) -> Judgement | None:
+        self.fold([name])  # whoever judges a run folds it: what every writer stored is read
         view = self.view(name)
         if view is None:
             return None

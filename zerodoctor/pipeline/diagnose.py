@@ -6,7 +6,7 @@ Without ``--db`` nothing is written and no store is imported: the same batches f
 scratch file first (the one file this path writes, gone when it returns): the sources read files (format
 sniffing, byte offsets), never streams.
 
-With ``--db`` every line is stored as ``watch`` stores it, the views saved with the rows and findings
+With ``--db`` every line is stored as ``watch`` stores it, the views folded from the rows and saved, findings
 recorded, so a later ``watch`` or ``status`` on that store goes on from there.
 """
 

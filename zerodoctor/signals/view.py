@@ -4,9 +4,10 @@ Signal modules declare what they read (``STEP_FIELDS`` with a merge across ranks
 ``name: (field, merge)`` for a field merged under a name of the module's own —
 ``RANK_FIELDS`` with an aggregate over a rank's steps, ``FOLD_EVENTS``) and fold it
 (``Fold``). The view keeps the rare event kinds (run_start, oom, exception, …) as they
-arrive; step rows it never touches one by one: in the transaction that stored them, the
-store sums the new step chunks per rank (the chunks past the view's mark) and, once a step is
-finished, merges it across its ranks (``store/steps.py``, on the chunks' arrays), and the
+arrive; step rows it never touches one by one. A stored view reads what its run's writers stored
+since it last did (``catch_up``: the events and the step chunks past its marks, in a transaction of
+its own under the run's fold lock, ``store/runs.fold_lock``): the store sums the new step chunks per
+rank and, once a step is finished, merges it across its ranks (``store/steps.py``, on the chunks' arrays), and the
 merged steps go once, in step order and in blocks, to every module's fold. Nothing here grows
 with the number of steps, so a judgement costs the same on day 3 as in minute 1; reading a run
 from scratch is the same reads over all its chunks.
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 # The view's saved state and the step merges that feed every fold (store/steps.py): bump it by hand when
 # either changes what it holds, and every stored view is rebuilt from its rows once.
-VIEW_VERSION = 1
+VIEW_VERSION = 2  # 2: the view reads the events past a mark of their own (``event_mark``), as it reads the chunks
 WINDOW = 1024  # steps a per-step signal keeps: the "now" of a days-long run, and the scope of `for: N steps`
 MAX_PENDING = 4096  # steps waiting for lagging ranks; beyond it the oldest are handed on without them
 _RANK_FACTS = ("steps", "first_step", "last_step", "last_t")
@@ -180,6 +181,9 @@ class RunView:
         self.generation = 0  # saves of this run's state; another writer's save makes ours stale
         self.last_step: int | None = None  # the highest step any rank reported
         self.mark: int | None = None  # step chunks with a higher id are not in ``per_rank`` yet
+        self.event_mark: int | None = None  # events with a higher id are not in the view yet
+        self.exact = held is not None  # read under the fold lock, or held: its marks can be read on from
+        self._files: set[int] = set()  # the files whose path and format ``formats`` holds
         self._first: tuple[int, dict[str, Any]] | None = None
         self._small: set[tuple[int, int]] = set()  # (file, rank) with new small chunks: what ``compact`` looks at
         self.behind: set[str] = set()  # folds loaded empty (unsaved, or saved by other code): they lack the steps
@@ -240,7 +244,8 @@ class RunView:
     # -- ingest side ------------------------------------------------------------------
 
     def add(self, events: Iterable[dict[str, Any]], path: str, fmt: str) -> None:
-        """Take in this run's non-step events of one stored batch; its step rows are read back by ``catch_up``."""
+        """Take in this run's non-step events of one batch (a view with no store: ``held``; a stored view reads
+        them back in ``catch_up``)."""
         self.formats[path] = fmt
         for e in events:
             self._add_event(e)
@@ -261,9 +266,35 @@ class RunView:
             for module in modules:
                 self.folds[module].event(e)
 
-    def catch_up(self, conn: Connection | None) -> None:
-        """Add the step chunks stored since the mark (or, with no store, the rows ``held`` since the last call)
-        to each rank's totals, in the storing transaction."""
+    def catch_up(self, conn: Connection | None) -> bool:
+        """Take in what the run's writers stored since the marks, under the run's fold lock (``runs.fold_lock``):
+        the events, then the step chunks, added to each rank's totals (with no store: the rows ``held`` since the
+        last call). True when there was anything."""
+        new = False
+        if self.held is None:
+            from zerodoctor.store import runs as stored
+
+            upto = stored.event_mark(conn, self.run_id, after_id=self.event_mark)
+            if upto is not None:
+                files = set()
+                for file_id, e in stored.events_between(conn, self.run_id, self.event_mark, upto):
+                    files.add(file_id)
+                    self._add_event(e)
+                self.event_mark = upto
+                self._know_files(conn, files)
+                new = True
+        return self._catch_up_steps(conn) or new
+
+    def _know_files(self, conn: Connection, file_ids: set[int | None]) -> None:
+        """The path and format of each file the run's rows came from (what ``from_console_log`` asks)."""
+        from zerodoctor.store import files as stored_files
+
+        new = {i for i in file_ids if i is not None} - self._files
+        if new:
+            self.formats.update(stored_files.formats(conn, sorted(new)))
+            self._files |= new
+
+    def _catch_up_steps(self, conn: Connection | None) -> bool:
         from zerodoctor.events.merges import add_totals
 
         if self.held is not None:
@@ -271,9 +302,10 @@ class RunView:
         else:
             from zerodoctor.store import steps as stored_steps
 
-            totals, small = stored_steps.rank_totals(conn, self.run_id, self.reads.rank_fields, after_id=self.mark,
-                                                     late_upto=self.released_through)
+            totals, small, files = stored_steps.rank_totals(conn, self.run_id, self.reads.rank_fields,
+                                                            after_id=self.mark, late_upto=self.released_through)
             self._small.update(small)
+            self._know_files(conn, set(files))
         for rank, new in totals.items():
             self.late_rows += new.pop("late")
             if "max_id" in new:
@@ -283,6 +315,7 @@ class RunView:
         if self.per_rank:
             self.last_step = max(t["last_step"] for t in self.per_rank.values())
             self.last_t = max(self.last_t or 0.0, *(t["last_t"] for t in self.per_rank.values()))
+        return bool(totals)
 
     def settle(self, conn: Connection | None, *, final: bool = False) -> None:
         """Hand every finished step to the folds, merged by the store, in step order (all when the input ended)."""
@@ -343,7 +376,8 @@ class RunView:
                 for module in modules:
                     self.folds[module].add_steps(block, self)
         kinds = tuple(kind for kind, folding in self.reads.fold_events.items() if modules & set(folding))
-        for e in stored.run_events(conn, self.run_id, kinds=kinds) if kinds else ():
+        read = kinds and self.event_mark is not None  # what ``catch_up`` reads past the mark, it folds then
+        for e in stored.run_events(conn, self.run_id, kinds=kinds, upto_id=self.event_mark) if read else ():
             for module in modules & set(self.reads.fold_events[e["kind"]]):
                 self.folds[module].event(e)
         self.behind -= modules
@@ -361,12 +395,13 @@ class RunView:
                 fold.add_steps(block, self)
             self.released_through = block.columns["step"][-1]
 
-    # -- saved with the rows ----------------------------------------------------------
+    # -- saved with its marks ---------------------------------------------------------
 
     def dump(self) -> str:
         """The state that rows alone would take a full read to rebuild (rare events stay in the store)."""
         return json.dumps({
             "released_through": self.released_through, "last_step": self.last_step, "mark": self.mark,
+            "event_mark": self.event_mark,
             "late_rows": self.late_rows,
             "last_t": self.last_t, "per_rank": self.per_rank, "formats": self.formats,
             "folds": {m: fold.dump() for m, fold in self.folds.items() if fold.saved and m not in self.behind},
@@ -378,22 +413,24 @@ class RunView:
     def load(cls, conn: Connection, run_id: int, name: str, reads: Reads, *, to_write: bool = True) -> RunView:
         """The run's view from its saved state, or rebuilt from its rows when none matches this code.
 
-        ``to_write``: the run's row is locked to the end of ``conn``'s transaction, so writers of one run take
-        turns; a view loaded only to be judged takes no lock (a store it later makes checks its generation
-        under the lock first), so a judge never queues behind every node's writers."""
+        ``to_write``: loaded to be folded on and saved, under the run's fold lock (``runs.fold_lock``) to the end
+        of ``conn``'s transaction. A view loaded only to be judged or drawn takes no lock, so a judge never queues
+        behind every node's writers; it is not ``exact`` (rebuilt while writers wrote, its marks may pass a row
+        not yet committed), and a fold loads the run again before reading on from them."""
         from zerodoctor.store import runs as stored
 
         view = cls(run_id, name, reads)
+        view.exact = to_write
         saved = stored.saved_state(conn, run_id, for_update=to_write)
         if saved is None or saved[0] != reads.state_version:
-            view.formats = stored.run_formats(conn, run_id)
-            view._rebuild(conn)
+            view._rebuild(conn, final=not to_write)
             view.generation = saved[1] if saved else 0
             return view
         _, view.generation, text = saved
         state = json.loads(text)
-        view.released_through, view.last_step, view.mark, view.late_rows, view.last_t = (
-            state["released_through"], state["last_step"], state["mark"], state["late_rows"], state["last_t"])
+        view.released_through, view.last_step, view.mark, view.event_mark, view.late_rows, view.last_t = (
+            state["released_through"], state["last_step"], state["mark"], state["event_mark"], state["late_rows"],
+            state["last_t"])
         view.formats = state["formats"]
         view.per_rank = {int(r): totals for r, totals in state["per_rank"].items()}
         versions = state.get("fold_versions", {})
@@ -401,24 +438,31 @@ class RunView:
                 if m in reads.folds and versions.get(m) == reads.fold_versions[m]}
         view.folds.update({m: reads.folds[m].load(s) for m, s in kept.items()})
         view.behind = set(reads.folds) - set(kept)  # unsaved, or saved by other code: folded again when asked
-        for e in stored.run_events(conn, run_id, exclude=tuple(reads.fold_events)):
-            view.events.setdefault(e["kind"], []).append(_public(e))
+        if view.event_mark is not None:  # the rare events the saved state covers; ``catch_up`` reads on from there
+            for e in stored.run_events(conn, run_id, exclude=tuple(reads.fold_events), upto_id=view.event_mark):
+                view.events.setdefault(e["kind"], []).append(_public(e))
         return view
 
-    def _rebuild(self, conn: Connection) -> None:
-        """One full read of the run's rows: what ingest would have built, by the same queries."""
+    def _rebuild(self, conn: Connection, *, final: bool) -> None:
+        """One full read of the run's rows: what ingest would have built, by the same queries (``final``: every
+        step handed to the folds, as at the end of an input; else those every rank has reached)."""
         from zerodoctor.store import runs as stored
 
+        self.formats = stored.run_formats(conn, self.run_id)
+        self.event_mark = stored.event_mark(conn, self.run_id)
         streamed = tuple(self.reads.fold_events)
-        for e in stored.run_events(conn, self.run_id, exclude=streamed):  # run_start first: folds read the config
-            self._add_event(e)
-        self.catch_up(conn)
-        self.settle(conn, final=True)
-        for e in stored.run_events(conn, self.run_id, kinds=streamed) if streamed else ():
-            self._add_event(e)
+        if self.event_mark is not None:  # run_start first: folds read the config
+            for e in stored.run_events(conn, self.run_id, exclude=streamed, upto_id=self.event_mark):
+                self._add_event(e)
+        self._catch_up_steps(conn)
+        self.settle(conn, final=final)
+        if self.event_mark is not None and streamed:
+            for e in stored.run_events(conn, self.run_id, kinds=streamed, upto_id=self.event_mark):
+                self._add_event(e)
 
     def save(self, conn: Connection) -> None:
-        """Store the state in ``conn``'s transaction, with the rows and offsets it covers."""
+        """Store the state in ``conn``'s transaction (a fold's, under the run's fold lock), with the marks of the rows
+        it covers."""
         from zerodoctor.store import runs as stored
 
         self.generation += 1

@@ -124,8 +124,8 @@ def sources_here(conn: Connection) -> list[tuple[int, str, str]]:
     return [tuple(r) for r in conn.execute(select(files.c.id, files.c.path, files.c.format).where(here))]
 
 
-def formats(conn: Connection, file_ids: Select) -> dict[str, str]:
-    """Path → format of the files ``file_ids`` (a query of ids) selects."""
+def formats(conn: Connection, file_ids: Select | list[int]) -> dict[str, str]:
+    """Path → format of the files ``file_ids`` (ids, or a query of them) selects."""
     return dict(conn.execute(select(files.c.path, files.c.format).where(files.c.id.in_(file_ids))).all())
 
 

@@ -29,11 +29,17 @@ _ENVELOPE = {"v", "t", "run", "rank", "kind"}
 class Ingestor:
     """Writes sealed batches (``Batch.seal``: steps as columns, as the readers hand them) into the
     store; caches run ids so each run costs one lookup. It calls nothing above it: the pipeline
-    brings its views up to date around each write (``Pipeline.store``)."""
+    folds what was stored into its views afterwards (``Pipeline.fold``).
+
+    Each run's span (its first and last event time, what ``status`` shows) is widened once per
+    transaction, just before it commits (``widen_spans``), not with each batch: the update holds the
+    run's row until the commit, and the nodes writing one run would take turns for a whole pass each.
+    """
 
     def __init__(self) -> None:
         self._run_ids: dict[str, int] = {}
         self._event_insert = BulkInsert(events)
+        self._spans: dict[int, list[float]] = {}  # run id → [first, last] stored in this transaction
 
     def forget_file(self, conn: Connection, file_id: int) -> list[int]:
         """Delete the file's rows (steps, events, quarantine) and its row, in ``conn``'s transaction.
@@ -50,6 +56,18 @@ class Ingestor:
     def forget_runs(self) -> None:
         """Drop cached run ids (a rolled-back transaction may have removed runs it created)."""
         self._run_ids.clear()
+
+    def widen_spans(self, conn: Connection) -> None:
+        """Widen the spans of the runs stored in ``conn``'s transaction, just before it commits (in run
+        order: two writers of the same runs never wait for each other in a circle)."""
+        if self._spans:
+            conn.execute(_WIDEN_SPAN, [{"b_run": rid, "b_first": first, "b_last": last}
+                                       for rid, (first, last) in sorted(self._spans.items())])
+            self._spans.clear()
+
+    def drop_spans(self) -> None:
+        """The transaction rolled back: what it stored is gone, its spans with it."""
+        self._spans.clear()
 
     def run_id(self, conn: Connection, name: str) -> int:
         """The run's id, creating its row: runs are keyed by name, so the ranks of one job that
@@ -69,7 +87,7 @@ class Ingestor:
         if batch.steps:
             raise ValueError("an unsealed batch: its steps are not columns yet (Batch.seal)")
         other_rows: list[tuple] = []
-        spans: dict[int, list[float]] = {}
+        spans: dict[int, list[float]] = {}  # this batch's, kept once it is stored
         run_ids = self._run_ids
 
         def widen(rid: int, t: float) -> None:
@@ -97,18 +115,24 @@ class Ingestor:
                 {"file_id": file_id, "line": r.line, "reason": storable_text(r.reason), "size": r.size, "raw": r.raw}
                 for r in batch.rejected
             ])
-        if spans:
-            conn.execute(_WIDEN_SPAN, [{"b_run": rid, "b_first": first, "b_last": last}
-                                       for rid, (first, last) in spans.items()])
         stored_files.advance(conn, file_id, end=batch.end, lines=batch.last_line,
                              events=len(batch.events) + batch.step_count(), rejected=len(batch.rejected),
                              held=batch.held_lines)
+        for rid, (first, last) in spans.items():
+            self._widen(rid, first, last)
+
+    def _widen(self, rid: int, first: float, last: float) -> None:
+        span = self._spans.get(rid)
+        if span is None:
+            self._spans[rid] = [first, last]
+        else:
+            span[0], span[1] = min(span[0], first), max(span[1], last)
 
     def arrived(self, conn: Connection, names: Iterable[str], t: float) -> None:
         """These runs' events arrived at ``t`` (a log with no clock of its own numbers them by line, which
         is no time): their span reaches it, so ``status`` tells when the run last wrote, not 1970."""
-        conn.execute(_WIDEN_SPAN, [{"b_run": self.run_id(conn, name), "b_first": t, "b_last": t}
-                                   for name in sorted(names)])
+        for name in names:
+            self._widen(self.run_id(conn, name), t, t)
 
     def add_or_quarantine(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int,
                           raw: Callable[[], bytes] | None = None) -> Batch:

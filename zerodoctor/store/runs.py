@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, delete, insert, select, union, update
+from sqlalchemy import Connection, delete, func, insert, select, text, union, update
 
 from zerodoctor.store import files as stored_files
 from zerodoctor.store.db import storable_text
@@ -63,18 +63,46 @@ def known_as(conn: Connection, name: str) -> list[str]:
 
 
 def run_events(conn: Connection, run_id: int, *, kinds: tuple[str, ...] | None = None,
-               exclude: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
-    """The run's non-step events in time order, as ``{**payload, rank, t, step, kind}`` (streamed)."""
+               exclude: tuple[str, ...] = (), upto_id: int | None = None) -> Iterator[dict[str, Any]]:
+    """The run's non-step events in time order, as ``{**payload, rank, t, step, kind}`` (streamed); ``upto_id``:
+    only those stored up to that id (a view's mark)."""
     query = (select(events.c.rank, events.c.kind, events.c.step, events.c.t, events.c.payload)
              .where(events.c.run_id == run_id).order_by(events.c.t, events.c.id))
+    if upto_id is not None:
+        query = query.where(events.c.id <= upto_id)
     if kinds is not None:
         query = query.where(events.c.kind.in_(kinds))
     if exclude:
         query = query.where(events.c.kind.not_in(exclude))
     for rank, kind, step, t, payload in conn.execute(query.execution_options(yield_per=10_000)):
-        body = json.loads(payload) if isinstance(payload, str) else dict(payload)
-        body.update(rank=rank, t=t, step=step, kind=kind)
-        yield body
+        yield _event(rank, kind, step, t, payload)
+
+
+def event_mark(conn: Connection, run_id: int, *, after_id: int | None = None) -> int | None:
+    """The highest id of the run's events (past ``after_id``; None where there is none): what a view has read
+    once it has read up to it. Past a mark, the primary key is read from the mark on (``run_id + 0``), not
+    every event of the run by its index."""
+    c = events.c
+    where = c.run_id == run_id if after_id is None else (c.run_id + 0 == run_id) & (c.id > after_id)
+    return conn.execute(select(func.max(c.id)).where(where)).scalar()
+
+
+def events_between(conn: Connection, run_id: int, after_id: int | None, upto_id: int
+                   ) -> Iterator[tuple[int | None, dict[str, Any]]]:
+    """The run's events with ``after_id < id ≤ upto_id`` in the order they were stored, each with its file's id
+    (from a mark, read by the primary key as ``event_mark`` reads them; with none, by the run's index)."""
+    c = events.c
+    where = (c.run_id == run_id) if after_id is None else (c.run_id + 0 == run_id) & (c.id > after_id)
+    where &= c.id <= upto_id
+    query = select(c.file_id, c.rank, c.kind, c.step, c.t, c.payload).where(where).order_by(c.id)
+    for file_id, rank, kind, step, t, payload in conn.execute(query.execution_options(yield_per=10_000)):
+        yield file_id, _event(rank, kind, step, t, payload)
+
+
+def _event(rank: int, kind: str, step: int | None, t: float, payload: str | dict) -> dict[str, Any]:
+    body = json.loads(payload) if isinstance(payload, str) else dict(payload)
+    body.update(rank=rank, t=t, step=step, kind=kind)
+    return body
 
 
 def run_formats(conn: Connection, run_id: int) -> dict[str, str]:
@@ -87,32 +115,46 @@ def run_formats(conn: Connection, run_id: int) -> dict[str, str]:
 def saved_state(conn: Connection, run_id: int, *, for_update: bool = False) -> tuple[str, int, str] | None:
     """``(version, generation, state)`` the run view saved for this run, if any.
 
-    ``for_update`` locks the row to the end of the transaction (PostgreSQL): two watchers
-    writing ranks of one run take turns, each starting from the other's last save.
-    """
+    ``for_update``: the view is loaded to be folded and saved (``fold_lock``)."""
     if for_update:
-        _lock_run(conn, run_id)
+        fold_lock(conn, run_id)
     query = select(run_state.c.version, run_state.c.generation, run_state.c.state).where(run_state.c.run_id == run_id)
     row = conn.execute(query).first()
     return (row[0], row[1], row[2]) if row else None
 
 
 def saved_generation(conn: Connection, run_id: int) -> int | None:
-    """The generation of the run's saved state (locked as ``saved_state`` does): is ours still current?"""
-    _lock_run(conn, run_id)
+    """The generation of the run's saved state, under ``fold_lock``: is the view in memory still the saved one?"""
+    fold_lock(conn, run_id)
     return conn.execute(select(run_state.c.generation).where(run_state.c.run_id == run_id)).scalar()
 
 
-def generations(conn: Connection, run_ids: list[int]) -> dict[int, int]:
-    """The generation of each run's saved state, unlocked: has another writer saved it since?"""
-    query = select(run_state.c.run_id, run_state.c.generation).where(run_state.c.run_id.in_(run_ids))
-    return {run_id: generation for run_id, generation in conn.execute(query)}
+def write_lock(conn: Connection, run_id: int) -> None:
+    """Before a writer stores the run's rows, to the end of its transaction: writers of one run (one a node)
+    never wait for each other, and a fold (``fold_lock``) waits until those in flight commit.
+
+    A view reads the rows past its marks (ids), so it must never read while a writer holds an id it has not
+    committed: a row committed later under a lower id would be past no mark, never folded. This is taken
+    before the writer's first id. PostgreSQL's transaction-level advisory lock of the run, shared, and not
+    the run's row (``FOR KEY SHARE``): a lock on a row lets new sharers pass a waiting ``FOR UPDATE``, and
+    with 64 nodes' writers overlapping the fold waited seconds; the lock manager queues a sharer behind a
+    waiting fold. SQLite has one writer at a time: nothing to take."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_SHARED, {"run": run_id})
 
 
-def _lock_run(conn: Connection, run_id: int) -> None:
-    """Lock the run's row, which exists before its first saved state does: two writers of a new run
-    take turns too, instead of both inserting its first state (SQLite has one writer anyway)."""
-    conn.execute(select(runs.c.id).where(runs.c.id == run_id).with_for_update())
+def fold_lock(conn: Connection, run_id: int) -> None:
+    """Before a view reads the run's rows past its marks, to the end of its transaction: it waits for the
+    writers holding ``write_lock`` to commit, and the writers that come after wait for the fold. Two folds of
+    one run take turns (another watcher that took the run over)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_EXCLUSIVE, {"run": run_id})
+
+
+# One key per store (its schema) and run: the advisory locks of a database are the whole server's.
+_KEY = "hashtextextended('zerodoctor-run/' || current_schema() || '/' || CAST(:run AS text), 0)"
+_SHARED = text(f"SELECT pg_advisory_xact_lock_shared({_KEY})")
+_EXCLUSIVE = text(f"SELECT pg_advisory_xact_lock({_KEY})")
 
 
 def save_state(conn: Connection, run_id: int, version: str, generation: int, state: str) -> None:

@@ -162,14 +162,15 @@ _WINDOW_ROWS = 1 << 18  # ~50 MB of decoded columns
 
 def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, str]], *,
                 after_id: int | None = None, late_upto: int | None = None
-                ) -> tuple[dict[int, dict[str, Any]], list[tuple[int, int]]]:
+                ) -> tuple[dict[int, dict[str, Any]], list[tuple[int, int]], set[int]]:
     """Per rank, over the run's chunks with ``id > after_id`` (all, when None) that are not ``folded``:
     their step count, first/last step and time, each declared ``name → (field, aggregate)``, the
     highest chunk id (``max_id``) and how many rows are for steps at or below ``late_upto`` (``late``).
-    Also the ``(file_id, rank)`` pairs of the small ones among them (what ``compact`` looks at).
+    Also the ``(file_id, rank)`` pairs of the small ones among them (what ``compact`` looks at), and the
+    files they were read from.
 
-    Chunks of one run are written under its state's lock (``runs.saved_state``), so ids past a
-    mark are exactly the chunks stored since.
+    A fold reads them under ``runs.fold_lock``, which waits for every writer of the run to commit, so ids
+    past a mark are exactly the chunks stored since.
     """
     c = step_chunks.c
     where = c.run_id == run_id
@@ -179,7 +180,9 @@ def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, 
     query = select(c.id, c.file_id, c.rank, c.rows, c.first_step, c.last_step, c.last_t, c.summary).where(where)
     totals: dict[int, dict[str, Any]] = {}
     holders: set[tuple[int, int]] = set()
+    files: set[int] = set()
     for meta in conn.execute(query.order_by(c.id).execution_options(yield_per=1024)).mappings():
+        files.add(meta["file_id"])
         if meta["rows"] < _SMALL_ROWS:
             holders.add((meta["file_id"], meta["rank"]))
         summary = msgspec.msgpack.decode(meta["summary"])
@@ -195,7 +198,7 @@ def rank_totals(conn: Connection, run_id: int, aggregates: dict[str, tuple[str, 
             new[name] = None if known is None else known[{"sum": 1, "min": 2, "max": 3}[agg]]
         old = totals.get(meta["rank"])
         totals[meta["rank"]] = new if old is None else add_totals(old, new, aggregates)
-    return totals, sorted(holders)
+    return totals, sorted(holders), files
 
 
 def _columns_of(conn: Connection, chunk_id: int) -> Columns:
@@ -214,3 +217,11 @@ def runs_of_files(conn: Connection, file_ids: list[int]) -> list[tuple[int, int]
     """``(file_id, run_id)`` pairs of the step chunks read from ``file_ids``."""
     c = step_chunks.c
     return [tuple(r) for r in conn.execute(select(c.file_id, c.run_id).where(c.file_id.in_(file_ids)).distinct())]
+
+
+def chunk_past(conn: Connection, run_id: int, mark: int | None) -> bool:
+    """Whether the run has a chunk stored past ``mark`` (any chunk, when None): read from the mark on by the
+    primary key, as ``rank_totals`` reads them."""
+    c = step_chunks.c
+    where = c.run_id == run_id if mark is None else (c.run_id + 0 == run_id) & (c.id > mark)
+    return conn.execute(select(c.id).where(where).limit(1)).first() is not None

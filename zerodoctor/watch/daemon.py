@@ -114,7 +114,7 @@ class Watcher:
         self._run_states: dict[str, str] = {}  # what this watch last said of each run (``watch/changes.py``)
         self._files_of: dict[str, set[Path]] = {}  # run → the files its events came from (``_clocks_for``)
         self._others: dict[str, float] = {}  # runs another watcher judges (``lock.judges``) → when last asked
-        self._saves_read_at = 0.0  # when the runs judged here were last looked at for other watchers' saves
+        self._grown_read_at = 0.0  # when the runs judged here were last looked at for other watchers' rows
         self._write_failures = 0  # store writes refused in a row (a full disk): the next pass waits, doubling
         self._write_retry_at = 0.0
 
@@ -282,7 +282,7 @@ class Watcher:
         self._changed.update(n for n in self._in_progress if now - self._judged_at.get(n, -1e9) >= self.recheck_s)
         # a run another watcher judges is asked for again now and then: that watcher may have died
         self._changed.update(n for n, asked in self._others.items() if now - asked >= self.recheck_s)
-        self._changed.update(self._saved_elsewhere(now))
+        self._changed.update(self._grown_elsewhere(now))
         if self.lock is not None and self.lock.judging:  # other nodes' ranks arrive without waking this loop
             wait = self.judge_every_s
         for name in sorted(self._changed):
@@ -291,10 +291,14 @@ class Watcher:
                 wait = min(wait or float("inf"), due - now)
                 continue
             self._changed.discard(name)
-            started = time.monotonic()
+            cost = budget.Cost()
             try:
                 if not self._judges(name, now):
                     continue
+                # what every writer stored since, read first (the run's clock is its last event, maybe another
+                # node's): ingest's work, which waiting would only make larger, so not what the interval stretches for
+                self.pipeline.fold([name])
+                cost = budget.Cost()
                 self._judge_run(name)
             except Exception as exc:
                 if self._store_away(exc):
@@ -302,9 +306,8 @@ class Watcher:
                     raise
                 log.error("judging run %s failed; it is judged again when its next events arrive: %s", name,
                           describe(exc, self.engine.url), exc_info=not isinstance(exc, SQLAlchemyError))
-            cost = time.monotonic() - started
             self._judged_at[name] = time.monotonic()
-            self._interval[name] = max(self.judge_every_s, 4 * cost)
+            self._interval[name] = max(self.judge_every_s, 4 * cost.seconds())
             if self.stop.is_set():
                 break
         self._release_views()
@@ -329,14 +332,14 @@ class Watcher:
         self._others[name] = now
         return False
 
-    def _saved_elsewhere(self, now: float) -> list[str]:
-        """The runs judged here whose views other watchers saved since (at most every ``judge_every_s``):
-        the ranks of other nodes arrived, and the run is judged again with them."""
+    def _grown_elsewhere(self, now: float) -> list[str]:
+        """The runs judged here that other watchers stored rows of since they were folded (looked at most every
+        ``judge_every_s``): the ranks of other nodes arrived, and the run is judged again with them."""
         judging = self.lock.judging if self.lock is not None else set()
-        if not judging or now - self._saves_read_at < self.judge_every_s:
+        if not judging or now - self._grown_read_at < self.judge_every_s:
             return []
-        self._saves_read_at = now
-        return self.pipeline.saved_elsewhere(judging)
+        self._grown_read_at = now
+        return self.pipeline.grown_elsewhere(judging)
 
     def _release_views(self) -> None:
         """Past ``VIEWS_KEPT`` views in memory, drop those of the runs judged longest ago that are neither

@@ -74,8 +74,8 @@ class WriterLock(Protocol):
 
     @property
     def judging(self) -> set[str]:
-        """The runs this watcher judges for other writers of the store: their saves must be read before a
-        judgement (empty where this watcher is the store's only writer)."""
+        """The runs this watcher judges for other writers of the store, whose rows arrive without waking it
+        (empty where this watcher is the store's only writer)."""
 
     def let_go(self, runs: Iterable[str]) -> None:
         """No longer judge ``runs`` (their views left memory): another watcher may take them."""
