@@ -14,8 +14,11 @@ has its bytecode, and a run that recompiles every module measures the compiler.
 
     python bench/startup.py [--runs 10] [--only diagnose,rules] [--tree DIR [--tree DIR2]] [--cold]
 
-Below the commands, the floor the dependencies set: what importing typer, pydantic and rich costs
-(every command), and with SQLAlchemy (every command that opens a store: ``status``, ``watch``,
+Below the commands, the floors the dependencies set: what importing typer, pydantic and rich costs
+(every command); with what a command given an argument imports besides (typer 0.29 validates each parameter
+with a pydantic ``TypeAdapter``, ``typer._adapters``; the event schema is pydantic models, ``pydantic.main``) and
+the plugin discovery every command runs (pluggy, and ``importlib.metadata``'s scan of the installed distributions
+for the ``zerodoctor`` entry points); and with SQLAlchemy (every command that opens a store: ``status``, ``watch``,
 ``diagnose --db``; ``diagnose`` and ``compare`` keep none). What a command takes above its floor is zerodoctor's own.
 
 ``--tree DIR`` times the zerodoctor of another checkout (``python -m zerodoctor`` run in DIR), e.g. a ``git worktree``
@@ -90,8 +93,11 @@ def commands(inputs: dict[str, str]) -> dict[str, list[str]]:
     }
 
 
+ARGUMENTS_AND_PLUGINS = ("import typer._adapters, pydantic.main, pluggy, importlib.metadata; "
+                         "importlib.metadata.entry_points(group='zerodoctor')")
 FLOORS = {
     "floor: typer pydantic rich": "import typer, pydantic, rich.console",
+    "floor: + arguments, plugin discovery": f"import typer, pydantic, rich.console; {ARGUMENTS_AND_PLUGINS}",
     "floor: + sqlalchemy": "import typer, pydantic, rich.console, sqlalchemy",
 }
 
