@@ -24,6 +24,7 @@ from tests.watch.conftest import (
     append,
     start_watch,
     step_line,
+    stalled_run,
     stop,
     stored_steps,
     two_nodes,
@@ -471,3 +472,57 @@ def test_a_look_on_another_node_names_the_watcher_that_judges_the_run(tmp_path, 
     assert named == [f"zerodoctor: run job is judged by another watcher (pid {live.pid} on {socket.gethostname()}), "
                      "which holds its judge lock: it says the run's findings, and 'zerodoctor status' shows them "
                      "from the store"], look.stderr
+
+
+@pytest.mark.parametrize("skew_s", [0.0, 45.0, -45.0])
+def test_a_dead_rank_on_another_node_is_named_whatever_its_clock_says(tmp_path, pg_url, rules, monkeypatch, skew_s):
+    """Rank 0 on node A, whose watcher judges the run; rank 1 on node B, dead for 69 s (``stalled_run``), its events
+    stamped ``skew_s`` off A's clock, B's watcher live. The judge measures rank 1's silence from when its file last
+    grew on the store's clock (before: from the run's last event, which mixes the nodes' clocks; 45 s ahead,
+    rank 1 looked 24 s silent, and the dead rank was not named)."""
+    stalled_run(tmp_path / "made", 0.0, (0.0, skew_s))
+    disks = {node: tmp_path / f"node-{node}" / "runs" for node in "ab"}
+    for node, rank in (("a", 0), ("b", 1)):
+        (disks[node] / "r").mkdir(parents=True)
+        (tmp_path / "made" / "r" / f"rank-{rank}.jsonl").rename(disks[node] / "r" / f"rank-{rank}.jsonl")  # mtime kept
+    monkeypatch.setenv(nodes.NODE_ENV, "node-a")
+    announced: list = []
+    engine = open_engine(pg_url)
+    with writer_lock(engine) as lock:
+        judge = Watcher(engine, [disks["a"]], rules, lambda finding, config, change: announced.append(finding),
+                        lock=lock)
+        try:
+            judge.discover()
+            judge.ingest()
+            judge.judge(force=True)  # node A's watcher takes the run's judge lock first
+            node_b = Node("node-b", disks["b"], disks["b"]).watch("--db", pg_url, str(disks["b"]))
+            try:
+                wait_for(lambda: stored_count(pg_url) == 2 * 12, timeout=60)
+                announced.clear()
+                judge.judge(force=True)
+            finally:
+                stop(node_b)
+        finally:
+            judge.close()
+            engine.dispose()
+    assert ("ZD705", [1]) in [(f.rule, f.ranks) for f in announced if f.rule.startswith("ZD7")], announced
+
+
+def test_the_files_another_nodes_watcher_holds_are_watched_until_it_stops(tmp_path, pg_url, monkeypatch):
+    """Another node's file tells its rank's silence (``files.grew_at``) only while that node's watcher holds its
+    directory: a dead watcher's files go on growing on their disk, not in the store."""
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    files = [("node-b", str(run_dir.resolve() / "rank-1.jsonl")), ("node-c", str(run_dir.resolve() / "rank-2.jsonl"))]
+    engine, engine_b = open_engine(pg_url), open_engine(pg_url)
+    try:
+        with writer_lock(engine) as node_a:
+            with writer_lock(engine_b) as node_b:
+                monkeypatch.setenv(nodes.NODE_ENV, "node-b")
+                assert node_b.claim(run_dir) is None
+                assert node_a.watched(files) == {files[0]}  # node c's watcher holds nothing
+            engine_b.dispose()  # node b's watcher gone: its session closed
+            assert node_a.watched(files) == set()
+    finally:
+        engine.dispose()
+        engine_b.dispose()

@@ -119,7 +119,8 @@ class Pipeline:
         for name in batch.runs() - self._writing:
             stored_runs.write_lock(conn, self.ingestor.run_id(conn, name))
             self._writing.add(name)
-        batch = self.ingestor.add_or_quarantine(conn, tail.file_id, batch, tail.name, tail.lines + 1, raw=raw)
+        batch = self.ingestor.add_or_quarantine(conn, tail.file_id, batch, tail.name, tail.lines + 1, raw=raw,
+                                                unchanged_s=tail.unchanged_s())
         if (batch.events or batch.columns) and (arrived := tail.arrived_t()) is not None:
             self.ingestor.arrived(conn, batch.runs(), arrived)
         self._dirty.update(batch.runs() - self.set_aside.keys())

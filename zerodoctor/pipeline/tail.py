@@ -221,8 +221,16 @@ class FileTail:
     def arrived_t(self) -> float | None:
         """When the lines being stored arrived, for a log that shows no clock of its own (``TextParser.clockless``):
         the file's last change, on this host's clock. None where the events carry their own times."""
-        if not getattr(self.parser, "clockless", False):
-            return None
+        return self._changed_t() if getattr(self.parser, "clockless", False) else None
+
+    def unchanged_s(self) -> float | None:
+        """How long the file has been unchanged, on this host's clock: stored with its lines (``files.grew_at``),
+        it tells the judge on another node how long this rank has been silent."""
+        changed = self._changed_t()
+        return None if changed is None else max(0.0, time.time() - changed)
+
+    def _changed_t(self) -> float | None:
+        """The file's last change (the open one's, else the path's), on this host's clock."""
         try:
             return (os.fstat(self.handle.fileno()) if self.handle is not None else os.stat(self.path)).st_mtime
         except OSError:

@@ -22,9 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import Connection, Engine, Insert, Table, create_engine, event, insert
+from sqlalchemy import Connection, Engine, Float, Insert, Table, create_engine, event, insert
 from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from zerodoctor.probe.privacy import secret_name
 from zerodoctor.store import migrate
@@ -88,6 +91,25 @@ def insert_new(conn: Connection, table: Table) -> Insert:
 
         return sqlite.insert(table).on_conflict_do_nothing()
     return table.insert()
+
+
+class StoreClock(FunctionElement):
+    """The store's clock, in seconds since the epoch: PostgreSQL's server clock, the one every node's watcher
+    stamps and reads with, so no two hosts' clocks are ever compared (``files.grew_at``); a SQLite store's is
+    that of the one host that writes it."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(StoreClock, "postgresql")
+def _server_clock(element: StoreClock, compiler: SQLCompiler, **kw: object) -> str:
+    return "EXTRACT(EPOCH FROM clock_timestamp())"  # now(): the transaction's start, seconds stale at its end
+
+
+@compiles(StoreClock)
+def _host_clock(element: StoreClock, compiler: SQLCompiler, **kw: object) -> str:
+    return "((julianday('now') - 2440587.5) * 86400.0)"  # SQLite's clock: days since 4713 BC, to Unix seconds
 
 
 class BulkInsert:

@@ -19,10 +19,10 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Iterable
 
-from sqlalchemy import Connection, Select, bindparam, delete, select, update
+from sqlalchemy import Connection, Float, Select, bindparam, delete, func, select, update
 
 from zerodoctor.sources.readable import HEAD_BYTES, pread
-from zerodoctor.store.db import insert_new
+from zerodoctor.store.db import StoreClock, insert_new
 from zerodoctor.store.nodes import SHARED, local_node, node_of
 from zerodoctor.store.schema import files
 
@@ -155,15 +155,30 @@ def sign(conn: Connection, file_id: int, value: str) -> None:
 # (building this and the runs' UPDATE per batch cost ~1.5 ms, most of a one-line batch's cost in a live watch).
 _ADVANCE = update(files).where(files.c.id == bindparam("b_file")).values(
     offset=bindparam("b_end"), lines=bindparam("b_lines"), held_lines=bindparam("b_held"),
-    events=files.c.events + bindparam("b_events"), quarantined=files.c.quarantined + bindparam("b_rejected"))
+    events=files.c.events + bindparam("b_events"), quarantined=files.c.quarantined + bindparam("b_rejected"),
+    grew_at=func.coalesce(StoreClock() - bindparam("b_unchanged", type_=Float), files.c.grew_at))
 
 
 def advance(conn: Connection, file_id: int, *, end: int, lines: int, events: int, rejected: int,
-            held: int = 0) -> None:
+            held: int = 0, unchanged_s: float | None = None) -> None:
     """Move the file's offset to ``end`` (line ``lines``) and count what was stored, in the batch's transaction;
-    ``held``: how many of the lines before ``end`` belong to a message the parser still holds open."""
+    ``held``: how many of the lines before ``end`` belong to a message the parser still holds open.
+    ``unchanged_s``: how long the file had been unchanged when read, on this host's clock (``grew_at``)."""
     conn.execute(_ADVANCE, {"b_file": file_id, "b_end": end, "b_lines": lines, "b_events": events,
-                            "b_rejected": rejected, "b_held": held})
+                            "b_rejected": rejected, "b_held": held, "b_unchanged": unchanged_s})
+
+
+def store_now(conn: Connection) -> float:
+    """The store's clock now (``db.StoreClock``), what ``grew_at`` is stamped with."""
+    return float(conn.execute(select(StoreClock())).scalar_one())
+
+
+def grown(conn: Connection, paths: Iterable[str]) -> list[tuple[str, str, float]]:
+    """``(node, path, grew_at)`` of the stored files at ``paths`` (on any node) that have grown since rows had
+    the stamp."""
+    c = files.c
+    query = select(c.node, c.path, c.grew_at).where(c.path.in_(sorted(paths)), c.grew_at.is_not(None))
+    return [tuple(row) for row in conn.execute(query)]
 
 
 def forget(conn: Connection, file_id: int) -> None:

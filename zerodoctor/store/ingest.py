@@ -82,8 +82,9 @@ class Ingestor:
             self._run_ids[name] = run_id
         return run_id
 
-    def add(self, conn: Connection, file_id: int, batch: Batch) -> None:
-        """Insert ``batch`` and move the file's offset to ``batch.end``, in ``conn``'s transaction."""
+    def add(self, conn: Connection, file_id: int, batch: Batch, *, unchanged_s: float | None = None) -> None:
+        """Insert ``batch`` and move the file's offset to ``batch.end``, in ``conn``'s transaction; ``unchanged_s``:
+        how long the file had been unchanged when the batch was read (``files.advance``)."""
         if batch.steps:
             raise ValueError("an unsealed batch: its steps are not columns yet (Batch.seal)")
         other_rows: list[tuple] = []
@@ -117,7 +118,7 @@ class Ingestor:
             ])
         stored_files.advance(conn, file_id, end=batch.end, lines=batch.last_line,
                              events=len(batch.events) + batch.step_count(), rejected=len(batch.rejected),
-                             held=batch.held_lines)
+                             held=batch.held_lines, unchanged_s=unchanged_s)
         for rid, (first, last) in spans.items():
             self._widen(rid, first, last)
 
@@ -135,7 +136,7 @@ class Ingestor:
             self._widen(self.run_id(conn, name), t, t)
 
     def add_or_quarantine(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int,
-                          raw: Callable[[], bytes] | None = None) -> Batch:
+                          raw: Callable[[], bytes] | None = None, unchanged_s: float | None = None) -> Batch:
         """``add``, or when the store refuses the batch's content, ``add`` line by line: only the
         lines it refuses are quarantined, each with its own bytes.
 
@@ -148,17 +149,17 @@ class Ingestor:
         """
         try:
             with savepoint(conn):
-                self.add(conn, file_id, batch)
+                self.add(conn, file_id, batch, unchanged_s=unchanged_s)
             return batch
         except OperationalError:
             raise
         except Exception:  # noqa: BLE001 - one line's content must not stop the tail
             self.forget_runs()  # the savepoint's rollback may have removed runs this batch created
         return self._add_line_by_line(conn, file_id, batch, name, first_line,
-                                      (raw() if raw is not None else b"").split(b"\n"))
+                                      (raw() if raw is not None else b"").split(b"\n"), unchanged_s)
 
     def _add_line_by_line(self, conn: Connection, file_id: int, batch: Batch, name: str, first_line: int,
-                          lines: list[bytes]) -> Batch:
+                          lines: list[bytes], unchanged_s: float | None) -> Batch:
         """Bisect the refused batch: a half the store takes is kept whole, a refused half is split
         again, down to single lines. One bad line in 20,000 costs ~30 savepoints, not 20,000."""
         kept = Batch(end=batch.end, last_line=batch.last_line)
@@ -193,7 +194,7 @@ class Ingestor:
                                         data.rstrip(b"\r"), len(data) + ended))
         kept.rejected = batch.rejected + refused
         self.add(conn, file_id, Batch(rejected=kept.rejected, end=batch.end, last_line=batch.last_line,
-                                      held_lines=batch.held_lines))
+                                      held_lines=batch.held_lines), unchanged_s=unchanged_s)
         return kept
 
 

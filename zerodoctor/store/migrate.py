@@ -17,7 +17,7 @@ from sqlalchemy import Column, Connection, Engine, MetaData, PrimaryKeyConstrain
 from zerodoctor.store.schema import metadata
 
 BASELINE = "0001"
-HEAD = "0009"
+HEAD = "0010"
 SCRIPTS = Path(__file__).with_name("migrations")
 _MIGRATION_LOCK = 0x7A64_6D69_6772_6174  # "zdmigrat": one key for every zerodoctor store on a server
 

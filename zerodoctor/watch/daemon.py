@@ -17,7 +17,7 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
@@ -42,6 +42,7 @@ from zerodoctor.sources.readable import UnreadableFile
 from zerodoctor.store import files as stored_files
 from zerodoctor.store import findings as stored_findings
 from zerodoctor.store.db import StoreError, describe, shown
+from zerodoctor.store.nodes import local_node
 from zerodoctor.watch import budget, changes
 from zerodoctor.watch.budget import Interrupts, Stopping
 from zerodoctor.watch.lock import WriterLock, busy_dir
@@ -416,21 +417,39 @@ class Watcher:
         on a network filesystem, the server's), so no two hosts' clocks are ever compared: now is the
         run's last event plus how long ago its files last changed, and a rank with a file of its own
         (``rank-<r>.jsonl``) is quiet for as long as that file has not changed, whatever its clock says
-        beside the other ranks' (one node 45 s behind another).
+        beside the other ranks' (one node 45 s behind another). The files of other nodes' ranks are
+        measured the same way, from the store (``_quiet_elsewhere``).
         """
         now = time.time()
         view = self.pipeline.view(name)  # None: set aside (the judgement says so)
-        changed: dict[Path, float] = {}
+        unchanged: dict[Path, float] = {}
         for path in self._files_of.get(name, ()):
             try:
-                changed[path] = os.stat(path).st_mtime
+                unchanged[path] = max(0.0, now - os.stat(path).st_mtime)
             except OSError:
                 continue
-        if view is None or view.last_t is None or not changed:
+        if view is None or view.last_t is None:
             return now, {}
-        quiet = {rank: max(0.0, now - mtime) for path, mtime in changed.items()
-                 if (rank := rank_of(path.name)) is not None}
-        return view.last_t + max(0.0, now - max(changed.values())), quiet
+        unchanged.update(self._quiet_elsewhere(name, view.formats, set(self._files_of.get(name, ()))))
+        if not unchanged:
+            return now, {}
+        quiet = {rank: quiet_s for path, quiet_s in unchanged.items() if (rank := rank_of(path.name)) is not None}
+        return view.last_t + min(unchanged.values()), quiet
+
+    def _quiet_elsewhere(self, name: str, paths: Iterable[str], here: set[Path]) -> dict[Path, float]:
+        """How long each of the run's files on other nodes has been unchanged: the store's clock now less when it
+        last grew there (``files.grew_at``, stamped by its node on the same clock). Only the files whose
+        directory a live watcher holds (``WriterLock.watched``): a dead watcher's ranks may be writing still."""
+        if self.lock is None or name not in self.lock.judging:
+            return {}  # the store's only writer: every file of the run is this host's
+        others = [path for path in paths if Path(path) not in here]
+        if not others:
+            return {}
+        with self.engine.connect() as conn:
+            stamped, store_now = stored_files.grown(conn, others), stored_files.store_now(conn)
+        node = local_node()
+        live = self.lock.watched([(n, path) for n, path, _ in stamped if n != node])
+        return {Path(path): max(0.0, store_now - grew_at) for n, path, grew_at in stamped if (n, path) in live}
 
     def notify(self, *, force: bool = False) -> None:
         """Hand pending findings to the notifiers on their thread; after a failure, wait ``notify_retry_s``."""

@@ -80,6 +80,10 @@ class WriterLock(Protocol):
     def let_go(self, runs: Iterable[str]) -> None:
         """No longer judge ``runs`` (their views left memory): another watcher may take them."""
 
+    def watched(self, files: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Of ``(node, path)`` files other watchers stored, those whose directory a live watcher holds now: their
+        ``files.grew_at`` is current. A dead watcher's files go on growing on their disk, not in the store."""
+
 
 @contextmanager
 def writer_lock(engine: Engine) -> Iterator[WriterLock]:
@@ -134,6 +138,9 @@ class _WholeStore:
 
     def let_go(self, runs: Iterable[str]) -> None:
         pass
+
+    def watched(self, files: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+        return set()  # the store's only writer: no other watcher stores files live
 
 
 class _AdvisoryLocks:
@@ -237,6 +244,19 @@ class _AdvisoryLocks:
             if key is not None:
                 self.conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
 
+    def watched(self, files: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+        """One look at the server's lock table for the locks of those files' directories (``dir_key``)."""
+        keys: dict[int, list[tuple[str, str]]] = {}
+        for node, path in files:
+            keys.setdefault(dir_key(node, Path(path).parent), []).append((node, path))
+        if not keys:
+            return set()
+        held = self.conn.execute(text(
+            "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l WHERE l.locktype = 'advisory' "
+            "AND l.granted AND l.objsubid = 1 "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())")).scalars()
+        return {file for key in held if key in keys for file in keys[key]}
+
     def _try(self, key: int) -> bool:
         return bool(self.conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar())
 
@@ -269,9 +289,14 @@ def advisory_key(name: str) -> int:
 
 
 def lock_key(run_dir: Path) -> int:
-    """The advisory-lock key of a run directory: its node's and its resolved path's."""
+    """The advisory-lock key of a run directory of this node (or a network filesystem's)."""
     run_dir = run_dir.resolve()
-    return advisory_key(f"{node_of(run_dir)}\n{run_dir}")  # a node id has no newline
+    return dir_key(node_of(run_dir), run_dir)
+
+
+def dir_key(node: str, run_dir: Path) -> int:
+    """The advisory-lock key of a run directory: its node's and its resolved path's."""
+    return advisory_key(f"{node}\n{run_dir}")  # a node id has no newline
 
 
 def judge_key(schema: str, run: str) -> int:
