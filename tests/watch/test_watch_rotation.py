@@ -56,15 +56,20 @@ def test_rename_create(tmp_path, make_watcher):
     assert (row["inode"], row["offset"]) == (os.stat(log).st_ino, log.stat().st_size)
 
 
-def test_rename_create_while_not_watching(tmp_path, make_watcher):
-    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+def rotated_while_not_watched(log: Path, make_watcher) -> None:
+    """Steps 1-10 read by a watcher that stops; 11-15 written, the file rotated (``.1``), 16-20 in the new file."""
     append(log, "r", 0, range(1, 11))
     first = make_watcher()
     one_pass(first)
     first.close()
     append(log, "r", 0, range(11, 16))
-    log.rename(log.with_name("rank-0.jsonl.1"))
+    rotate(log)
     append(log, "r", 0, range(16, 21))
+
+
+def test_rename_create_while_not_watching(tmp_path, make_watcher):
+    log = tmp_path / "runs" / "r" / "rank-0.jsonl"
+    rotated_while_not_watched(log, make_watcher)
     one_pass(make_watcher())  # a restart: no handle on the old file, found again by its inode
     expect(tmp_path / "runs" / "zerodoctor.db", "r", range(1, 21))
 
@@ -396,13 +401,7 @@ def test_restart_mid_rotation_finds_the_file_read_under_its_new_name(tmp_path, m
     """A restarted tail looks for the file it read by its inode; a rotation that renames it (``.1`` to ``.2``)
     between that listing and the open left no file at the name listed: it is found by its first bytes."""
     log = tmp_path / "runs" / "r" / "rank-0.jsonl"
-    append(log, "r", 0, range(1, 11))
-    first = make_watcher()
-    one_pass(first)
-    first.close()
-    append(log, "r", 0, range(11, 16))
-    rotate(log)
-    append(log, "r", 0, range(16, 21))
+    rotated_while_not_watched(log, make_watcher)
     open_log, first_rotated = tail.open_log, log.with_name("rank-0.jsonl.1")
 
     def renamed_before_the_open(path, *args, **kwargs):
