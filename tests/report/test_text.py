@@ -174,3 +174,19 @@ def test_check_names_what_is_missing_in_words() -> None:
     needs = [line for line in proc.stdout.splitlines() if ": needs " in line]
     assert needs and all("model parameters" in line for line in needs), proc.stdout
     assert not any(re.search(r"\b[a-z][a-z0-9]*\.[a-z][a-z0-9_]*\b", line) for line in needs), needs
+
+
+def test_a_cuda_oom_message_cut_before_its_figures_is_not_called_unknown(tmp_path: Path) -> None:
+    """PyTorch 2.x's OOM message cut after "… of which 1.50 GiB is free." (a paste of its first line): the memory
+    rules cannot judge it without the allocated and reserved figures that follow. ZD901 said it was "not a fault
+    zerodoctor knows"; it says no rule explains it from this log, and what would show the memory rules' verdict."""
+    log = tmp_path / "console.log"
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                   "capacity of 79.15 GiB of which 1.50 GiB is free.\n")
+    lines = run_cli("diagnose", str(log)).stdout.splitlines()
+    assert lines[0].startswith("ERROR ZD901 fatal-error") and lines[1].endswith(
+        "; no rule explains it from what this log shows, so no fix is offered"), lines
+    assert "needs the OOM's allocated and reserved memory" in next(line for line in lines if "not judged" in line)
+    explained = run_cli("diagnose", "--explain", str(log)).stdout
+    assert ("to see it: the whole CUDA out-of-memory message, with the memory PyTorch had allocated and reserved "
+            "(a message cut before those figures cannot be judged)") in explained, explained

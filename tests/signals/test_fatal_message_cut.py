@@ -18,7 +18,7 @@ def test_a_long_message_is_cut_after_a_whole_word_and_marked() -> None:
     fallback = [r for r in rules_from() if r.code == "ZD901"]
     report = diagnose([PASTE], rules=fallback, input_format="text")
     message = next(f.message for f in report.findings if f.rule == "ZD901")
-    shown = message.split("RuntimeError: ", 1)[1].split(", raised in ", 1)[0].split("; not a fault", 1)[0]
+    shown = message.split("RuntimeError: ", 1)[1].split(", raised in ", 1)[0].split("; no rule explains it", 1)[0]
     assert shown.endswith("requires_grad=false (default)…"), shown
     assert len(shown) <= MESSAGE_CHARS + 1
     assert "Rank 2 is running collective: CollectiveFingerPrint(SequenceNumber=32, OpType=ALLREDUCE" in shown

@@ -86,7 +86,10 @@ SIGNALS = [
             "the first OOM judged: a steady climb to it is a leak (fragmented where stranded is >= "
             f"{FRAGMENTED_SHARE:.0%} of usable memory); else stranded + free covering the request with stranded >= "
             f"{FRAGMENTED_SHARE:.0%} is fragmentation, {ROUNDING_SHARE:.0%}-{FRAGMENTED_SHARE:.0%} capacity first, "
-            "anything else capacity", VERDICTS),
+            "anything else capacity", VERDICTS,
+            label="the OOM's allocated and reserved memory",
+            switch="the whole CUDA out-of-memory message, with the memory PyTorch had allocated and reserved (a "
+                   "message cut before those figures cannot be judged)"),
     verdict("memory.expandable_segments_gain",
             "what PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True buys at the first OOM: a cure (fragmentation), this "
             "one allocation, a few allocations or one, nothing, a few steps of a leak; or it is already on", GAINS),
