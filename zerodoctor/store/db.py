@@ -95,8 +95,8 @@ def insert_new(conn: Connection, table: Table) -> Insert:
 
 class StoreClock(FunctionElement):
     """The store's clock, in seconds since the epoch: PostgreSQL's server clock, the one every node's watcher
-    stamps and reads with, so no two hosts' clocks are ever compared (``files.grew_at``); a SQLite store's is
-    that of the one host that writes it."""
+    stamps and reads with, so no two hosts' clocks are ever compared (``files.grew_at``). Any other store has
+    one writer, whose judge reads its own files' mtimes: there it is NULL, and nothing is stamped."""
 
     type = Float()
     inherit_cache = True
@@ -108,8 +108,8 @@ def _server_clock(element: StoreClock, compiler: SQLCompiler, **kw: object) -> s
 
 
 @compiles(StoreClock)
-def _host_clock(element: StoreClock, compiler: SQLCompiler, **kw: object) -> str:
-    return "((julianday('now') - 2440587.5) * 86400.0)"  # SQLite's clock: days since 4713 BC, to Unix seconds
+def _no_clock(element: StoreClock, compiler: SQLCompiler, **kw: object) -> str:
+    return "NULL"
 
 
 class BulkInsert:

@@ -169,7 +169,7 @@ def advance(conn: Connection, file_id: int, *, end: int, lines: int, events: int
 
 
 def store_now(conn: Connection) -> float:
-    """The store's clock now (``db.StoreClock``), what ``grew_at`` is stamped with."""
+    """The store's clock now (``db.StoreClock``, PostgreSQL's), what ``grew_at`` is stamped with."""
     return float(conn.execute(select(StoreClock())).scalar_one())
 
 

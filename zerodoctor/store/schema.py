@@ -71,9 +71,9 @@ files = Table(
     # The last lines before the offset holding a crash message the parser keeps open for lines that may still come
     # (pipeline/tail.py): a watcher killed before it let the message go leaves them to be read again. 0: none.
     Column("held_lines", BigInteger, nullable=False, server_default="0"),  # an insert naming none: 0
-    # When the file last grew, on the store's clock (``db.StoreClock``): its node stamps it with each batch as the
-    # store's now less how long ago, on the node's own clock, the file last changed. How long another node's
-    # rank has been silent is then the store's now less this, with no two hosts' clocks compared.
+    # When the file last grew, on the store's clock (``db.StoreClock``; PostgreSQL only): its node stamps it with
+    # each batch as the store's now less how long ago, on the node's own clock, the file last changed. How long
+    # another node's rank has been silent is then the store's now less this, with no two hosts' clocks compared.
     Column("grew_at", Float),
     UniqueConstraint("node", "path", name="uq_files_node_path"),
 )
